@@ -1,0 +1,235 @@
+//! The sliding window log: exact, at most N in any window W, one entry per admission.
+
+use alloc::collections::VecDeque;
+
+use crate::algorithm::kind::Kind;
+use crate::algorithm::step::{ensure_cost, Algorithm, SavedState};
+use crate::decision::Decision;
+use crate::error::{CheckError, SnapshotError};
+use crate::quota::Quota;
+
+/// Sliding window log: remembers every admission of the last window.
+///
+/// A request is admitted when the cost admitted in `(now − W, now]` plus its own stays within
+/// N. This is exact for any window, at the price of memory proportional to the admissions in
+/// one window (entries at the same instant are merged). It is seed 003's limiter, with the
+/// window boundary, weighted costs and the exact wait handled.
+///
+/// # Examples
+///
+/// ```
+/// use sluice_core::{Algorithm, Quota, SlidingLog};
+///
+/// let log = SlidingLog::new(Quota::parse(2, "2/s").unwrap()); // 2 per second
+/// let mut s = log.initial_state();
+/// assert!(log.check(&mut s, 0, 1).unwrap().allowed);
+/// assert!(log.check(&mut s, 400_000_000, 1).unwrap().allowed);
+/// let d = log.check(&mut s, 900_000_000, 1).unwrap();
+/// assert!(!d.allowed);
+/// assert_eq!(d.retry_after_ns, 100_000_000); // the first admission leaves the window at 1 s
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLog {
+    quota: Quota,
+    window: u64,
+}
+
+/// A sliding log's memory of one key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlidingLogState {
+    /// `(time it leaves the window, cost)`, oldest first.
+    entries: VecDeque<(u64, u64)>,
+    /// Sum of the costs in `entries`.
+    total: u64,
+    /// The latest time seen, so a backward clock cannot expire entries early.
+    last_ns: u64,
+}
+
+impl SlidingLogState {
+    /// Number of log entries held (memory use is proportional to it).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl SlidingLog {
+    /// A sliding log for `quota`.
+    pub const fn new(quota: Quota) -> SlidingLog {
+        SlidingLog {
+            quota,
+            window: quota.window_ns(),
+        }
+    }
+
+    #[inline]
+    fn expire(&self, state: &mut SlidingLogState, now: u64) -> u64 {
+        let now = now.max(state.last_ns);
+        state.last_ns = now;
+        while let Some(&(leaves, cost)) = state.entries.front() {
+            if leaves > now {
+                break;
+            }
+            state.entries.pop_front();
+            state.total -= cost;
+        }
+        now
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn kind(&self) -> Kind {
+        Kind::SlidingLog
+    }
+
+    fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    fn initial_state(&self) -> SlidingLogState {
+        SlidingLogState::default()
+    }
+
+    fn exhausted_state(&self, now: u64) -> SlidingLogState {
+        let mut entries = VecDeque::new();
+        entries.push_back((now.saturating_add(self.window), self.quota.capacity()));
+        SlidingLogState {
+            entries,
+            total: self.quota.capacity(),
+            last_ns: now,
+        }
+    }
+
+    fn check(
+        &self,
+        state: &mut SlidingLogState,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        ensure_cost(&self.quota, cost)?;
+        let now = self.expire(state, now);
+        let n = self.quota.capacity();
+        if state.total + cost <= n {
+            if cost > 0 {
+                let leaves = now.saturating_add(self.window);
+                match state.entries.back_mut() {
+                    Some(back) if back.0 == leaves => back.1 += cost,
+                    _ => state.entries.push_back((leaves, cost)),
+                }
+                state.total += cost;
+            }
+            let reset = state.entries.back().map_or(0, |&(leaves, _)| leaves - now);
+            Ok(Decision {
+                allowed: true,
+                limit: n,
+                remaining: n - state.total,
+                retry_after_ns: 0,
+                reset_after_ns: reset,
+            })
+        } else {
+            let mut to_free = state.total + cost - n;
+            let mut wait = 0;
+            for &(leaves, entry_cost) in &state.entries {
+                wait = leaves - now;
+                if entry_cost >= to_free {
+                    break;
+                }
+                to_free -= entry_cost;
+            }
+            let reset = state.entries.back().map_or(0, |&(leaves, _)| leaves - now);
+            Ok(Decision {
+                allowed: false,
+                limit: n,
+                remaining: n - state.total,
+                retry_after_ns: wait,
+                reset_after_ns: reset,
+            })
+        }
+    }
+
+    fn idle_at(&self, state: &SlidingLogState) -> u64 {
+        state.entries.back().map_or(0, |&(leaves, _)| leaves)
+    }
+
+    fn save(&self, state: &SlidingLogState, now: u64) -> SavedState {
+        let now = now.max(state.last_ns);
+        let entries = state
+            .entries
+            .iter()
+            .filter(|&&(leaves, _)| leaves > now)
+            .map(|&(leaves, cost)| ((leaves - now).min(self.window), cost))
+            .collect();
+        SavedState::Log { entries }
+    }
+
+    fn restore(
+        &self,
+        saved: &SavedState,
+        now: u64,
+        elapsed_ns: u64,
+    ) -> Result<SlidingLogState, SnapshotError> {
+        let SavedState::Log { entries } = saved else {
+            return Err(SnapshotError::AlgorithmMismatch {
+                found: saved.form(),
+                expected: "sliding_log",
+            });
+        };
+        let n = self.quota.capacity();
+        let mut state = SlidingLogState {
+            last_ns: now,
+            ..SlidingLogState::default()
+        };
+        let mut previous = 0;
+        let mut total: u64 = 0;
+        for &(leaves_in, cost) in entries {
+            if leaves_in < previous {
+                return Err(SnapshotError::Corrupt {
+                    field: "entries (not oldest first)",
+                    value: leaves_in,
+                });
+            }
+            if cost == 0 || cost > crate::quota::MAX_SPAN_NS {
+                return Err(SnapshotError::Corrupt {
+                    field: "entries.cost",
+                    value: cost,
+                });
+            }
+            previous = leaves_in;
+            total = total.saturating_add(cost);
+            if total > crate::quota::MAX_SPAN_NS {
+                return Err(SnapshotError::Corrupt {
+                    field: "entries (total cost)",
+                    value: total,
+                });
+            }
+            let leaves_in = leaves_in.min(self.window);
+            if leaves_in > elapsed_ns {
+                state
+                    .entries
+                    .push_back((now.saturating_add(leaves_in - elapsed_ns), cost));
+                state.total += cost;
+            }
+        }
+        // A quota lowered since the snapshot: keep only the newest N units, never more.
+        while state.total > n {
+            let excess = state.total - n;
+            let Some(front) = state.entries.front_mut() else {
+                break;
+            };
+            if front.1 > excess {
+                front.1 -= excess;
+                state.total -= excess;
+            } else {
+                state.total -= front.1;
+                state.entries.pop_front();
+            }
+        }
+        Ok(state)
+    }
+}

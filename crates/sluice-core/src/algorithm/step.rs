@@ -1,0 +1,155 @@
+//! The contract every algorithm meets, and the time-relative form its state is saved in.
+
+use alloc::vec::Vec;
+use core::fmt::Debug;
+
+use crate::algorithm::kind::Kind;
+use crate::decision::Decision;
+use crate::error::{CheckError, SnapshotError};
+use crate::quota::Quota;
+
+/// A rate-limiting algorithm as a pure step over caller-held state.
+///
+/// The algorithm holds only its configuration; the caller keeps one [`Algorithm::State`] per
+/// limited thing (per key) and supplies the time. This is what lets the same step run in a
+/// compare-and-swap loop, in a sharded map, in a Redis script's twin, or in a browser.
+///
+/// Time is a monotonic count of nanoseconds from any origin the caller likes. If it goes
+/// backwards, the step treats it as not having moved (or, for GCRA, as a later moment of the
+/// same debt): no tokens are ever minted by a backward clock, and nothing panics.
+pub trait Algorithm {
+    /// Everything the algorithm remembers about one key.
+    type State: Clone + Debug + PartialEq;
+
+    /// Which algorithm this is.
+    fn kind(&self) -> Kind;
+
+    /// The configuration name (`token_bucket`, `gcra`, ...).
+    fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Capacity and rate.
+    fn quota(&self) -> Quota;
+
+    /// The state of a key never seen: full (every algorithm starts able to admit `capacity`).
+    fn initial_state(&self) -> Self::State;
+
+    /// The state of a key that just spent everything at `now`: the worst case a restore assumes
+    /// when it cannot trust what it read.
+    fn exhausted_state(&self, now: u64) -> Self::State;
+
+    /// Decides whether `cost` tokens may be taken at `now` and, if so, takes them.
+    ///
+    /// A cost of zero is a query: always allowed, nothing consumed. A denial leaves the state
+    /// equivalent to what it was (it may be normalised, e.g. a window rolled forward).
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::InsufficientCapacity`] when `cost` exceeds the capacity: no wait could
+    /// ever admit it, so none should be attempted.
+    fn check(&self, state: &mut Self::State, now: u64, cost: u64) -> Result<Decision, CheckError>;
+
+    /// The earliest time at which `state` is equivalent to [`Algorithm::initial_state`], so an
+    /// idle key can be dropped and a store entry can expire. Zero if it already is.
+    fn idle_at(&self, state: &Self::State) -> u64;
+
+    /// The state with every time expressed relative to `now`, for a snapshot.
+    fn save(&self, state: &Self::State, now: u64) -> SavedState;
+
+    /// Rebuilds a state from [`Algorithm::save`]'s output at the new `now`, after `elapsed_ns`
+    /// of wall-clock time passed. Values beyond this quota (it may have changed) are clamped to
+    /// it, so a restored state never holds more than the capacity.
+    ///
+    /// # Errors
+    ///
+    /// [`SnapshotError::Corrupt`] for values no state of this algorithm can hold, and
+    /// [`SnapshotError::AlgorithmMismatch`] for another algorithm's saved form.
+    fn restore(
+        &self,
+        saved: &SavedState,
+        now: u64,
+        elapsed_ns: u64,
+    ) -> Result<Self::State, SnapshotError>;
+}
+
+/// An algorithm's state with its times made relative to the moment it was saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "form", rename_all = "snake_case"))]
+pub enum SavedState {
+    /// Token bucket, GCRA and leaky bucket: how long until the bucket is full again.
+    Debt {
+        /// Nanoseconds of refill still owed.
+        debt_ns: u64,
+    },
+    /// Fixed window: the current window's count and the time left in it.
+    Window {
+        /// Nanoseconds until the current window ends.
+        ends_in_ns: u64,
+        /// Cost admitted in the current window.
+        count: u64,
+    },
+    /// Sliding window counter: the previous and current windows' counts.
+    Sliding {
+        /// Nanoseconds until the current window ends.
+        ends_in_ns: u64,
+        /// Cost admitted in the previous window.
+        previous: u64,
+        /// Cost admitted in the current window.
+        current: u64,
+    },
+    /// Sliding log: each admission still in the window, oldest first.
+    Log {
+        /// `(nanoseconds until it leaves the window, cost)`.
+        entries: Vec<(u64, u64)>,
+    },
+}
+
+impl SavedState {
+    /// The algorithm family of this form, for error messages.
+    pub(crate) fn form(&self) -> &'static str {
+        match self {
+            SavedState::Debt { .. } => "token_bucket/gcra/leaky_bucket",
+            SavedState::Window { .. } => "fixed_window",
+            SavedState::Sliding { .. } => "sliding_window",
+            SavedState::Log { .. } => "sliding_log",
+        }
+    }
+}
+
+/// Rejects costs that can never be admitted.
+pub(crate) fn ensure_cost(quota: &Quota, cost: u64) -> Result<(), CheckError> {
+    if cost > quota.capacity() {
+        Err(CheckError::InsufficientCapacity {
+            cost,
+            capacity: quota.capacity(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Restores a debt-shaped state: validates it, then subtracts the time that passed.
+pub(crate) fn restore_debt(
+    quota: &Quota,
+    saved: &SavedState,
+    expected: &'static str,
+    elapsed_ns: u64,
+) -> Result<u64, SnapshotError> {
+    match saved {
+        SavedState::Debt { debt_ns } => {
+            if *debt_ns > crate::quota::MAX_SPAN_NS {
+                return Err(SnapshotError::Corrupt {
+                    field: "debt_ns",
+                    value: *debt_ns,
+                });
+            }
+            Ok((*debt_ns).min(quota.window_ns()).saturating_sub(elapsed_ns))
+        }
+        other => Err(SnapshotError::AlgorithmMismatch {
+            found: other.form(),
+            expected,
+        }),
+    }
+}
