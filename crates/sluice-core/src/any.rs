@@ -160,6 +160,10 @@ impl Algorithm for AnyAlgorithm {
         )
     }
 
+    fn refund(&self, state: &mut AnyState, admitted_at: u64, now: u64, cost: u64) {
+        dispatch!(self, state, |a, s| a.refund(s, admitted_at, now, cost), ())
+    }
+
     fn idle_at(&self, state: &AnyState) -> u64 {
         // A mismatched state is unusable; report it idle so it is replaced.
         dispatch!(self, state, |a, s| a.idle_at(s), 0)

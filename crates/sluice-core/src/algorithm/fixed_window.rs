@@ -115,6 +115,16 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    fn refund(&self, state: &mut FixedWindowState, admitted_at: u64, now: u64, cost: u64) {
+        self.roll(state, now);
+        // Only a consumption of the current window is still counted anywhere.
+        if admitted_at.saturating_add(self.window) >= state.window_end_ns
+            && admitted_at < state.window_end_ns
+        {
+            state.count = state.count.saturating_sub(cost);
+        }
+    }
+
     fn idle_at(&self, state: &FixedWindowState) -> u64 {
         if state.count == 0 {
             0

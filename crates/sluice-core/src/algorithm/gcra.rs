@@ -106,6 +106,11 @@ impl Algorithm for Gcra {
         Ok(decision)
     }
 
+    fn refund(&self, state: &mut u64, _admitted_at: u64, now: u64, cost: u64) {
+        let give_back = cost.min(self.quota.capacity()) * self.interval;
+        *state = state.saturating_sub(give_back).max(now.min(*state));
+    }
+
     fn idle_at(&self, state: &u64) -> u64 {
         *state
     }

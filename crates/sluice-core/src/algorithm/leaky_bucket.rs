@@ -120,6 +120,13 @@ impl Algorithm for LeakyBucket {
         Ok(decision)
     }
 
+    fn refund(&self, state: &mut LeakyBucketState, _admitted_at: u64, now: u64, cost: u64) {
+        let (water, now) = self.drain(state, now);
+        let give_back = cost.min(self.quota.capacity()) * self.interval;
+        state.water_ns = water.saturating_sub(give_back);
+        state.last_ns = now;
+    }
+
     fn idle_at(&self, state: &LeakyBucketState) -> u64 {
         if state.water_ns == 0 {
             0

@@ -153,6 +153,20 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    fn refund(&self, state: &mut SlidingLogState, admitted_at: u64, now: u64, cost: u64) {
+        self.expire(state, now);
+        let leaves = admitted_at.saturating_add(self.window);
+        if let Some(pos) = state.entries.iter().rposition(|&(l, _)| l == leaves) {
+            let entry = &mut state.entries[pos];
+            let taken = entry.1.min(cost);
+            entry.1 -= taken;
+            state.total -= taken;
+            if entry.1 == 0 {
+                state.entries.remove(pos);
+            }
+        }
+    }
+
     fn idle_at(&self, state: &SlidingLogState) -> u64 {
         state.entries.back().map_or(0, |&(leaves, _)| leaves)
     }

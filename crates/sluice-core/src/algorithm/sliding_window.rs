@@ -172,6 +172,16 @@ impl Algorithm for SlidingWindow {
         }
     }
 
+    fn refund(&self, state: &mut SlidingWindowState, admitted_at: u64, now: u64, cost: u64) {
+        self.roll(state, now);
+        let start = state.window_end_ns.saturating_sub(self.window);
+        if admitted_at >= start && admitted_at < state.window_end_ns {
+            state.current = state.current.saturating_sub(cost);
+        } else if admitted_at >= start.saturating_sub(self.window) && admitted_at < start {
+            state.previous = state.previous.saturating_sub(cost);
+        }
+    }
+
     fn idle_at(&self, state: &SlidingWindowState) -> u64 {
         if state.current > 0 {
             state.window_end_ns.saturating_add(self.window)

@@ -50,6 +50,11 @@ pub trait Algorithm {
     /// ever admit it, so none should be attempted.
     fn check(&self, state: &mut Self::State, now: u64, cost: u64) -> Result<Decision, CheckError>;
 
+    /// Gives back `cost` that was admitted at `admitted_at` but never used (its caller went
+    /// away before it could run), as of `now`. The result never holds more than the initial
+    /// state: a refund can undo a consumption, never add capacity.
+    fn refund(&self, state: &mut Self::State, admitted_at: u64, now: u64, cost: u64);
+
     /// The earliest time at which `state` is equivalent to [`Algorithm::initial_state`], so an
     /// idle key can be dropped and a store entry can expire. Zero if it already is.
     fn idle_at(&self, state: &Self::State) -> u64;

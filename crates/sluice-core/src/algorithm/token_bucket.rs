@@ -125,6 +125,13 @@ impl Algorithm for TokenBucket {
         Ok(decision)
     }
 
+    fn refund(&self, state: &mut TokenBucketState, _admitted_at: u64, now: u64, cost: u64) {
+        let (level, now) = self.refill(state, now);
+        let give_back = cost.min(self.quota.capacity()) * self.interval;
+        state.level_ns = level.saturating_add(give_back).min(self.tau);
+        state.last_ns = now;
+    }
+
     fn idle_at(&self, state: &TokenBucketState) -> u64 {
         let missing = self.tau.saturating_sub(state.level_ns);
         if missing == 0 {
