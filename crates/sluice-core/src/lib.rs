@@ -11,6 +11,8 @@
 //!   [`FixedWindow`], and by [`AnyAlgorithm`] to choose by name.
 //! - [`Decision`]: allowed, limit, remaining, `retry_after`, `reset_after`.
 //! - [`Snapshot`]: save and restore across restarts, counting the time in between.
+//! - [`queue::WaitQueue`]: the waiting policy (FIFO, priorities, fair flows, depth, maximum
+//!   wait) as a clock-free state machine that tokio, the browser and the simulator all drive.
 //!
 //! ```
 //! use sluice_core::{Algorithm, Quota, TokenBucket};
@@ -39,6 +41,7 @@ pub mod algorithm;
 mod any;
 mod decision;
 mod error;
+pub mod queue;
 mod quota;
 mod snapshot;
 

@@ -1,0 +1,1074 @@
+//! The wait queue policy: who goes next, when to wake, who has waited too long.
+//!
+//! [`WaitQueue`] decides, it never waits: it has no clock, no timer and no wakers. The caller
+//! (tokio in the `sluice` crate, `setTimeout` in the browser, a virtual clock in the simulator)
+//! offers requests, calls [`WaitQueue::poll`] at the time it returns, and delivers the
+//! [`Outcome`]s. Keeping the policy here is what makes the gateway, the Service Worker and
+//! `sluice simulate` queue exactly alike.
+//!
+//! Order of service: strict priority ([`Priority::High`] first); inside a priority, flows (for
+//! example browser tabs) take turns one request at a time, so a busy flow cannot starve a quiet
+//! one; inside a flow, first come first served. A newcomer never overtakes a waiter of its own
+//! priority and flow: while anyone waits, an immediate admission is refused to newcomers.
+//!
+//! Admission control happens at the door: a request whose predicted wait already exceeds its
+//! maximum wait is refused at once with the exact predicted wait, and one that finds the queue
+//! at its depth limit is refused with [`Rejection::QueueFull`]. The prediction replays the
+//! queue on a copy of the limiter state, so it is exact as long as nothing else consumes the
+//! same tokens; the deadline is enforced at poll time in any case.
+
+use alloc::collections::{BTreeMap, BinaryHeap, VecDeque};
+use alloc::vec::Vec;
+use core::cmp::Reverse;
+
+use crate::algorithm::Algorithm;
+use crate::decision::Decision;
+use crate::error::CheckError;
+
+/// How urgent a waiting request is. Higher priorities are served first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Priority {
+    /// Served before everything else.
+    High = 0,
+    /// The default.
+    #[default]
+    Normal = 1,
+    /// Served only when no higher priority waits.
+    Low = 2,
+}
+
+impl Priority {
+    const COUNT: usize = 3;
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+
+    fn from_index(i: u64) -> Priority {
+        match i {
+            0 => Priority::High,
+            1 => Priority::Normal,
+            _ => Priority::Low,
+        }
+    }
+}
+
+/// Limits of a wait queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// The most requests that may wait at once; zero means no queue (deny at once).
+    pub depth: usize,
+    /// The longest a request may wait, in nanoseconds.
+    pub max_wait_ns: u64,
+}
+
+impl QueueConfig {
+    /// No queue: every request that cannot be admitted at once is denied.
+    pub const NONE: QueueConfig = QueueConfig {
+        depth: 0,
+        max_wait_ns: 0,
+    };
+}
+
+/// A waiting request's claim, handed back to [`WaitQueue::cancel`] and named in outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket {
+    id: u64,
+    flow: u64,
+}
+
+impl Ticket {
+    /// A number unique among this queue's tickets.
+    pub const fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The flow the request was offered in.
+    pub const fn flow(&self) -> u64 {
+        self.flow
+    }
+
+    /// The priority the request was offered at.
+    pub fn priority(&self) -> Priority {
+        Priority::from_index(self.id & 3)
+    }
+}
+
+/// Why a request was turned away at the door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// Admission needs no wait but the limit says no, and there is no queue.
+    Limited {
+        /// The decision, with its `retry_after_ns`.
+        decision: Decision,
+    },
+    /// The queue is at its depth limit.
+    QueueFull {
+        /// Predicted nanoseconds until this cost could be admitted.
+        retry_after_ns: u64,
+    },
+    /// The predicted wait exceeds the maximum wait.
+    Timeout {
+        /// Predicted nanoseconds until this cost could be admitted.
+        retry_after_ns: u64,
+    },
+    /// The cost exceeds the capacity; it can never be admitted.
+    InsufficientCapacity {
+        /// The cost asked for.
+        cost: u64,
+        /// The capacity.
+        capacity: u64,
+    },
+    /// The queue was closed.
+    Closed,
+}
+
+impl Rejection {
+    /// The wait to advertise in `Retry-After`, if any.
+    pub const fn retry_after_ns(&self) -> Option<u64> {
+        match self {
+            Rejection::Limited { decision } => Some(decision.retry_after_ns),
+            Rejection::QueueFull { retry_after_ns } | Rejection::Timeout { retry_after_ns } => {
+                Some(*retry_after_ns)
+            }
+            Rejection::InsufficientCapacity { .. } | Rejection::Closed => None,
+        }
+    }
+}
+
+/// What [`WaitQueue::offer`] did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Admitted at once; its cost is consumed.
+    Admitted(Decision),
+    /// Waiting; expect an [`Outcome`] for `ticket` from a later [`WaitQueue::poll`].
+    Queued {
+        /// The request's claim.
+        ticket: Ticket,
+        /// Predicted nanoseconds until admission.
+        wait_ns: u64,
+    },
+    /// Turned away.
+    Rejected(Rejection),
+}
+
+/// What became of a waiting request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted; its cost is consumed.
+    Admitted(Decision),
+    /// Its deadline passed first.
+    TimedOut {
+        /// Predicted nanoseconds it would still have had to wait.
+        retry_after_ns: u64,
+    },
+    /// The queue was closed.
+    Closed,
+}
+
+/// Where the limiter state lives: in the caller's hands, or in a shared cell (an atomic) that
+/// other, non-queued callers may also update.
+pub trait StateAccess<A: Algorithm> {
+    /// Runs one check on the live state.
+    ///
+    /// # Errors
+    ///
+    /// As [`Algorithm::check`].
+    fn check(&mut self, algorithm: &A, now: u64, cost: u64) -> Result<Decision, CheckError>;
+
+    /// A copy of the live state, for predictions.
+    fn load(&self) -> A::State;
+}
+
+/// [`StateAccess`] over a state the caller owns outright.
+#[derive(Debug)]
+pub struct Owned<'a, S>(pub &'a mut S);
+
+impl<A, S> StateAccess<A> for Owned<'_, S>
+where
+    A: Algorithm<State = S>,
+    S: Clone + core::fmt::Debug + PartialEq,
+{
+    fn check(&mut self, algorithm: &A, now: u64, cost: u64) -> Result<Decision, CheckError> {
+        algorithm.check(self.0, now, cost)
+    }
+
+    fn load(&self) -> S {
+        self.0.clone()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    cost: u64,
+    flow: u64,
+    deadline: u64,
+    /// When the queue expected to admit it; an admission at another time invalidates the
+    /// cached tail prediction.
+    predicted: u64,
+}
+
+#[derive(Debug, Default)]
+struct Level {
+    /// Live waiters by ticket id (ascending id = arrival order).
+    waiters: BTreeMap<u64, Waiter>,
+    /// Each flow's ticket ids in arrival order; ids no longer in `waiters` are skipped.
+    flows: BTreeMap<u64, VecDeque<u64>>,
+    /// Flows with waiters, in the order they take turns.
+    turns: VecDeque<u64>,
+}
+
+impl Level {
+    /// The id at the head of this level, dropping stale ids and empty flows on the way.
+    fn head(&mut self) -> Option<u64> {
+        while let Some(&flow) = self.turns.front() {
+            if let Some(ids) = self.flows.get_mut(&flow) {
+                while let Some(&id) = ids.front() {
+                    if self.waiters.contains_key(&id) {
+                        return Some(id);
+                    }
+                    ids.pop_front();
+                }
+                self.flows.remove(&flow);
+            }
+            self.turns.pop_front();
+        }
+        None
+    }
+
+    /// Removes the head (just admitted) and passes the turn to the next flow.
+    fn pop_head(&mut self, id: u64) -> Option<Waiter> {
+        let waiter = self.waiters.remove(&id)?;
+        if let Some(flow) = self.turns.pop_front() {
+            let more = match self.flows.get_mut(&flow) {
+                Some(ids) => {
+                    if ids.front() == Some(&id) {
+                        ids.pop_front();
+                    }
+                    !ids.is_empty()
+                }
+                None => false,
+            };
+            if more {
+                self.turns.push_back(flow);
+            } else {
+                self.flows.remove(&flow);
+            }
+        }
+        Some(waiter)
+    }
+
+    /// Live waiters in service order (round robin across flows).
+    fn service_order(&self, out: &mut Vec<u64>) {
+        let mut cursors: Vec<(u64, usize)> = self.turns.iter().map(|&f| (f, 0)).collect();
+        let mut remaining = self.waiters.len();
+        while remaining > 0 && !cursors.is_empty() {
+            let mut next = Vec::with_capacity(cursors.len());
+            for (flow, mut at) in cursors {
+                let Some(ids) = self.flows.get(&flow) else {
+                    continue;
+                };
+                while at < ids.len() && !self.waiters.contains_key(&ids[at]) {
+                    at += 1;
+                }
+                if at < ids.len() {
+                    out.push(ids[at]);
+                    remaining -= 1;
+                    next.push((flow, at + 1));
+                }
+            }
+            cursors = next;
+        }
+    }
+
+    fn flow_count(&self) -> usize {
+        self.turns.len()
+    }
+}
+
+/// The prediction for the request that would be served last, kept so that appending to a
+/// single-flow queue costs O(1) instead of a replay.
+#[derive(Debug, Clone)]
+struct Tail<S> {
+    state: S,
+    at: u64,
+}
+
+/// A wait queue in front of one limiter state. See the [module docs](self).
+///
+/// # Examples
+///
+/// ```
+/// use sluice_core::queue::{Offer, Outcome, Owned, Priority, QueueConfig, WaitQueue};
+/// use sluice_core::{Algorithm, Quota, TokenBucket};
+///
+/// let bucket = TokenBucket::new(Quota::parse(1, "1/s").unwrap());
+/// let mut state = bucket.initial_state();
+/// let mut queue = WaitQueue::new(QueueConfig { depth: 10, max_wait_ns: 5_000_000_000 });
+///
+/// let first = queue.offer(&bucket, &mut Owned(&mut state), 0, 1, Priority::Normal, 0);
+/// assert!(matches!(first, Offer::Admitted(_)));
+/// let Offer::Queued { ticket, wait_ns } = queue.offer(&bucket, &mut Owned(&mut state), 0, 1, Priority::Normal, 0) else {
+///     panic!("expected to wait");
+/// };
+/// assert_eq!(wait_ns, 1_000_000_000);
+///
+/// let mut admitted = Vec::new();
+/// let wake = queue.poll(&bucket, &mut Owned(&mut state), 0, |t, o| admitted.push((t, o)));
+/// assert_eq!(wake, Some(1_000_000_000)); // poll again then
+/// assert!(admitted.is_empty());
+/// queue.poll(&bucket, &mut Owned(&mut state), 1_000_000_000, |t, o| admitted.push((t, o)));
+/// assert!(matches!(admitted[..], [(t, Outcome::Admitted(_))] if t == ticket));
+/// ```
+#[derive(Debug)]
+pub struct WaitQueue<S> {
+    config: QueueConfig,
+    levels: [Level; Priority::COUNT],
+    len: usize,
+    next_id: u64,
+    /// `(deadline, id)` of waiters; entries of waiters already gone are skipped lazily.
+    deadlines: BinaryHeap<Reverse<(u64, u64)>>,
+    tail: Option<Tail<S>>,
+    closed: bool,
+}
+
+impl<S: Clone> WaitQueue<S> {
+    /// An empty queue.
+    pub fn new(config: QueueConfig) -> WaitQueue<S> {
+        WaitQueue {
+            config,
+            levels: Default::default(),
+            len: 0,
+            next_id: 0,
+            deadlines: BinaryHeap::new(),
+            tail: None,
+            closed: false,
+        }
+    }
+
+    /// The limits.
+    pub const fn config(&self) -> QueueConfig {
+        self.config
+    }
+
+    /// Changes the limits; waiters already queued keep their deadlines.
+    pub fn set_config(&mut self, config: QueueConfig) {
+        self.config = config;
+    }
+
+    /// Requests waiting now.
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no request waits.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether [`WaitQueue::close`] was called.
+    pub const fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Requests waiting at `priority`.
+    pub fn len_at(&self, priority: Priority) -> usize {
+        self.levels[priority.index()].waiters.len()
+    }
+
+    /// Offers a request of `cost` at `now`, with the queue's own maximum wait.
+    ///
+    /// See [`WaitQueue::offer_with_max_wait`].
+    pub fn offer<A, C>(
+        &mut self,
+        algorithm: &A,
+        cell: &mut C,
+        now: u64,
+        cost: u64,
+        priority: Priority,
+        flow: u64,
+    ) -> Offer
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
+        let max_wait = self.config.max_wait_ns;
+        self.offer_with_max_wait(algorithm, cell, now, cost, priority, flow, max_wait)
+    }
+
+    /// Offers a request: admits it at once when nobody it would overtake is waiting and the
+    /// limit allows; otherwise queues it, or turns it away when the queue is full or the
+    /// predicted wait exceeds `max_wait_ns`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn offer_with_max_wait<A, C>(
+        &mut self,
+        algorithm: &A,
+        cell: &mut C,
+        now: u64,
+        cost: u64,
+        priority: Priority,
+        flow: u64,
+        max_wait_ns: u64,
+    ) -> Offer
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
+        if self.closed {
+            return Offer::Rejected(Rejection::Closed);
+        }
+        let capacity = algorithm.quota().capacity();
+        if cost > capacity {
+            return Offer::Rejected(Rejection::InsufficientCapacity { cost, capacity });
+        }
+        if !self.blocks(priority) {
+            match cell.check(algorithm, now, cost) {
+                Ok(decision) if decision.allowed => return Offer::Admitted(decision),
+                Ok(decision) => {
+                    if self.config.depth == 0 {
+                        return Offer::Rejected(Rejection::Limited { decision });
+                    }
+                }
+                Err(CheckError::InsufficientCapacity { cost, capacity }) => {
+                    return Offer::Rejected(Rejection::InsufficientCapacity { cost, capacity })
+                }
+                Err(CheckError::StateMismatch) => return Offer::Rejected(Rejection::Closed),
+            }
+        }
+        if self.config.depth == 0 {
+            let retry_after_ns =
+                self.predict_without_queueing(algorithm, cell, now, cost, priority, flow);
+            let decision = Decision {
+                allowed: false,
+                limit: capacity,
+                remaining: 0,
+                retry_after_ns,
+                reset_after_ns: retry_after_ns,
+            };
+            return Offer::Rejected(Rejection::Limited { decision });
+        }
+        if self.len >= self.config.depth {
+            let retry_after_ns =
+                self.predict_without_queueing(algorithm, cell, now, cost, priority, flow);
+            return Offer::Rejected(Rejection::QueueFull { retry_after_ns });
+        }
+        let ticket = self.insert(now, cost, priority, flow, u64::MAX);
+        let admit_at = self.predict(algorithm, cell, now, ticket);
+        let wait_ns = admit_at - now;
+        if wait_ns > max_wait_ns {
+            self.remove(ticket);
+            self.tail = None;
+            return Offer::Rejected(Rejection::Timeout {
+                retry_after_ns: wait_ns,
+            });
+        }
+        let deadline = now.saturating_add(max_wait_ns);
+        if let Some(w) = self.levels[priority.index()].waiters.get_mut(&ticket.id) {
+            w.deadline = deadline;
+            w.predicted = admit_at;
+        }
+        self.deadlines.push(Reverse((deadline, ticket.id)));
+        Offer::Queued { ticket, wait_ns }
+    }
+
+    /// Predicted nanoseconds until a request of `cost` could be admitted, as if offered now.
+    /// Zero when it would be admitted at once.
+    pub fn peek_wait<A, C>(
+        &mut self,
+        algorithm: &A,
+        cell: &C,
+        now: u64,
+        cost: u64,
+        priority: Priority,
+        flow: u64,
+    ) -> u64
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
+        self.predict_without_queueing(algorithm, cell, now, cost, priority, flow)
+    }
+
+    /// Admits the waiters whose turn has come, times out those past their deadline, and
+    /// returns when to poll next (`None`: nothing waits). Each outcome is passed to `emit`.
+    pub fn poll<A, C, F>(
+        &mut self,
+        algorithm: &A,
+        cell: &mut C,
+        now: u64,
+        mut emit: F,
+    ) -> Option<u64>
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+        F: FnMut(Ticket, Outcome),
+    {
+        let mut admit_at = None;
+        while let Some((level, id)) = self.head() {
+            let waiter = self.levels[level].waiters[&id];
+            if waiter.deadline < now {
+                self.expire(algorithm, cell, now, &mut emit);
+                if self.levels[level].waiters.remove(&id).is_some() {
+                    // Its deadline entry was lost; never spin on it.
+                    self.len -= 1;
+                    self.tail = None;
+                    emit(
+                        Ticket {
+                            id,
+                            flow: waiter.flow,
+                        },
+                        Outcome::TimedOut { retry_after_ns: 0 },
+                    );
+                }
+                continue;
+            }
+            match cell.check(algorithm, now, waiter.cost) {
+                Ok(decision) if decision.allowed => {
+                    self.levels[level].pop_head(id);
+                    self.len -= 1;
+                    if waiter.predicted != now {
+                        self.tail = None;
+                    }
+                    if self.len == 0 {
+                        self.tail = None;
+                    }
+                    emit(
+                        Ticket {
+                            id,
+                            flow: waiter.flow,
+                        },
+                        Outcome::Admitted(decision),
+                    );
+                }
+                Ok(decision) => {
+                    admit_at = Some(now.saturating_add(decision.retry_after_ns.max(1)));
+                    break;
+                }
+                Err(_) => {
+                    // Unreachable for costs checked at the door; never leave it stuck.
+                    self.levels[level].pop_head(id);
+                    self.len -= 1;
+                    self.tail = None;
+                    emit(
+                        Ticket {
+                            id,
+                            flow: waiter.flow,
+                        },
+                        Outcome::Closed,
+                    );
+                }
+            }
+        }
+        self.expire(algorithm, cell, now.saturating_add(1), &mut emit);
+        self.compact();
+        if self.len == 0 {
+            return None;
+        }
+        let deadline = self.next_deadline();
+        match (admit_at, deadline) {
+            (Some(a), Some(d)) => Some(a.min(d)),
+            (a, d) => a.or(d),
+        }
+    }
+
+    /// Withdraws a waiting request (its caller went away). Returns whether it was still
+    /// waiting; if not, it was already admitted, timed out or closed.
+    pub fn cancel(&mut self, ticket: Ticket) -> bool {
+        let removed = self.remove(ticket);
+        if removed {
+            self.tail = None;
+        }
+        removed
+    }
+
+    /// Turns every waiter away with [`Outcome::Closed`] and refuses new offers.
+    pub fn close<F: FnMut(Ticket, Outcome)>(&mut self, mut emit: F) {
+        self.closed = true;
+        for level in &mut self.levels {
+            for (id, waiter) in core::mem::take(&mut level.waiters) {
+                emit(
+                    Ticket {
+                        id,
+                        flow: waiter.flow,
+                    },
+                    Outcome::Closed,
+                );
+            }
+            level.flows.clear();
+            level.turns.clear();
+        }
+        self.deadlines.clear();
+        self.len = 0;
+        self.tail = None;
+    }
+
+    // === internals ===
+
+    /// Whether a newcomer at `priority` would have to queue behind someone.
+    fn blocks(&self, priority: Priority) -> bool {
+        self.levels[..=priority.index()]
+            .iter()
+            .any(|l| !l.waiters.is_empty())
+    }
+
+    fn insert(
+        &mut self,
+        now: u64,
+        cost: u64,
+        priority: Priority,
+        flow: u64,
+        deadline: u64,
+    ) -> Ticket {
+        let id = (self.next_id << 2) | priority.index() as u64;
+        self.next_id += 1;
+        let level = &mut self.levels[priority.index()];
+        level.waiters.insert(
+            id,
+            Waiter {
+                cost,
+                flow,
+                deadline,
+                predicted: now,
+            },
+        );
+        let ids = level.flows.entry(flow).or_default();
+        if ids.is_empty() {
+            level.turns.push_back(flow);
+        }
+        ids.push_back(id);
+        self.len += 1;
+        Ticket { id, flow }
+    }
+
+    fn remove(&mut self, ticket: Ticket) -> bool {
+        let level = &mut self.levels[ticket.priority().index()];
+        if level.waiters.remove(&ticket.id).is_some() {
+            self.len -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn head(&mut self) -> Option<(usize, u64)> {
+        for (i, level) in self.levels.iter_mut().enumerate() {
+            if let Some(id) = level.head() {
+                return Some((i, id));
+            }
+        }
+        None
+    }
+
+    /// Whether `ticket` will be served after every current waiter, so the cached tail applies.
+    fn is_last_in_service(&self, ticket: Ticket) -> bool {
+        let p = ticket.priority().index();
+        let lower_empty = self.levels[p + 1..].iter().all(|l| l.waiters.is_empty());
+        let level = &self.levels[p];
+        lower_empty
+            && level.flow_count() <= 1
+            && level.turns.front().is_none_or(|&f| f == ticket.flow)
+    }
+
+    /// Predicted admission time of the (already inserted) `ticket`.
+    fn predict<A, C>(&mut self, algorithm: &A, cell: &C, now: u64, ticket: Ticket) -> u64
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
+        let cost = self.levels[ticket.priority().index()].waiters[&ticket.id].cost;
+        if self.len > 1 && self.is_last_in_service(ticket) {
+            if let Some(tail) = &mut self.tail {
+                let at = simulate_one(algorithm, &mut tail.state, tail.at.max(now), cost);
+                tail.at = at;
+                return at;
+            }
+        }
+        let mut order = Vec::with_capacity(self.len);
+        for level in &self.levels {
+            level.service_order(&mut order);
+        }
+        let mut state = cell.load();
+        let mut at = now;
+        let mut found = now;
+        for id in order {
+            let w = &self.levels[Priority::from_index(id & 3).index()].waiters[&id];
+            at = simulate_one(algorithm, &mut state, at, w.cost);
+            if id == ticket.id {
+                found = at;
+            }
+        }
+        // The state after everyone, in service order: what a newcomer served last starts from.
+        self.tail = Some(Tail { state, at });
+        found
+    }
+
+    fn predict_without_queueing<A, C>(
+        &mut self,
+        algorithm: &A,
+        cell: &C,
+        now: u64,
+        cost: u64,
+        priority: Priority,
+        flow: u64,
+    ) -> u64
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
+        let saved_tail = self.tail.clone();
+        let ticket = self.insert(now, cost, priority, flow, u64::MAX);
+        let at = self.predict(algorithm, cell, now, ticket);
+        self.remove(ticket);
+        // Drop the stale id from its flow at once so that it leaves no trace.
+        let level = &mut self.levels[priority.index()];
+        if let Some(ids) = level.flows.get_mut(&flow) {
+            if ids.back() == Some(&ticket.id) {
+                ids.pop_back();
+            }
+            if ids.is_empty() {
+                level.flows.remove(&flow);
+                if let Some(pos) = level.turns.iter().position(|&f| f == flow) {
+                    level.turns.remove(pos);
+                }
+            }
+        }
+        self.tail = saved_tail;
+        at - now
+    }
+
+    /// Times out every waiter whose deadline is before `cutoff`.
+    fn expire<A, C, F>(&mut self, algorithm: &A, cell: &C, cutoff: u64, emit: &mut F)
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+        F: FnMut(Ticket, Outcome),
+    {
+        let now = cutoff.saturating_sub(1);
+        let mut expired = Vec::new();
+        while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
+            if deadline >= cutoff {
+                break;
+            }
+            self.deadlines.pop();
+            let level = &self.levels[Priority::from_index(id & 3).index()];
+            if let Some(w) = level.waiters.get(&id) {
+                if w.deadline == deadline {
+                    expired.push(Ticket { id, flow: w.flow });
+                }
+            }
+        }
+        if expired.is_empty() {
+            return;
+        }
+        // Tell each how much longer it would have waited: replay the queue once.
+        let mut order = Vec::with_capacity(self.len);
+        for level in &self.levels {
+            level.service_order(&mut order);
+        }
+        let mut state = cell.load();
+        let mut at = now;
+        let mut predicted = BTreeMap::new();
+        for id in order {
+            let w = &self.levels[Priority::from_index(id & 3).index()].waiters[&id];
+            at = simulate_one(algorithm, &mut state, at, w.cost);
+            predicted.insert(id, at);
+        }
+        for ticket in expired {
+            self.remove(ticket);
+            let retry_after_ns = predicted.get(&ticket.id).map_or(0, |at| at - now);
+            emit(ticket, Outcome::TimedOut { retry_after_ns });
+        }
+        self.tail = None;
+    }
+
+    fn next_deadline(&mut self) -> Option<u64> {
+        while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
+            let level = &self.levels[Priority::from_index(id & 3).index()];
+            match level.waiters.get(&id) {
+                Some(w) if w.deadline == deadline => return Some(deadline),
+                _ => {
+                    self.deadlines.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Drops the bookkeeping of waiters that left, once it outweighs the live entries.
+    fn compact(&mut self) {
+        if self.deadlines.len() > 2 * self.len + 64 {
+            let mut live = Vec::with_capacity(self.len);
+            for level in &self.levels {
+                for (&id, w) in &level.waiters {
+                    live.push(Reverse((w.deadline, id)));
+                }
+            }
+            self.deadlines = BinaryHeap::from(live);
+        }
+        for level in &mut self.levels {
+            let queued: usize = level.flows.values().map(VecDeque::len).sum();
+            if queued > 2 * level.waiters.len() + 64 {
+                for ids in level.flows.values_mut() {
+                    ids.retain(|id| level.waiters.contains_key(id));
+                }
+                level.flows.retain(|_, ids| !ids.is_empty());
+                let flows = &level.flows;
+                level.turns.retain(|f| flows.contains_key(f));
+            }
+        }
+    }
+}
+
+/// Advances a copy of the state to the moment `cost` is admitted at or after `at`, admits it
+/// there, and returns that moment.
+fn simulate_one<A: Algorithm>(algorithm: &A, state: &mut A::State, at: u64, cost: u64) -> u64 {
+    let mut t = at;
+    // Each algorithm's retry_after is exact, so the second check admits; the bound only
+    // guards against a state shared with someone else.
+    for _ in 0..8 {
+        match algorithm.check(state, t, cost) {
+            Ok(d) if d.allowed => return t,
+            Ok(d) => t = t.saturating_add(d.retry_after_ns.max(1)),
+            Err(_) => return t,
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Gcra, Quota, SlidingLog, TokenBucket};
+    use alloc::vec;
+
+    const S: u64 = 1_000_000_000;
+
+    fn cfg(depth: usize, max_wait_s: u64) -> QueueConfig {
+        QueueConfig {
+            depth,
+            max_wait_ns: max_wait_s * S,
+        }
+    }
+
+    fn run_until<A: Algorithm>(
+        q: &mut WaitQueue<A::State>,
+        alg: &A,
+        state: &mut A::State,
+        mut now: u64,
+        end: u64,
+    ) -> Vec<(u64, Ticket, Outcome)> {
+        let mut out = Vec::new();
+        while let Some(wake) = q.poll(alg, &mut Owned(state), now, |t, o| out.push((now, t, o))) {
+            if wake > end {
+                break;
+            }
+            assert!(wake > now, "wake {wake} must be after now {now}");
+            now = wake;
+        }
+        out
+    }
+
+    #[test]
+    fn fifo_and_exact_admission_times() {
+        let alg = TokenBucket::new(Quota::parse(2, "2/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(10, 10));
+        let mut tickets = vec![];
+        for _ in 0..6 {
+            match q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0) {
+                Offer::Admitted(_) => {}
+                Offer::Queued { ticket, wait_ns } => tickets.push((ticket, wait_ns)),
+                Offer::Rejected(r) => panic!("{r:?}"),
+            }
+        }
+        assert_eq!(tickets.len(), 4);
+        let waits: Vec<u64> = tickets.iter().map(|t| t.1).collect();
+        assert_eq!(waits, vec![S / 2, S, 3 * S / 2, 2 * S]);
+        let out = run_until(&mut q, &alg, &mut st, 0, 10 * S);
+        let got: Vec<(u64, Ticket)> = out.iter().map(|&(at, t, _)| (at, t)).collect();
+        let want: Vec<(u64, Ticket)> = tickets.iter().map(|&(t, w)| (w, t)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn no_barging_and_queue_full_and_timeout_at_the_door() {
+        let alg = Gcra::new(Quota::parse(1, "1/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(2, 3));
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0),
+            Offer::Admitted(_)
+        ));
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0),
+            Offer::Queued { wait_ns, .. } if wait_ns == S
+        ));
+        // At t = 1 s a token exists, but the waiter has not been polled yet: no barging.
+        let o = q.offer(&alg, &mut Owned(&mut st), S, 1, Priority::Normal, 0);
+        assert!(
+            matches!(o, Offer::Queued { wait_ns, .. } if wait_ns == S),
+            "{o:?}"
+        );
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), S, 1, Priority::Normal, 0),
+            Offer::Rejected(Rejection::QueueFull { retry_after_ns }) if retry_after_ns == 2 * S
+        ));
+        let mut q2: WaitQueue<u64> = WaitQueue::new(cfg(10, 3));
+        let mut st2 = alg.initial_state();
+        for i in 0..4 {
+            q2.offer(&alg, &mut Owned(&mut st2), 0, 1, Priority::Normal, 0);
+            assert_eq!(q2.len(), i);
+        }
+        // The fifth would wait 4 s > 3 s: refused at once, with the exact wait.
+        assert!(matches!(
+            q2.offer(&alg, &mut Owned(&mut st2), 0, 1, Priority::Normal, 0),
+            Offer::Rejected(Rejection::Timeout { retry_after_ns }) if retry_after_ns == 4 * S
+        ));
+        assert_eq!(q2.len(), 3);
+    }
+
+    #[test]
+    fn deadline_enforced_when_the_schedule_slips() {
+        let alg = Gcra::new(Quota::parse(1, "1/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(10, 2));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        let Offer::Queued { ticket: low, .. } =
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Low, 0)
+        else {
+            panic!()
+        };
+        // Two high-priority arrivals push the low one past its 2 s deadline.
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::High, 0);
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::High, 0);
+        let out = run_until(&mut q, &alg, &mut st, 0, 10 * S);
+        let (at, t, o) = out.iter().find(|(_, t, _)| *t == low).copied().unwrap();
+        assert_eq!(t, low);
+        assert_eq!(at, 2 * S);
+        assert!(matches!(o, Outcome::TimedOut { retry_after_ns } if retry_after_ns == S));
+        let highs: Vec<_> = out
+            .iter()
+            .filter(|(_, t, _)| t.priority() == Priority::High)
+            .map(|x| x.0)
+            .collect();
+        assert_eq!(highs, vec![S, 2 * S]);
+    }
+
+    #[test]
+    fn flows_take_turns() {
+        let alg = TokenBucket::new(Quota::parse(1, "10/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(1000, 100));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 1);
+        for _ in 0..50 {
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 1);
+        }
+        let Offer::Queued {
+            ticket: quiet,
+            wait_ns,
+        } = q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 2)
+        else {
+            panic!()
+        };
+        // The busy flow's head goes first, then the quiet flow's turn.
+        assert_eq!(wait_ns, 2 * S / 10);
+        let out = run_until(&mut q, &alg, &mut st, 0, 100 * S);
+        let pos = out.iter().position(|(_, t, _)| *t == quiet).unwrap();
+        assert_eq!(pos, 1);
+        assert_eq!(out[pos].0, 2 * S / 10);
+    }
+
+    #[test]
+    fn cancel_frees_the_place() {
+        let alg = Gcra::new(Quota::parse(1, "1/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(3, 100));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        let mut ts = vec![];
+        for _ in 0..3 {
+            if let Offer::Queued { ticket, .. } =
+                q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0)
+            {
+                ts.push(ticket);
+            }
+        }
+        assert_eq!(q.len(), 3);
+        assert!(q.cancel(ts[0]));
+        assert!(!q.cancel(ts[0]));
+        assert_eq!(q.len(), 2);
+        // The place is free and the next newcomer is predicted one second earlier.
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0),
+            Offer::Queued { wait_ns, .. } if wait_ns == 3 * S
+        ));
+        let out = run_until(&mut q, &alg, &mut st, 0, 100 * S);
+        let times: Vec<u64> = out.iter().map(|x| x.0).collect();
+        assert_eq!(times, vec![S, 2 * S, 3 * S]);
+    }
+
+    #[test]
+    fn close_turns_everyone_away() {
+        let alg = Gcra::new(Quota::parse(1, "1/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(10, 100));
+        for _ in 0..4 {
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        }
+        let mut closed = 0;
+        q.close(|_, o| {
+            assert_eq!(o, Outcome::Closed);
+            closed += 1
+        });
+        assert_eq!(closed, 3);
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0),
+            Offer::Rejected(Rejection::Closed)
+        ));
+    }
+
+    #[test]
+    fn sliding_log_queue_is_exact() {
+        let alg = SlidingLog::new(Quota::parse(3, "1/s").unwrap()); // 3 per 3 s
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(10, 10));
+        let mut waits = vec![];
+        for i in 0..7u64 {
+            if let Offer::Queued { wait_ns, .. } = q.offer(
+                &alg,
+                &mut Owned(&mut st),
+                i * 100_000_000,
+                1,
+                Priority::Normal,
+                0,
+            ) {
+                waits.push(i * 100_000_000 + wait_ns);
+            }
+        }
+        assert_eq!(
+            waits,
+            vec![3 * S, 3 * S + 100_000_000, 3 * S + 200_000_000, 6 * S]
+        );
+        let out = run_until(&mut q, &alg, &mut st, 700_000_000, 100 * S);
+        let times: Vec<u64> = out.iter().map(|x| x.0).collect();
+        assert_eq!(times, waits);
+    }
+
+    #[test]
+    fn no_queue_means_deny_at_once() {
+        let alg = Gcra::new(Quota::parse(1, "1/s").unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(QueueConfig::NONE);
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0),
+            Offer::Rejected(Rejection::Limited { decision }) if decision.retry_after_ns == S
+        ));
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 2, Priority::Normal, 0),
+            Offer::Rejected(Rejection::InsufficientCapacity {
+                cost: 2,
+                capacity: 1
+            })
+        ));
+    }
+}
