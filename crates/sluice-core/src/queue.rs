@@ -198,27 +198,39 @@ where
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Waiter {
+#[derive(Debug, Clone)]
+struct Waiter<P> {
     cost: u64,
     flow: u64,
     deadline: u64,
     /// When the queue expected to admit it; an admission at another time invalidates the
     /// cached tail prediction.
     predicted: u64,
+    /// The caller's data for this waiter (a waker, a promise index...).
+    payload: P,
 }
 
-#[derive(Debug, Default)]
-struct Level {
+#[derive(Debug)]
+struct Level<P> {
     /// Live waiters by ticket id (ascending id = arrival order).
-    waiters: BTreeMap<u64, Waiter>,
+    waiters: BTreeMap<u64, Waiter<P>>,
     /// Each flow's ticket ids in arrival order; ids no longer in `waiters` are skipped.
     flows: BTreeMap<u64, VecDeque<u64>>,
     /// Flows with waiters, in the order they take turns.
     turns: VecDeque<u64>,
 }
 
-impl Level {
+impl<P> Default for Level<P> {
+    fn default() -> Level<P> {
+        Level {
+            waiters: BTreeMap::new(),
+            flows: BTreeMap::new(),
+            turns: VecDeque::new(),
+        }
+    }
+}
+
+impl<P> Level<P> {
     /// The id at the head of this level, dropping stale ids and empty flows on the way.
     fn head(&mut self) -> Option<u64> {
         while let Some(&flow) = self.turns.front() {
@@ -237,7 +249,7 @@ impl Level {
     }
 
     /// Removes the head (just admitted) and passes the turn to the next flow.
-    fn pop_head(&mut self, id: u64) -> Option<Waiter> {
+    fn pop_head(&mut self, id: u64) -> Option<Waiter<P>> {
         let waiter = self.waiters.remove(&id)?;
         if let Some(flow) = self.turns.pop_front() {
             let more = match self.flows.get_mut(&flow) {
@@ -296,6 +308,10 @@ struct Tail<S> {
 
 /// A wait queue in front of one limiter state. See the [module docs](self).
 ///
+/// `S` is the algorithm's state (for predictions); `P` is data the caller attaches to each
+/// waiter (see [`WaitQueue::payload_mut`]) and gets back with its outcome from
+/// [`WaitQueue::poll_with`].
+///
 /// # Examples
 ///
 /// ```
@@ -321,9 +337,9 @@ struct Tail<S> {
 /// assert!(matches!(admitted[..], [(t, Outcome::Admitted(_))] if t == ticket));
 /// ```
 #[derive(Debug)]
-pub struct WaitQueue<S> {
+pub struct WaitQueue<S, P = ()> {
     config: QueueConfig,
-    levels: [Level; Priority::COUNT],
+    levels: [Level<P>; Priority::COUNT],
     len: usize,
     next_id: u64,
     /// `(deadline, id)` of waiters; entries of waiters already gone are skipped lazily.
@@ -332,9 +348,16 @@ pub struct WaitQueue<S> {
     closed: bool,
 }
 
-impl<S: Clone> WaitQueue<S> {
-    /// An empty queue.
-    pub fn new(config: QueueConfig) -> WaitQueue<S> {
+impl<S: Clone> WaitQueue<S, ()> {
+    /// An empty queue whose waiters carry no payload.
+    pub fn new(config: QueueConfig) -> WaitQueue<S, ()> {
+        WaitQueue::with_payload(config)
+    }
+}
+
+impl<S: Clone, P: Default> WaitQueue<S, P> {
+    /// An empty queue whose waiters each carry a `P` (see [`WaitQueue::payload_mut`]).
+    pub fn with_payload(config: QueueConfig) -> WaitQueue<S, P> {
         WaitQueue {
             config,
             levels: Default::default(),
@@ -503,42 +526,52 @@ impl<S: Clone> WaitQueue<S> {
         C: StateAccess<A>,
         F: FnMut(Ticket, Outcome),
     {
+        self.poll_with(algorithm, cell, now, |t, o, _| emit(t, o))
+    }
+
+    /// [`WaitQueue::poll`], handing each finished waiter's payload back with its outcome.
+    pub fn poll_with<A, C, F>(
+        &mut self,
+        algorithm: &A,
+        cell: &mut C,
+        now: u64,
+        mut emit: F,
+    ) -> Option<u64>
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+        F: FnMut(Ticket, Outcome, P),
+    {
         let mut admit_at = None;
         while let Some((level, id)) = self.head() {
-            let waiter = self.levels[level].waiters[&id];
-            if waiter.deadline < now {
+            let (cost, flow, deadline, predicted) = {
+                let w = &self.levels[level].waiters[&id];
+                (w.cost, w.flow, w.deadline, w.predicted)
+            };
+            if deadline < now {
                 self.expire(algorithm, cell, now, &mut emit);
-                if self.levels[level].waiters.remove(&id).is_some() {
+                if let Some(w) = self.levels[level].waiters.remove(&id) {
                     // Its deadline entry was lost; never spin on it.
                     self.len -= 1;
                     self.tail = None;
                     emit(
-                        Ticket {
-                            id,
-                            flow: waiter.flow,
-                        },
+                        Ticket { id, flow },
                         Outcome::TimedOut { retry_after_ns: 0 },
+                        w.payload,
                     );
                 }
                 continue;
             }
-            match cell.check(algorithm, now, waiter.cost) {
+            match cell.check(algorithm, now, cost) {
                 Ok(decision) if decision.allowed => {
-                    self.levels[level].pop_head(id);
+                    let popped = self.levels[level].pop_head(id);
                     self.len -= 1;
-                    if waiter.predicted != now {
+                    if predicted != now || self.len == 0 {
                         self.tail = None;
                     }
-                    if self.len == 0 {
-                        self.tail = None;
+                    if let Some(w) = popped {
+                        emit(Ticket { id, flow }, Outcome::Admitted(decision), w.payload);
                     }
-                    emit(
-                        Ticket {
-                            id,
-                            flow: waiter.flow,
-                        },
-                        Outcome::Admitted(decision),
-                    );
                 }
                 Ok(decision) => {
                     admit_at = Some(now.saturating_add(decision.retry_after_ns.max(1)));
@@ -546,16 +579,12 @@ impl<S: Clone> WaitQueue<S> {
                 }
                 Err(_) => {
                     // Unreachable for costs checked at the door; never leave it stuck.
-                    self.levels[level].pop_head(id);
+                    let popped = self.levels[level].pop_head(id);
                     self.len -= 1;
                     self.tail = None;
-                    emit(
-                        Ticket {
-                            id,
-                            flow: waiter.flow,
-                        },
-                        Outcome::Closed,
-                    );
+                    if let Some(w) = popped {
+                        emit(Ticket { id, flow }, Outcome::Closed, w.payload);
+                    }
                 }
             }
         }
@@ -574,15 +603,28 @@ impl<S: Clone> WaitQueue<S> {
     /// Withdraws a waiting request (its caller went away). Returns whether it was still
     /// waiting; if not, it was already admitted, timed out or closed.
     pub fn cancel(&mut self, ticket: Ticket) -> bool {
-        let removed = self.remove(ticket);
+        let removed = self.remove(ticket).is_some();
         if removed {
             self.tail = None;
         }
         removed
     }
 
+    /// The data attached to a waiting request, if it still waits.
+    pub fn payload_mut(&mut self, ticket: Ticket) -> Option<&mut P> {
+        self.levels[ticket.priority().index()]
+            .waiters
+            .get_mut(&ticket.id)
+            .map(|w| &mut w.payload)
+    }
+
     /// Turns every waiter away with [`Outcome::Closed`] and refuses new offers.
     pub fn close<F: FnMut(Ticket, Outcome)>(&mut self, mut emit: F) {
+        self.close_with(|t, o, _| emit(t, o));
+    }
+
+    /// [`WaitQueue::close`], handing each waiter's payload back.
+    pub fn close_with<F: FnMut(Ticket, Outcome, P)>(&mut self, mut emit: F) {
         self.closed = true;
         for level in &mut self.levels {
             for (id, waiter) in core::mem::take(&mut level.waiters) {
@@ -592,6 +634,7 @@ impl<S: Clone> WaitQueue<S> {
                         flow: waiter.flow,
                     },
                     Outcome::Closed,
+                    waiter.payload,
                 );
             }
             level.flows.clear();
@@ -629,6 +672,7 @@ impl<S: Clone> WaitQueue<S> {
                 flow,
                 deadline,
                 predicted: now,
+                payload: P::default(),
             },
         );
         let ids = level.flows.entry(flow).or_default();
@@ -640,14 +684,13 @@ impl<S: Clone> WaitQueue<S> {
         Ticket { id, flow }
     }
 
-    fn remove(&mut self, ticket: Ticket) -> bool {
+    fn remove(&mut self, ticket: Ticket) -> Option<Waiter<P>> {
         let level = &mut self.levels[ticket.priority().index()];
-        if level.waiters.remove(&ticket.id).is_some() {
+        let removed = level.waiters.remove(&ticket.id);
+        if removed.is_some() {
             self.len -= 1;
-            true
-        } else {
-            false
         }
+        removed
     }
 
     fn head(&mut self) -> Option<(usize, u64)> {
@@ -741,7 +784,7 @@ impl<S: Clone> WaitQueue<S> {
     where
         A: Algorithm<State = S>,
         C: StateAccess<A>,
-        F: FnMut(Ticket, Outcome),
+        F: FnMut(Ticket, Outcome, P),
     {
         let now = cutoff.saturating_sub(1);
         let mut expired = Vec::new();
@@ -774,9 +817,10 @@ impl<S: Clone> WaitQueue<S> {
             predicted.insert(id, at);
         }
         for ticket in expired {
-            self.remove(ticket);
-            let retry_after_ns = predicted.get(&ticket.id).map_or(0, |at| at - now);
-            emit(ticket, Outcome::TimedOut { retry_after_ns });
+            if let Some(w) = self.remove(ticket) {
+                let retry_after_ns = predicted.get(&ticket.id).map_or(0, |at| at - now);
+                emit(ticket, Outcome::TimedOut { retry_after_ns }, w.payload);
+            }
         }
         self.tail = None;
     }
@@ -851,7 +895,7 @@ mod tests {
     }
 
     fn run_until<A: Algorithm>(
-        q: &mut WaitQueue<A::State>,
+        q: &mut WaitQueue<A::State, ()>,
         alg: &A,
         state: &mut A::State,
         mut now: u64,
