@@ -1,0 +1,23 @@
+//! # sluice
+//!
+//! Async traffic control for tokio, over the exact algorithms of [`sluice_core`].
+//!
+//! - [`Limiter`]: a rate limiter with `try_acquire` (never waits) and `acquire` (waits in a
+//!   fair, bounded FIFO queue with a maximum wait and priorities).
+//! - [`Pool`]: at most N tasks in flight (the promise pool), with the same queue bound.
+//! - [`Keyed`]: one limit per key (user, IP), with a hard cap on keys and idle eviction.
+//! - [`retry`]: exponential backoff with full jitter, honouring `Retry-After`, with a budget.
+//! - [`breaker`]: a circuit breaker over failures and slow calls.
+#![forbid(unsafe_code)]
+
+pub mod breaker;
+pub mod cell;
+pub mod clock;
+mod error;
+pub mod limiter;
+mod metrics;
+pub mod retry;
+
+pub use error::Error;
+pub use limiter::{Acquire, AcquireOptions, Limiter};
+pub use sluice_core::queue::Priority;

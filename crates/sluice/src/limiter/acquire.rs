@@ -1,0 +1,235 @@
+//! The [`Acquire`] future: waiting in the queue, and giving the place back when dropped.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use sluice_core::queue::{Offer, Outcome, Priority, Rejection, Ticket};
+use sluice_core::Decision;
+
+use crate::cell::{Access, LocalAlgorithm, StateCell};
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::limiter::builder::duration_ns;
+use crate::limiter::driver;
+use crate::limiter::handle::{capacity_error, dur, Limiter};
+
+/// How one `acquire` waits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// Served before lower priorities (which may then wait until their deadline).
+    pub priority: Priority,
+    /// Requests of different flows take turns; of one flow, first come first served.
+    pub flow: u64,
+    /// Overrides the limiter's maximum wait for this request.
+    pub max_wait: Option<Duration>,
+}
+
+enum State {
+    Start,
+    Queued { ticket: Ticket, since: u64 },
+    Finished,
+}
+
+/// Waits for admission. Returned by [`Limiter::acquire`].
+///
+/// # Cancel safety
+///
+/// Dropping it gives its place (or, if it was admitted unseen, its tokens) back.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Acquire<'a, A: LocalAlgorithm, C: Clock>
+where
+    A::State: Send,
+{
+    limiter: &'a Limiter<A, C>,
+    cost: u64,
+    options: AcquireOptions,
+    state: State,
+}
+
+impl<'a, A: LocalAlgorithm, C: Clock> Acquire<'a, A, C>
+where
+    A::State: Send,
+{
+    pub(crate) fn new(limiter: &'a Limiter<A, C>, cost: u64, options: AcquireOptions) -> Self {
+        Acquire {
+            limiter,
+            cost,
+            options,
+            state: State::Start,
+        }
+    }
+
+    fn start(&mut self, cx: &mut Context<'_>) -> Poll<Result<Decision, Error>> {
+        let s = &*self.limiter.shared;
+        let now = s.clock.now_ns();
+        let closed = s.closed.load(Ordering::Acquire);
+        if closed {
+            s.metrics.closed.increment(1);
+            return Poll::Ready(Err(Error::Closed));
+        }
+        if s.waiting.load(Ordering::Acquire) == 0 {
+            match s.cell.check(&s.algorithm, now, self.cost) {
+                Ok(decision) if decision.allowed => {
+                    s.metrics.admitted.increment(1);
+                    return Poll::Ready(Ok(decision));
+                }
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(capacity_error(e))),
+            }
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Poll::Ready(Err(Error::NoRuntime));
+        };
+        let max_wait = self.options.max_wait.map_or(u64::MAX, duration_ns);
+        let mut inner = s.inner.lock();
+        let max_wait = max_wait.min(inner.queue.config().max_wait_ns);
+        let offer = inner.queue.offer_with_max_wait(
+            &s.algorithm,
+            &mut Access(&s.cell),
+            now,
+            self.cost,
+            self.options.priority,
+            self.options.flow,
+            max_wait,
+        );
+        match offer {
+            Offer::Admitted(decision) => {
+                drop(inner);
+                s.metrics.admitted.increment(1);
+                Poll::Ready(Ok(decision))
+            }
+            Offer::Rejected(rejection) => {
+                drop(inner);
+                let error = match rejection {
+                    Rejection::Limited { decision } => Error::Limited {
+                        retry_after: dur(decision.retry_after_ns),
+                        decision,
+                    },
+                    Rejection::QueueFull { retry_after_ns } => Error::QueueFull {
+                        retry_after: dur(retry_after_ns),
+                    },
+                    Rejection::Timeout { retry_after_ns } => Error::Timeout {
+                        retry_after: dur(retry_after_ns),
+                    },
+                    Rejection::InsufficientCapacity { cost, capacity } => {
+                        Error::InsufficientCapacity { cost, capacity }
+                    }
+                    Rejection::Closed => Error::Closed,
+                };
+                s.metrics.denied(&error);
+                Poll::Ready(Err(error))
+            }
+            Offer::Queued { ticket, wait_ns } => {
+                if let Some(slot) = inner.queue.payload_mut(ticket) {
+                    *slot = Some(cx.waker().clone());
+                }
+                let len = inner.queue.len();
+                s.waiting.store(len, Ordering::Release);
+                let wake = now.saturating_add(wait_ns);
+                if !inner.driver {
+                    inner.driver = true;
+                    inner.scheduled = wake;
+                    runtime.spawn(driver::drive(self.limiter.shared.clone()));
+                } else if wake < inner.scheduled {
+                    inner.scheduled = wake;
+                    s.notify.notify_one();
+                }
+                drop(inner);
+                s.metrics.queued.set(len as f64);
+                self.state = State::Queued { ticket, since: now };
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<A: LocalAlgorithm, C: Clock> Future for Acquire<'_, A, C>
+where
+    A::State: Send,
+{
+    type Output = Result<Decision, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match this.state {
+            State::Start => {
+                let poll = this.start(cx);
+                if poll.is_ready() {
+                    this.state = State::Finished;
+                }
+                poll
+            }
+            State::Queued { ticket, since } => {
+                let s = &*this.limiter.shared;
+                let mut inner = s.inner.lock();
+                if let Some(finished) = inner.done.remove(&ticket.id()) {
+                    drop(inner);
+                    this.state = State::Finished;
+                    let result = match finished.outcome {
+                        Outcome::Admitted(decision) => {
+                            s.metrics.admitted.increment(1);
+                            s.metrics
+                                .queue_wait
+                                .record(dur(finished.at.saturating_sub(since)).as_secs_f64());
+                            Ok(decision)
+                        }
+                        Outcome::TimedOut { retry_after_ns } => Err(Error::Timeout {
+                            retry_after: dur(retry_after_ns),
+                        }),
+                        Outcome::Closed => Err(Error::Closed),
+                    };
+                    if let Err(e) = &result {
+                        s.metrics.denied(e);
+                    }
+                    return Poll::Ready(result);
+                }
+                match inner.queue.payload_mut(ticket) {
+                    Some(slot) => {
+                        if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                            *slot = Some(cx.waker().clone());
+                        }
+                        Poll::Pending
+                    }
+                    None => {
+                        // Neither waiting nor decided: only a close races here.
+                        this.state = State::Finished;
+                        Poll::Ready(Err(Error::Closed))
+                    }
+                }
+            }
+            State::Finished => Poll::Ready(Err(Error::Closed)),
+        }
+    }
+}
+
+impl<A: LocalAlgorithm, C: Clock> Drop for Acquire<'_, A, C>
+where
+    A::State: Send,
+{
+    fn drop(&mut self) {
+        let State::Queued { ticket, .. } = self.state else {
+            return;
+        };
+        let s = &*self.limiter.shared;
+        let mut inner = s.inner.lock();
+        if inner.queue.cancel(ticket) {
+            let len = inner.queue.len();
+            s.waiting.store(len, Ordering::Release);
+            drop(inner);
+            s.metrics.queued.set(len as f64);
+            // The head may have changed: let the driver look again.
+            s.notify.notify_one();
+        } else if let Some(finished) = inner.done.remove(&ticket.id()) {
+            drop(inner);
+            if let Outcome::Admitted(_) = finished.outcome {
+                // Admitted but never seen: give the tokens back to whoever waits next.
+                s.cell
+                    .refund(&s.algorithm, finished.at, s.clock.now_ns(), self.cost);
+                s.notify.notify_one();
+            }
+        }
+    }
+}

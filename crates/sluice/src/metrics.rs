@@ -1,0 +1,77 @@
+//! Metric handles, registered once through the `metrics` facade and kept.
+//!
+//! Install the recorder (e.g. `metrics-exporter-prometheus`) before building limiters and pools:
+//! handles taken before a recorder exists stay no-ops, which is also what makes them free when
+//! no one is listening.
+//!
+//! | name | kind | labels |
+//! |------|------|--------|
+//! | `sluice_admitted_total` | counter | `limiter` |
+//! | `sluice_denied_total` | counter | `limiter`, `reason` (`limit`, `queue_full`, `timeout`, `closed`) |
+//! | `sluice_queued` | gauge | `limiter` |
+//! | `sluice_queue_wait_seconds` | histogram | `limiter` |
+//! | `sluice_in_flight` | gauge | `pool` |
+
+use metrics::{Counter, Gauge, Histogram};
+
+/// The handles of one limiter.
+#[derive(Debug, Clone)]
+pub(crate) struct LimiterMetrics {
+    pub(crate) admitted: Counter,
+    pub(crate) limited: Counter,
+    pub(crate) queue_full: Counter,
+    pub(crate) timeout: Counter,
+    pub(crate) closed: Counter,
+    pub(crate) queued: Gauge,
+    pub(crate) queue_wait: Histogram,
+}
+
+impl LimiterMetrics {
+    pub(crate) fn new(name: &str) -> LimiterMetrics {
+        let name = name.to_owned();
+        let denied = |reason: &'static str| metrics::counter!("sluice_denied_total", "limiter" => name.clone(), "reason" => reason);
+        LimiterMetrics {
+            admitted: metrics::counter!("sluice_admitted_total", "limiter" => name.clone()),
+            limited: denied("limit"),
+            queue_full: denied("queue_full"),
+            timeout: denied("timeout"),
+            closed: denied("closed"),
+            queued: metrics::gauge!("sluice_queued", "limiter" => name.clone()),
+            queue_wait: metrics::histogram!("sluice_queue_wait_seconds", "limiter" => name),
+        }
+    }
+
+    pub(crate) fn denied(&self, error: &crate::error::Error) {
+        match error {
+            crate::error::Error::Limited { .. } => self.limited.increment(1),
+            crate::error::Error::QueueFull { .. } => self.queue_full.increment(1),
+            crate::error::Error::Timeout { .. } => self.timeout.increment(1),
+            _ => self.closed.increment(1),
+        }
+    }
+}
+
+/// The handles of one pool.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolMetrics {
+    pub(crate) in_flight: Gauge,
+    pub(crate) queued: Gauge,
+    pub(crate) admitted: Counter,
+    pub(crate) queue_full: Counter,
+    pub(crate) timeout: Counter,
+    pub(crate) queue_wait: Histogram,
+}
+
+impl PoolMetrics {
+    pub(crate) fn new(name: &str) -> PoolMetrics {
+        let name = name.to_owned();
+        PoolMetrics {
+            in_flight: metrics::gauge!("sluice_in_flight", "pool" => name.clone()),
+            queued: metrics::gauge!("sluice_queued", "pool" => name.clone()),
+            admitted: metrics::counter!("sluice_admitted_total", "pool" => name.clone()),
+            queue_full: metrics::counter!("sluice_denied_total", "pool" => name.clone(), "reason" => "queue_full"),
+            timeout: metrics::counter!("sluice_denied_total", "pool" => name.clone(), "reason" => "timeout"),
+            queue_wait: metrics::histogram!("sluice_queue_wait_seconds", "pool" => name),
+        }
+    }
+}
