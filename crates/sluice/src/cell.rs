@@ -18,7 +18,7 @@ use sluice_core::{
 };
 
 /// A thread-safe home for one algorithm state.
-pub trait StateCell<A: Algorithm>: Send + Sync {
+pub trait StateCell<A: Algorithm>: Send + Sync + 'static {
     /// One atomic check-and-update.
     ///
     /// # Errors
@@ -106,7 +106,7 @@ pub struct MutexCell<S>(Mutex<S>);
 impl<A> StateCell<A> for MutexCell<A::State>
 where
     A: Algorithm,
-    A::State: Send,
+    A::State: Send + 'static,
 {
     #[inline]
     fn check(&self, algorithm: &A, now: u64, cost: u64) -> Result<Decision, CheckError> {

@@ -16,8 +16,11 @@ pub mod clock;
 mod error;
 pub mod limiter;
 mod metrics;
+pub mod pool;
 pub mod retry;
 
+pub use clock::{Clock, ManualClock, TokioClock};
 pub use error::Error;
 pub use limiter::{Acquire, AcquireOptions, Limiter};
+pub use pool::{Pool, PoolError, PoolPermit, Throttle};
 pub use sluice_core::queue::Priority;

@@ -39,21 +39,21 @@ enum State {
 ///
 /// Dropping it gives its place (or, if it was admitted unseen, its tokens) back.
 #[must_use = "futures do nothing unless awaited"]
-pub struct Acquire<'a, A: LocalAlgorithm, C: Clock>
+pub struct Acquire<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>>
 where
     A::State: Send,
 {
-    limiter: &'a Limiter<A, C>,
+    limiter: &'a Limiter<A, C, X>,
     cost: u64,
     options: AcquireOptions,
     state: State,
 }
 
-impl<'a, A: LocalAlgorithm, C: Clock> Acquire<'a, A, C>
+impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X>
 where
     A::State: Send,
 {
-    pub(crate) fn new(limiter: &'a Limiter<A, C>, cost: u64, options: AcquireOptions) -> Self {
+    pub(crate) fn new(limiter: &'a Limiter<A, C, X>, cost: u64, options: AcquireOptions) -> Self {
         Acquire {
             limiter,
             cost,
@@ -146,7 +146,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock> Future for Acquire<'_, A, C>
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Future for Acquire<'_, A, C, X>
 where
     A::State: Send,
 {
@@ -205,7 +205,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock> Drop for Acquire<'_, A, C>
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Drop for Acquire<'_, A, C, X>
 where
     A::State: Send,
 {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice_core::queue::{QueueConfig, WaitQueue};
 
-use crate::cell::LocalAlgorithm;
+use crate::cell::{LocalAlgorithm, StateCell};
 use crate::clock::{Clock, TokioClock};
 use crate::limiter::handle::{Inner, Limiter, Shared};
 use crate::metrics::LimiterMetrics;
@@ -85,6 +85,11 @@ where
     /// The limiter, starting from `state` (for example one restored from a snapshot).
     pub fn build_with_state(self, state: A::State) -> Limiter<A, C> {
         let cell = self.algorithm.cell(state);
+        self.build_with_cell(cell)
+    }
+
+    /// The limiter over a state that lives elsewhere (a keyed map's entry).
+    pub(crate) fn build_with_cell<X: StateCell<A>>(self, cell: X) -> Limiter<A, C, X> {
         Limiter {
             shared: Arc::new(Shared {
                 metrics: LimiterMetrics::new(&self.name),

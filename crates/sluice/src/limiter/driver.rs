@@ -4,14 +4,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Waker;
 
-use crate::cell::{Access, LocalAlgorithm};
+use crate::cell::{Access, LocalAlgorithm, StateCell};
 use crate::clock::Clock;
 use crate::limiter::handle::{Finished, Inner, Shared};
 
 /// Runs while anyone waits: admits heads as their time comes and times out expired waiters.
 /// Exits when the queue is empty; the next waiter starts a new one.
-pub(crate) async fn drive<A: LocalAlgorithm, C: Clock>(shared: Arc<Shared<A, C>>)
-where
+pub(crate) async fn drive<A: LocalAlgorithm, C: Clock, X: StateCell<A>>(
+    shared: Arc<Shared<A, C, X>>,
+) where
     A::State: Send,
 {
     let mut wakers: Vec<Waker> = Vec::new();

@@ -41,14 +41,17 @@ use crate::metrics::LimiterMetrics;
 /// # Ok(())
 /// # }
 /// ```
-pub struct Limiter<A: LocalAlgorithm, C: Clock = TokioClock>
-where
+pub struct Limiter<
+    A: LocalAlgorithm,
+    C: Clock = TokioClock,
+    X: StateCell<A> = <A as LocalAlgorithm>::Cell,
+> where
     A::State: Send,
 {
-    pub(crate) shared: Arc<Shared<A, C>>,
+    pub(crate) shared: Arc<Shared<A, C, X>>,
 }
 
-impl<A: LocalAlgorithm, C: Clock> Clone for Limiter<A, C>
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Clone for Limiter<A, C, X>
 where
     A::State: Send,
 {
@@ -59,7 +62,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock> std::fmt::Debug for Limiter<A, C>
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> std::fmt::Debug for Limiter<A, C, X>
 where
     A::State: Send,
 {
@@ -73,14 +76,14 @@ where
     }
 }
 
-pub(crate) struct Shared<A: LocalAlgorithm, C>
+pub(crate) struct Shared<A: LocalAlgorithm, C, X>
 where
     A::State: Send,
 {
     pub(crate) name: String,
     pub(crate) algorithm: A,
     pub(crate) clock: C,
-    pub(crate) cell: A::Cell,
+    pub(crate) cell: X,
     /// Live waiters; zero lets `try_acquire` skip the queue lock.
     pub(crate) waiting: AtomicUsize,
     pub(crate) closed: AtomicBool,
@@ -126,7 +129,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock> Limiter<A, C>
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X>
 where
     A::State: Send,
 {
@@ -220,7 +223,7 @@ where
     /// Dropping the future before it completes frees its place in the queue. If the limiter
     /// had just admitted it and the future never saw that, the tokens are given back. Either
     /// way nothing is lost and nothing leaks.
-    pub fn acquire(&self, cost: u64) -> Acquire<'_, A, C> {
+    pub fn acquire(&self, cost: u64) -> Acquire<'_, A, C, X> {
         Acquire::new(self, cost, AcquireOptions::default())
     }
 
@@ -233,7 +236,7 @@ where
     /// # Cancel safety
     ///
     /// As [`Limiter::acquire`].
-    pub fn acquire_with(&self, cost: u64, options: AcquireOptions) -> Acquire<'_, A, C> {
+    pub fn acquire_with(&self, cost: u64, options: AcquireOptions) -> Acquire<'_, A, C, X> {
         Acquire::new(self, cost, options)
     }
 

@@ -1,0 +1,266 @@
+//! [`Pool`] and its permits.
+
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+use crate::error::Error;
+use crate::metrics::PoolMetrics;
+
+/// A pool size of zero was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a pool needs at least one slot, got 0")]
+pub struct PoolError;
+
+/// At most N tasks in flight; the rest wait in a FIFO queue of bounded depth and wait.
+///
+/// Built on tokio's fair [`Semaphore`]; clones share the slots.
+///
+/// # Examples
+///
+/// ```
+/// use sluice::Pool;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = Pool::with_size(5)?;
+/// let results = futures_util::future::join_all((0..10).map(|i| {
+///     let pool = pool.clone();
+///     async move { pool.run(async move { i * 2 }).await }
+/// }))
+/// .await;
+/// assert_eq!(results.into_iter().map(Result::unwrap).sum::<i32>(), 90);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    size: usize,
+    semaphore: Arc<Semaphore>,
+    depth: usize,
+    max_wait: Option<Duration>,
+    waiting: AtomicUsize,
+    /// Exponentially weighted mean task time in nanoseconds, for `retry_after` hints.
+    mean_task_ns: AtomicU64,
+    metrics: PoolMetrics,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("size", &self.inner.size)
+            .field("in_flight", &self.in_flight())
+            .field("waiting", &self.waiting())
+            .finish()
+    }
+}
+
+/// A slot in the pool; dropping it frees the slot.
+pub struct PoolPermit {
+    _permit: OwnedSemaphorePermit,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PoolPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolPermit").finish_non_exhaustive()
+    }
+}
+
+impl Drop for PoolPermit {
+    fn drop(&mut self) {
+        let in_flight = self.inner.size - self.inner.semaphore.available_permits() - 1;
+        self.inner.metrics.in_flight.set(in_flight as f64);
+    }
+}
+
+impl Pool {
+    /// A pool of `size` slots with an unbounded queue and no maximum wait.
+    pub fn new(size: NonZeroUsize) -> Pool {
+        Pool::build(size.get(), usize::MAX, None, "default")
+    }
+
+    /// A pool of `size` slots.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError`] for a size of zero.
+    pub fn with_size(size: usize) -> Result<Pool, PoolError> {
+        NonZeroUsize::new(size).map(Pool::new).ok_or(PoolError)
+    }
+
+    /// A pool of `size` slots, at most `depth` waiters, each waiting at most `max_wait`, whose
+    /// metrics carry the label `pool = name`.
+    pub fn bounded(size: NonZeroUsize, depth: usize, max_wait: Duration, name: &str) -> Pool {
+        Pool::build(size.get(), depth, Some(max_wait), name)
+    }
+
+    fn build(size: usize, depth: usize, max_wait: Option<Duration>, name: &str) -> Pool {
+        let size = size.min(Semaphore::MAX_PERMITS);
+        Pool {
+            inner: Arc::new(Inner {
+                size,
+                semaphore: Arc::new(Semaphore::new(size)),
+                depth,
+                max_wait,
+                waiting: AtomicUsize::new(0),
+                mean_task_ns: AtomicU64::new(0),
+                metrics: PoolMetrics::new(name),
+            }),
+        }
+    }
+
+    /// The number of slots.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Tasks holding a slot now.
+    pub fn in_flight(&self) -> usize {
+        self.inner.size - self.inner.semaphore.available_permits()
+    }
+
+    /// Callers waiting for a slot now.
+    pub fn waiting(&self) -> usize {
+        self.inner.waiting.load(Ordering::Acquire)
+    }
+
+    /// Takes a slot if one is free and nobody waits; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueFull`] when no slot is free, [`Error::Closed`] after [`Pool::close`].
+    pub fn try_acquire(&self) -> Result<PoolPermit, Error> {
+        match self.inner.semaphore.clone().try_acquire_owned() {
+            Ok(permit) => Ok(self.permit(permit)),
+            Err(TryAcquireError::NoPermits) => Err(Error::QueueFull {
+                retry_after: self.retry_hint(),
+            }),
+            Err(TryAcquireError::Closed) => Err(Error::Closed),
+        }
+    }
+
+    /// Waits for a slot.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueFull`] at once when `depth` callers already wait, [`Error::Timeout`] when
+    /// the maximum wait passes, [`Error::Closed`] after [`Pool::close`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the queue; tokio's semaphore hands a slot it had just been
+    /// given to the next waiter.
+    pub async fn acquire(&self) -> Result<PoolPermit, Error> {
+        let inner = &*self.inner;
+        if let Ok(permit) = inner.semaphore.clone().try_acquire_owned() {
+            return Ok(self.permit(permit));
+        }
+        let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&inner.waiting);
+        if waiting >= inner.depth {
+            inner.metrics.queue_full.increment(1);
+            return Err(Error::QueueFull {
+                retry_after: self.retry_hint(),
+            });
+        }
+        inner.metrics.queued.set((waiting + 1) as f64);
+        let started = tokio::time::Instant::now();
+        let acquire = inner.semaphore.clone().acquire_owned();
+        let result = match inner.max_wait {
+            Some(max_wait) => match tokio::time::timeout(max_wait, acquire).await {
+                Ok(r) => r,
+                Err(_) => {
+                    inner.metrics.timeout.increment(1);
+                    return Err(Error::Timeout {
+                        retry_after: self.retry_hint(),
+                    });
+                }
+            },
+            None => acquire.await,
+        };
+        inner
+            .metrics
+            .queue_wait
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(permit) => Ok(self.permit(permit)),
+            Err(_) => Err(Error::Closed),
+        }
+    }
+
+    /// Runs `task` in a slot and returns its output. The slot is freed when the task ends,
+    /// panics (the panic then continues to unwind) or is dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::acquire`]; the task is not run then.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the task and frees its slot.
+    pub async fn run<F: Future>(&self, task: F) -> Result<F::Output, Error> {
+        let permit = self.acquire().await?;
+        let started = tokio::time::Instant::now();
+        let output = task.await;
+        self.record_task_time(started.elapsed());
+        drop(permit);
+        Ok(output)
+    }
+
+    /// Refuses new callers and wakes the waiting ones with [`Error::Closed`]. Tasks in flight
+    /// finish normally.
+    pub fn close(&self) {
+        self.inner.semaphore.close();
+    }
+
+    fn permit(&self, permit: OwnedSemaphorePermit) -> PoolPermit {
+        let inner = &self.inner;
+        inner.metrics.admitted.increment(1);
+        inner
+            .metrics
+            .in_flight
+            .set((inner.size - inner.semaphore.available_permits()) as f64);
+        PoolPermit {
+            _permit: permit,
+            inner: Arc::clone(inner),
+        }
+    }
+
+    fn record_task_time(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let _ =
+            self.inner
+                .mean_task_ns
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mean| {
+                    Some(if mean == 0 {
+                        took
+                    } else {
+                        mean - mean / 8 + took / 8
+                    })
+                });
+    }
+
+    /// A guess at the wait: the waiters ahead, shared among the slots, times the mean task time.
+    fn retry_hint(&self) -> Duration {
+        let mean = self.inner.mean_task_ns.load(Ordering::Relaxed);
+        let rounds = (self.waiting() / self.inner.size) as u64 + 1;
+        Duration::from_nanos(mean.saturating_mul(rounds))
+    }
+}
+
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
