@@ -1,0 +1,458 @@
+//! The `extern "C"` exports: numbers in, numbers out, over one [`Limiter`] per instance.
+//!
+//! Compiled for wasm32 only. Each export converts its arguments, calls the safe layer and
+//! writes results into buffers in linear memory that JavaScript reads with typed arrays:
+//!
+//! - `out`: [`OUT_SLOTS`] `f64` at a fixed address (`sluice_out`), for single results;
+//! - `list`: a growable `f64` list (`sluice_list`, `sluice_list_len`) for poll outcomes and
+//!   snapshots. Its address may change on every call: read it again after each one;
+//! - `input` / `input_f64`: buffers JavaScript fills before a call that reads them;
+//! - `error`: the UTF-8 message of the last failed call.
+//!
+//! The full table, with codes and slot meanings, is in `web/README.md`.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::fmt::Write;
+
+use sluice_core::queue::QueueConfig;
+use sluice_core::{Kind, Quota, Rate};
+
+use crate::codes::{
+    interval_from_per_second, kind_code, kind_from_code, ms_to_ns, ns_to_ms, ns_to_ms_ceil,
+    priority_from_code, up_f64, whole, OfferCode, OutcomeCode,
+};
+use crate::limiter::{Delivery, Limiter, Reason, Verdict};
+use crate::record;
+
+#[cfg(target_feature = "atomics")]
+compile_error!("sluice-wasm keeps its state in a single-threaded global; build without `atomics`");
+
+/// The version of this ABI; the JavaScript wrapper refuses a module of another version.
+pub const ABI_VERSION: u32 = 1;
+
+/// Slots in the `out` area.
+pub const OUT_SLOTS: usize = 8;
+
+/// Floats per outcome record in `list` after `sluice_poll` / `sluice_close`:
+/// `ticket, code, retry_after_ms`.
+pub const OUTCOME_STRIDE: usize = 3;
+
+struct Globals {
+    limiter: Option<Limiter>,
+    out: [f64; OUT_SLOTS],
+    list: Vec<f64>,
+    input: Vec<u8>,
+    input_f64: Vec<f64>,
+    error: String,
+}
+
+struct Shared(UnsafeCell<Globals>);
+
+// Safety: wasm32 without the `atomics` target feature (refused above) has exactly one thread,
+// so the cell is never reached from two threads.
+unsafe impl Sync for Shared {}
+
+static GLOBALS: Shared = Shared(UnsafeCell::new(Globals {
+    limiter: None,
+    out: [0.0; OUT_SLOTS],
+    list: Vec::new(),
+    input: Vec::new(),
+    input_f64: Vec::new(),
+    error: String::new(),
+}));
+
+/// Runs `f` on the globals.
+fn with<R>(f: impl FnOnce(&mut Globals) -> R) -> R {
+    // Safety: one thread (see `Shared`), and no export calls another export or back into
+    // JavaScript (the module imports nothing), so this is the only reference for `f`'s duration.
+    let globals = unsafe { &mut *GLOBALS.0.get() };
+    f(globals)
+}
+
+impl Globals {
+    fn fail(&mut self, message: impl core::fmt::Display) {
+        self.error.clear();
+        let _ = write!(self.error, "{message}");
+    }
+
+    fn input_str(&self, len: u32) -> Option<&str> {
+        let bytes = self.input.get(..len as usize)?;
+        core::str::from_utf8(bytes).ok()
+    }
+
+    fn create(
+        &mut self,
+        kind: u32,
+        capacity: f64,
+        rate: Result<Rate, sluice_core::QuotaError>,
+        depth: u32,
+        max_wait_ms: f64,
+    ) -> i32 {
+        let Some(kind) = kind_from_code(kind) else {
+            self.fail(format_args!("unknown algorithm code {kind}"));
+            return -1;
+        };
+        let Some(capacity) = whole(capacity) else {
+            self.fail(format_args!(
+                "capacity must be a whole number of at least 1"
+            ));
+            return -1;
+        };
+        if max_wait_ms.is_nan() || max_wait_ms < 0.0 {
+            self.fail(format_args!("max_wait_ms must be zero or more"));
+            return -1;
+        }
+        match rate.and_then(|r| Quota::new(capacity, r)) {
+            Ok(quota) => {
+                let queue = QueueConfig {
+                    depth: depth as usize,
+                    max_wait_ns: ms_to_ns(max_wait_ms),
+                };
+                self.limiter = Some(Limiter::new(kind, quota, queue));
+                0
+            }
+            Err(e) => {
+                self.fail(e);
+                -1
+            }
+        }
+    }
+}
+
+/// The ABI version, [`ABI_VERSION`].
+#[no_mangle]
+pub extern "C" fn sluice_abi_version() -> u32 {
+    ABI_VERSION
+}
+
+/// The address of the `out` area ([`OUT_SLOTS`] `f64`); it never moves.
+#[no_mangle]
+pub extern "C" fn sluice_out() -> *const f64 {
+    with(|g| g.out.as_ptr())
+}
+
+/// The address of the `list` (valid until the next call).
+#[no_mangle]
+pub extern "C" fn sluice_list() -> *const f64 {
+    with(|g| g.list.as_ptr())
+}
+
+/// Floats in the `list`.
+#[no_mangle]
+pub extern "C" fn sluice_list_len() -> u32 {
+    with(|g| g.list.len() as u32)
+}
+
+/// Makes room for `len` input bytes and returns their address, for JavaScript to write UTF-8
+/// text into before `sluice_parse_rate` / `sluice_parse_kind`.
+#[no_mangle]
+pub extern "C" fn sluice_input_bytes(len: u32) -> *mut u8 {
+    with(|g| {
+        g.input.clear();
+        g.input.resize(len as usize, 0);
+        g.input.as_mut_ptr()
+    })
+}
+
+/// Makes room for `len` input floats and returns their address, for `sluice_restore`.
+#[no_mangle]
+pub extern "C" fn sluice_input_f64(len: u32) -> *mut f64 {
+    with(|g| {
+        g.input_f64.clear();
+        g.input_f64.resize(len as usize, 0.0);
+        g.input_f64.as_mut_ptr()
+    })
+}
+
+/// The address of the last error message (UTF-8, `sluice_error_len` bytes).
+#[no_mangle]
+pub extern "C" fn sluice_error_ptr() -> *const u8 {
+    with(|g| g.error.as_ptr())
+}
+
+/// The length in bytes of the last error message.
+#[no_mangle]
+pub extern "C" fn sluice_error_len() -> u32 {
+    with(|g| g.error.len() as u32)
+}
+
+/// Reads the first `len` input bytes as an algorithm name (`token_bucket`, `gcra`, ...):
+/// its code, or -1 (message in `error`).
+#[no_mangle]
+pub extern "C" fn sluice_parse_kind(len: u32) -> i32 {
+    with(|g| {
+        let parsed = g.input_str(len).map(str::parse::<Kind>);
+        match parsed {
+            Some(Ok(kind)) => kind_code(kind) as i32,
+            Some(Err(e)) => {
+                g.fail(e);
+                -1
+            }
+            None => {
+                g.fail("algorithm name is not UTF-8");
+                -1
+            }
+        }
+    })
+}
+
+/// Reads the first `len` input bytes as a rate (`"5/s"`, `"10 per 90s"`) with the parser the
+/// gateway uses: the interval between tokens in ns, or -1 (message in `error`).
+#[no_mangle]
+pub extern "C" fn sluice_parse_rate(len: u32) -> f64 {
+    with(|g| {
+        let parsed = g.input_str(len).map(str::parse::<Rate>);
+        match parsed {
+            Some(Ok(rate)) => up_f64(rate.interval_ns()),
+            Some(Err(e)) => {
+                g.fail(e);
+                -1.0
+            }
+            None => {
+                g.fail("rate is not UTF-8");
+                -1.0
+            }
+        }
+    })
+}
+
+/// Creates the instance's limiter (replacing any): algorithm code, capacity, one token every
+/// `interval_ns`, queue depth (0: no queue) and maximum wait. 0, or -1 (message in `error`).
+#[no_mangle]
+pub extern "C" fn sluice_create(
+    kind: u32,
+    capacity: f64,
+    interval_ns: f64,
+    depth: u32,
+    max_wait_ms: f64,
+) -> i32 {
+    with(|g| {
+        let rate = match whole(interval_ns) {
+            Some(ns) => Rate::from_interval_ns(ns),
+            None => Rate::from_interval_ns(0),
+        };
+        g.create(kind, capacity, rate, depth, max_wait_ms)
+    })
+}
+
+/// As `sluice_create`, with the rate as tokens per second (`f64`, e.g. `0.5`), converted as
+/// the core's `Rate::from_per_second_f64` does.
+#[no_mangle]
+pub extern "C" fn sluice_create_per_second(
+    kind: u32,
+    capacity: f64,
+    per_second: f64,
+    depth: u32,
+    max_wait_ms: f64,
+) -> i32 {
+    with(|g| {
+        let rate = match interval_from_per_second(per_second) {
+            Some(ns) => Rate::from_interval_ns(ns),
+            None => {
+                g.fail(
+                    "rate must be a finite number of tokens per second, above 0 and at most 1e9",
+                );
+                return -1;
+            }
+        };
+        g.create(kind, capacity, rate, depth, max_wait_ms)
+    })
+}
+
+/// Offers a request at monotonic `now_ms` of `cost` from `flow` at `priority` (0 high, 1
+/// normal, 2 low). `max_wait_ms` below zero (or NaN) means the queue's own; 0 means never
+/// queue. Returns an [`OfferCode`]; `out[0]` ticket, `out[1]` predicted wait (queued) or retry
+/// after (denied) in whole ms rounded up, `out[2]` remaining tokens, `out[3]` capacity.
+#[no_mangle]
+pub extern "C" fn sluice_offer(
+    now_ms: f64,
+    cost: f64,
+    flow: u32,
+    priority: u32,
+    max_wait_ms: f64,
+) -> i32 {
+    with(|g| {
+        let Some(cost) = whole(cost) else {
+            g.fail(format_args!("cost must be a whole number"));
+            return OfferCode::Invalid as i32;
+        };
+        let Some(limiter) = g.limiter.as_mut() else {
+            g.fail("no limiter: call sluice_create first");
+            return OfferCode::Invalid as i32;
+        };
+        let max_wait = (max_wait_ms >= 0.0).then(|| ms_to_ns(max_wait_ms));
+        let verdict = limiter.offer(
+            ms_to_ns(now_ms),
+            cost,
+            u64::from(flow),
+            priority_from_code(priority),
+            max_wait,
+        );
+        let limit = limiter.quota().capacity();
+        g.out = [0.0; OUT_SLOTS];
+        g.out[3] = up_f64(limit);
+        match verdict {
+            Verdict::Admitted { remaining, .. } => {
+                g.out[2] = up_f64(remaining);
+                OfferCode::Admitted as i32
+            }
+            Verdict::Queued { ticket, wait_ns } => {
+                g.out[0] = ticket as f64;
+                g.out[1] = ns_to_ms_ceil(wait_ns);
+                OfferCode::Queued as i32
+            }
+            Verdict::Rejected {
+                reason,
+                retry_after_ns,
+            } => {
+                g.out[1] = ns_to_ms_ceil(retry_after_ns);
+                (match reason {
+                    Reason::Limited => OfferCode::Limited,
+                    Reason::QueueFull => OfferCode::QueueFull,
+                    Reason::Timeout => OfferCode::Timeout,
+                    Reason::TooCostly => OfferCode::TooCostly,
+                    Reason::Closed => OfferCode::Closed,
+                }) as i32
+            }
+        }
+    })
+}
+
+fn write_outcomes(g: &mut Globals) {
+    g.list.clear();
+    let Some(limiter) = g.limiter.as_ref() else {
+        return;
+    };
+    for d in limiter.outcomes() {
+        let (code, retry_after_ns) = match d.delivery {
+            Delivery::Admitted => (OutcomeCode::Admitted, 0),
+            Delivery::TimedOut { retry_after_ns } => (OutcomeCode::TimedOut, retry_after_ns),
+            Delivery::Closed => (OutcomeCode::Closed, 0),
+        };
+        g.list.extend([
+            d.ticket as f64,
+            f64::from(code as u32),
+            ns_to_ms_ceil(retry_after_ns),
+        ]);
+    }
+}
+
+/// Admits and times out waiters as of `now_ms`. Returns the monotonic ms at which to poll
+/// next, or -1 when nobody waits. The outcomes are in `list`, [`OUTCOME_STRIDE`] floats each:
+/// ticket, [`OutcomeCode`], retry after in ms (timed out).
+#[no_mangle]
+pub extern "C" fn sluice_poll(now_ms: f64) -> f64 {
+    with(|g| {
+        let wake = match g.limiter.as_mut() {
+            Some(limiter) => limiter.poll(ms_to_ns(now_ms)),
+            None => None,
+        };
+        write_outcomes(g);
+        wake.map_or(-1.0, ns_to_ms)
+    })
+}
+
+/// Withdraws a waiting request: 1 if it was waiting, 0 if not.
+#[no_mangle]
+pub extern "C" fn sluice_cancel(ticket: f64) -> i32 {
+    with(|g| match (g.limiter.as_mut(), whole(ticket)) {
+        (Some(limiter), Some(ticket)) => i32::from(limiter.cancel(ticket)),
+        _ => 0,
+    })
+}
+
+/// Turns every waiter away (outcomes in `list`) and refuses new offers. Returns the number of
+/// outcomes.
+#[no_mangle]
+pub extern "C" fn sluice_close() -> u32 {
+    with(|g| {
+        if let Some(limiter) = g.limiter.as_mut() {
+            limiter.close();
+        }
+        write_outcomes(g);
+        (g.list.len() / OUTCOME_STRIDE) as u32
+    })
+}
+
+/// The bucket as of `now_ms` into `out`: `[0]` whole tokens now, `[1]` capacity, `[2]` requests
+/// waiting, `[3]` ms until full (rounded up), `[4]` ms until one token (rounded up), `[5]`
+/// algorithm code, `[6]` interval between tokens in ns. 0, or -1 without a limiter.
+#[no_mangle]
+pub extern "C" fn sluice_status(now_ms: f64) -> i32 {
+    with(|g| {
+        let Some(limiter) = g.limiter.as_ref() else {
+            return -1;
+        };
+        let st = limiter.status(ms_to_ns(now_ms));
+        g.out = [
+            up_f64(st.remaining),
+            up_f64(st.limit),
+            up_f64(st.queued),
+            ns_to_ms_ceil(st.reset_after_ns),
+            ns_to_ms_ceil(st.next_token_ns),
+            f64::from(kind_code(limiter.kind())),
+            up_f64(limiter.quota().interval_ns()),
+            0.0,
+        ];
+        0
+    })
+}
+
+/// Writes the bucket as of monotonic `now_ms`, stamped with wall-clock `unix_ms`
+/// (`Date.now()`), into `list` in the layout of [`record`]. Returns its length (0 without a
+/// limiter).
+#[no_mangle]
+pub extern "C" fn sluice_snapshot(now_ms: f64, unix_ms: f64) -> u32 {
+    with(|g| {
+        let Some(limiter) = g.limiter.as_ref() else {
+            g.list.clear();
+            return 0;
+        };
+        // `as` truncates, saturates and maps NaN to 0.
+        let snapshot = limiter.snapshot(ms_to_ns(now_ms), unix_ms as u64);
+        record::encode(&snapshot, &mut g.list);
+        g.list.len() as u32
+    })
+}
+
+/// Restores the bucket from the first `len` floats of `input_f64` (a list from
+/// `sluice_snapshot`) at monotonic `now_ms` and wall-clock `unix_ms`. 0, or -1 (message in
+/// `error`; the bucket is unchanged, and the caller should call `sluice_exhaust`).
+#[no_mangle]
+pub extern "C" fn sluice_restore(len: u32, now_ms: f64, unix_ms: f64) -> i32 {
+    with(|g| {
+        let Some(limiter) = g.limiter.as_mut() else {
+            g.fail("no limiter: call sluice_create first");
+            return -1;
+        };
+        let values = g.input_f64.get(..len as usize).unwrap_or(&[]);
+        let restored = record::decode(values)
+            .map_err(crate::limiter::RestoreError::Snapshot)
+            .and_then(|snap| limiter.restore(&snap, ms_to_ns(now_ms), unix_ms as u64));
+        match restored {
+            Ok(()) => 0,
+            Err(e) => {
+                g.fail(e);
+                -1
+            }
+        }
+    })
+}
+
+/// Empties the bucket as of `now_ms` (it refills at the rate). 0, or -1 while requests wait or
+/// without a limiter.
+#[no_mangle]
+pub extern "C" fn sluice_exhaust(now_ms: f64) -> i32 {
+    with(|g| match g.limiter.as_mut() {
+        Some(limiter) => match limiter.exhaust(ms_to_ns(now_ms)) {
+            Ok(()) => 0,
+            Err(_) => {
+                g.fail("cannot empty the bucket while requests wait");
+                -1
+            }
+        },
+        None => -1,
+    })
+}

@@ -1,0 +1,593 @@
+//! [`Limiter`]: one bucket and its fair wait queue, driven by the caller's clock. Safe Rust,
+//! tested natively; the `extern "C"` layer only converts numbers.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use sluice_core::queue::{
+    Offer, Outcome, Owned, Priority, QueueConfig, Rejection, Ticket, WaitQueue,
+};
+use sluice_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Snapshot, SnapshotError};
+
+/// Why a request was turned away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// No token and no queue for it (the queue depth is zero, or the caller allowed no wait and
+    /// the wait is not zero).
+    Limited,
+    /// The queue is at its depth.
+    QueueFull,
+    /// The predicted wait exceeds the maximum wait.
+    Timeout,
+    /// The cost exceeds the capacity.
+    TooCostly,
+    /// The queue was closed.
+    Closed,
+}
+
+/// What [`Limiter::offer`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted at once; the cost is consumed.
+    Admitted {
+        /// Whole tokens left.
+        remaining: u64,
+        /// The capacity.
+        limit: u64,
+    },
+    /// Waiting: a later [`Limiter::poll`] delivers the outcome for `ticket`.
+    Queued {
+        /// The claim, for [`Limiter::cancel`] and to match outcomes.
+        ticket: u64,
+        /// Predicted nanoseconds until admission.
+        wait_ns: u64,
+    },
+    /// Turned away.
+    Rejected {
+        /// Why.
+        reason: Reason,
+        /// Predicted nanoseconds until the same cost could be admitted (0 when unknown).
+        retry_after_ns: u64,
+    },
+}
+
+/// What became of a waiting request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Admitted; its cost is consumed.
+    Admitted,
+    /// Its deadline passed first.
+    TimedOut {
+        /// Predicted nanoseconds it would still have had to wait.
+        retry_after_ns: u64,
+    },
+    /// The queue was closed.
+    Closed,
+}
+
+/// One outcome of [`Limiter::poll`] or [`Limiter::close`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    /// The ticket [`Limiter::offer`] handed out.
+    pub ticket: u64,
+    /// What became of it.
+    pub delivery: Delivery,
+}
+
+/// The bucket as a person watching the demo sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// Whole tokens available now.
+    pub remaining: u64,
+    /// The capacity.
+    pub limit: u64,
+    /// Requests waiting.
+    pub queued: u64,
+    /// Nanoseconds until the bucket is full and idle again.
+    pub reset_after_ns: u64,
+    /// Nanoseconds until one token is available (0: now).
+    pub next_token_ns: u64,
+}
+
+/// The limiter state cannot be replaced while requests wait: their predicted times were made
+/// against the old one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
+
+/// Why [`Limiter::restore`] refused a snapshot. Either way the caller should fall back to
+/// [`Limiter::exhaust`], never to a full bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreError {
+    /// Requests are waiting.
+    Busy,
+    /// The snapshot cannot be used.
+    Snapshot(SnapshotError),
+}
+
+impl core::fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RestoreError::Busy => f.write_str("cannot restore while requests wait"),
+            RestoreError::Snapshot(e) => e.fmt(f),
+        }
+    }
+}
+
+/// One limiter: an algorithm, its state, and a fair wait queue in front of it.
+///
+/// Time is whatever monotonic count of nanoseconds the caller supplies; a time earlier than
+/// one already seen counts as that one (the worker's clock restarts at zero with the worker,
+/// and snapshots carry the wall-clock time for the gap).
+///
+/// # Examples
+///
+/// ```
+/// use sluice_core::queue::{Priority, QueueConfig};
+/// use sluice_core::{Kind, Quota};
+/// use sluice_wasm::{Delivery, Limiter, Verdict};
+///
+/// let queue = QueueConfig { depth: 10, max_wait_ns: 5_000_000_000 };
+/// let mut limiter = Limiter::new(Kind::TokenBucket, Quota::parse(1, "1/s").unwrap(), queue);
+/// assert!(matches!(limiter.offer(0, 1, 7, Priority::Normal, None), Verdict::Admitted { .. }));
+/// let Verdict::Queued { ticket, wait_ns } = limiter.offer(0, 1, 7, Priority::Normal, None) else {
+///     panic!("expected to wait");
+/// };
+/// assert_eq!(wait_ns, 1_000_000_000);
+/// assert_eq!(limiter.poll(0), Some(1_000_000_000)); // wake up then
+/// assert_eq!(limiter.poll(1_000_000_000), None);
+/// assert_eq!(limiter.outcomes()[0].ticket, ticket);
+/// assert_eq!(limiter.outcomes()[0].delivery, Delivery::Admitted);
+/// ```
+#[derive(Debug)]
+pub struct Limiter {
+    algorithm: AnyAlgorithm,
+    state: AnyState,
+    queue: WaitQueue<AnyState>,
+    /// Live tickets by id: the ABI names a ticket by its id alone.
+    tickets: BTreeMap<u64, Ticket>,
+    /// The latest time seen.
+    now: u64,
+    outcomes: Vec<Delivered>,
+}
+
+impl Limiter {
+    /// A full bucket with an empty queue.
+    pub fn new(kind: Kind, quota: Quota, queue: QueueConfig) -> Limiter {
+        let algorithm = AnyAlgorithm::new(kind, quota);
+        Limiter {
+            state: algorithm.initial_state(),
+            algorithm,
+            queue: WaitQueue::new(queue),
+            tickets: BTreeMap::new(),
+            now: 0,
+            outcomes: Vec::new(),
+        }
+    }
+
+    /// The algorithm.
+    pub fn kind(&self) -> Kind {
+        self.algorithm.which()
+    }
+
+    /// Capacity and rate.
+    pub fn quota(&self) -> Quota {
+        self.algorithm.quota()
+    }
+
+    /// Depth and maximum wait.
+    pub fn queue_config(&self) -> QueueConfig {
+        self.queue.config()
+    }
+
+    /// Requests waiting now.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn tick(&mut self, now: u64) -> u64 {
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    /// Offers a request of `cost` from `flow` (a tab) at `priority`.
+    ///
+    /// `max_wait_ns` overrides the queue's maximum wait for this request; `Some(0)` means "never
+    /// queue": admitted at once or [`Reason::Limited`] (used for large request bodies).
+    pub fn offer(
+        &mut self,
+        now: u64,
+        cost: u64,
+        flow: u64,
+        priority: Priority,
+        max_wait_ns: Option<u64>,
+    ) -> Verdict {
+        let now = self.tick(now);
+        let max_wait = max_wait_ns.unwrap_or(self.queue.config().max_wait_ns);
+        let offer = self.queue.offer_with_max_wait(
+            &self.algorithm,
+            &mut Owned(&mut self.state),
+            now,
+            cost,
+            priority,
+            flow,
+            max_wait,
+        );
+        match offer {
+            Offer::Admitted(d) => Verdict::Admitted {
+                remaining: d.remaining,
+                limit: d.limit,
+            },
+            Offer::Queued { ticket, wait_ns } => {
+                self.tickets.insert(ticket.id(), ticket);
+                Verdict::Queued {
+                    ticket: ticket.id(),
+                    wait_ns,
+                }
+            }
+            Offer::Rejected(r) => {
+                let retry_after_ns = r.retry_after_ns().unwrap_or(0);
+                let reason = match r {
+                    Rejection::Limited { .. } => Reason::Limited,
+                    Rejection::QueueFull { .. } => Reason::QueueFull,
+                    // A request that may not wait at all was not turned away by the queue's
+                    // maximum wait but by the limit itself.
+                    Rejection::Timeout { .. } if max_wait == 0 => Reason::Limited,
+                    Rejection::Timeout { .. } => Reason::Timeout,
+                    Rejection::InsufficientCapacity { .. } => Reason::TooCostly,
+                    Rejection::Closed => Reason::Closed,
+                };
+                Verdict::Rejected {
+                    reason,
+                    retry_after_ns,
+                }
+            }
+        }
+    }
+
+    /// Admits the waiters whose turn has come and times out the late ones, as of `now`; the
+    /// outcomes are then in [`Limiter::outcomes`]. Returns when to poll next (`None`: nobody
+    /// waits).
+    pub fn poll(&mut self, now: u64) -> Option<u64> {
+        let now = self.tick(now);
+        self.outcomes.clear();
+        let (outcomes, tickets) = (&mut self.outcomes, &mut self.tickets);
+        self.queue.poll(
+            &self.algorithm,
+            &mut Owned(&mut self.state),
+            now,
+            |ticket, outcome| {
+                tickets.remove(&ticket.id());
+                outcomes.push(deliver(ticket, outcome));
+            },
+        )
+    }
+
+    /// The outcomes of the last [`Limiter::poll`] or [`Limiter::close`].
+    pub fn outcomes(&self) -> &[Delivered] {
+        &self.outcomes
+    }
+
+    /// Withdraws a waiting request (its page went away). Returns whether it was still waiting.
+    pub fn cancel(&mut self, ticket: u64) -> bool {
+        match self.tickets.remove(&ticket) {
+            Some(t) => self.queue.cancel(t),
+            None => false,
+        }
+    }
+
+    /// Turns every waiter away ([`Delivery::Closed`], in [`Limiter::outcomes`]) and refuses
+    /// new offers.
+    pub fn close(&mut self) {
+        self.outcomes.clear();
+        let outcomes = &mut self.outcomes;
+        self.queue
+            .close(|ticket, outcome| outcomes.push(deliver(ticket, outcome)));
+        self.tickets.clear();
+    }
+
+    /// The bucket as of `now`, without changing it.
+    pub fn status(&self, now: u64) -> Status {
+        let now = self.now.max(now);
+        let mut probe = self.state.clone();
+        let query = self.algorithm.check(&mut probe, now, 0);
+        let one = self.algorithm.check(&mut probe, now, 1);
+        let (remaining, reset_after_ns) = query.map_or((0, 0), |d| (d.remaining, d.reset_after_ns));
+        Status {
+            remaining,
+            limit: self.quota().capacity(),
+            queued: self.queue.len() as u64,
+            reset_after_ns,
+            next_token_ns: one.map_or(0, |d| d.retry_after_ns),
+        }
+    }
+
+    /// The bucket as a snapshot at monotonic `now`, stamped with wall-clock `unix_ms`.
+    pub fn snapshot(&self, now: u64, unix_ms: u64) -> Snapshot {
+        Snapshot::take(&self.algorithm, &self.state, self.now.max(now), unix_ms)
+    }
+
+    /// Replaces the bucket with `snapshot`, counting the wall-clock time since it was taken.
+    ///
+    /// # Errors
+    ///
+    /// [`RestoreError::Busy`] while requests wait, and [`RestoreError::Snapshot`] for a snapshot
+    /// of another algorithm, format or with impossible values. The bucket is unchanged then.
+    pub fn restore(
+        &mut self,
+        snapshot: &Snapshot,
+        now: u64,
+        unix_ms: u64,
+    ) -> Result<(), RestoreError> {
+        if !self.queue.is_empty() {
+            return Err(RestoreError::Busy);
+        }
+        let now = self.tick(now);
+        self.state = snapshot
+            .restore(&self.algorithm, now, unix_ms)
+            .map_err(RestoreError::Snapshot)?;
+        Ok(())
+    }
+
+    /// Empties the bucket as of `now`: what a restarted worker assumes when it cannot trust or
+    /// find its stored state. It refills at the configured rate.
+    ///
+    /// # Errors
+    ///
+    /// [`Busy`] while requests wait.
+    pub fn exhaust(&mut self, now: u64) -> Result<(), Busy> {
+        if !self.queue.is_empty() {
+            return Err(Busy);
+        }
+        let now = self.tick(now);
+        self.state = self.algorithm.exhausted_state(now);
+        Ok(())
+    }
+}
+
+fn deliver(ticket: Ticket, outcome: Outcome) -> Delivered {
+    let delivery = match outcome {
+        Outcome::Admitted(_) => Delivery::Admitted,
+        Outcome::TimedOut { retry_after_ns } => Delivery::TimedOut { retry_after_ns },
+        Outcome::Closed => Delivery::Closed,
+    };
+    Delivered {
+        ticket: ticket.id(),
+        delivery,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    const S: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    fn limiter(capacity: u64, rate: &str, depth: usize, max_wait_ms: u64) -> Limiter {
+        Limiter::new(
+            Kind::TokenBucket,
+            Quota::parse(capacity, rate).unwrap(),
+            QueueConfig {
+                depth,
+                max_wait_ns: max_wait_ms * MS,
+            },
+        )
+    }
+
+    /// Polls at every wake time until nothing waits or `end`; returns `(time, outcome)`.
+    fn drain(l: &mut Limiter, mut now: u64, end: u64) -> Vec<(u64, Delivered)> {
+        let mut out = vec![];
+        while let Some(wake) = l.poll(now) {
+            out.extend(l.outcomes().iter().map(|d| (now, *d)));
+            if wake > end {
+                return out;
+            }
+            now = wake;
+        }
+        out.extend(l.outcomes().iter().map(|d| (now, *d)));
+        out
+    }
+
+    #[test]
+    fn burst_then_queue_then_refuse() {
+        let mut l = limiter(10, "1/s", 100, 10_000);
+        for _ in 0..10 {
+            assert!(matches!(
+                l.offer(0, 1, 1, Priority::Normal, None),
+                Verdict::Admitted { .. }
+            ));
+        }
+        let mut waits = vec![];
+        for _ in 0..10 {
+            match l.offer(0, 1, 1, Priority::Normal, None) {
+                Verdict::Queued { wait_ns, .. } => waits.push(wait_ns / S),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(waits, (1..=10).collect::<Vec<_>>());
+        // The eleventh waiter would wait 11 s > 10 s: refused at the door with the exact wait.
+        assert_eq!(
+            l.offer(0, 1, 1, Priority::Normal, None),
+            Verdict::Rejected {
+                reason: Reason::Timeout,
+                retry_after_ns: 11 * S
+            }
+        );
+        let out = drain(&mut l, 0, 60 * S);
+        assert_eq!(out.len(), 10);
+        assert!(out.iter().all(|(_, d)| d.delivery == Delivery::Admitted));
+        let times: Vec<u64> = out.iter().map(|(t, _)| t / S).collect();
+        assert_eq!(times, (1..=10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn queue_full_carries_the_predicted_wait() {
+        let mut l = limiter(1, "2/s", 2, 5_000);
+        l.offer(0, 1, 0, Priority::Normal, None);
+        l.offer(0, 1, 0, Priority::Normal, None);
+        l.offer(0, 1, 0, Priority::Normal, None);
+        assert_eq!(
+            l.offer(0, 1, 0, Priority::Normal, None),
+            Verdict::Rejected {
+                reason: Reason::QueueFull,
+                retry_after_ns: 3 * S / 2
+            }
+        );
+    }
+
+    #[test]
+    fn no_wait_allowed_means_limited_not_timeout() {
+        let mut l = limiter(1, "1/s", 10, 5_000);
+        assert!(matches!(
+            l.offer(0, 1, 0, Priority::Normal, Some(0)),
+            Verdict::Admitted { .. }
+        ));
+        assert_eq!(
+            l.offer(0, 1, 0, Priority::Normal, Some(0)),
+            Verdict::Rejected {
+                reason: Reason::Limited,
+                retry_after_ns: S
+            }
+        );
+        assert_eq!(l.queued(), 0);
+    }
+
+    #[test]
+    fn a_quiet_tab_is_served_within_a_turn() {
+        let mut l = limiter(1, "10/s", 1000, 100_000);
+        for _ in 0..51 {
+            l.offer(0, 1, 1, Priority::Normal, None);
+        }
+        let Verdict::Queued { ticket, wait_ns } = l.offer(0, 1, 2, Priority::Normal, None) else {
+            panic!()
+        };
+        assert_eq!(wait_ns, 2 * S / 10);
+        let out = drain(&mut l, 0, 100 * S);
+        let (at, _) = out.iter().find(|(_, d)| d.ticket == ticket).unwrap();
+        assert_eq!(*at, 2 * S / 10);
+    }
+
+    #[test]
+    fn cancel_and_close() {
+        let mut l = limiter(1, "1/s", 10, 10_000);
+        l.offer(0, 1, 0, Priority::Normal, None);
+        let Verdict::Queued { ticket: a, .. } = l.offer(0, 1, 0, Priority::Normal, None) else {
+            panic!()
+        };
+        let Verdict::Queued { ticket: b, .. } = l.offer(0, 1, 0, Priority::Normal, None) else {
+            panic!()
+        };
+        assert!(l.cancel(a));
+        assert!(!l.cancel(a));
+        assert!(!l.cancel(12345));
+        assert_eq!(l.queued(), 1);
+        l.close();
+        assert_eq!(
+            l.outcomes(),
+            &[Delivered {
+                ticket: b,
+                delivery: Delivery::Closed
+            }]
+        );
+        assert!(!l.cancel(b));
+        assert!(matches!(
+            l.offer(5 * S, 1, 0, Priority::Normal, None),
+            Verdict::Rejected {
+                reason: Reason::Closed,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn time_never_goes_back() {
+        let mut l = limiter(1, "1/s", 10, 10_000);
+        l.offer(5 * S, 1, 0, Priority::Normal, None);
+        // An earlier time is taken as the latest one seen: no token appears.
+        assert!(matches!(
+            l.offer(0, 1, 0, Priority::Normal, Some(0)),
+            Verdict::Rejected { retry_after_ns, .. } if retry_after_ns == S
+        ));
+    }
+
+    #[test]
+    fn restart_keeps_the_bucket_empty() {
+        let mut l = limiter(10, "1/s", 0, 0);
+        for _ in 0..10 {
+            l.offer(0, 1, 0, Priority::Normal, None);
+        }
+        let snap = l.snapshot(0, 1_000_000);
+        // A new worker: its clock restarts at 0, 500 ms of wall-clock time later.
+        let mut fresh = limiter(10, "1/s", 0, 0);
+        assert_eq!(fresh.status(0).remaining, 10);
+        fresh.restore(&snap, 0, 1_000_500).unwrap();
+        let st = fresh.status(0);
+        assert_eq!(st.remaining, 0);
+        assert_eq!(st.next_token_ns, S / 2);
+        assert_eq!(st.reset_after_ns, 9 * S + S / 2);
+        // 3 s later, 3 tokens (plus the half already paid), never the burst.
+        fresh.restore(&snap, 0, 1_003_000).unwrap();
+        assert_eq!(fresh.status(0).remaining, 3);
+    }
+
+    #[test]
+    fn restore_is_refused_while_waiting_and_for_other_algorithms() {
+        let mut l = limiter(1, "1/s", 10, 10_000);
+        l.offer(0, 1, 0, Priority::Normal, None);
+        let snap = l.snapshot(0, 0);
+        l.offer(0, 1, 0, Priority::Normal, None);
+        assert_eq!(l.restore(&snap, 0, 0), Err(RestoreError::Busy));
+        assert_eq!(l.exhaust(0), Err(Busy));
+        let mut other = Limiter::new(
+            Kind::SlidingLog,
+            Quota::parse(1, "1/s").unwrap(),
+            QueueConfig::NONE,
+        );
+        assert!(matches!(
+            other.restore(&snap, 0, 0),
+            Err(RestoreError::Snapshot(
+                SnapshotError::AlgorithmMismatch { .. }
+            ))
+        ));
+    }
+
+    #[test]
+    fn exhausted_refills() {
+        let mut l = limiter(10, "1/s", 0, 0);
+        l.exhaust(7 * S).unwrap();
+        assert_eq!(l.status(7 * S).remaining, 0);
+        assert_eq!(l.status(9 * S).remaining, 2);
+        assert_eq!(l.status(100 * S).remaining, 10);
+    }
+
+    #[test]
+    fn every_algorithm_offers_and_snapshots() {
+        for kind in Kind::ALL {
+            let mut l = Limiter::new(
+                kind,
+                Quota::parse(2, "1/s").unwrap(),
+                QueueConfig {
+                    depth: 4,
+                    max_wait_ns: 60 * S,
+                },
+            );
+            let verdicts: Vec<_> = (0..4)
+                .map(|_| l.offer(0, 1, 0, Priority::Normal, None))
+                .collect();
+            assert!(
+                matches!(verdicts[1], Verdict::Admitted { .. }),
+                "{kind}: {verdicts:?}"
+            );
+            assert!(
+                matches!(verdicts[3], Verdict::Queued { .. }),
+                "{kind}: {verdicts:?}"
+            );
+            let out = drain(&mut l, 0, 600 * S);
+            assert_eq!(out.len(), 2, "{kind}");
+            let snap = l.snapshot(600 * S, 0);
+            let mut again = Limiter::new(kind, l.quota(), l.queue_config());
+            again.restore(&snap, 0, 0).unwrap();
+        }
+    }
+}

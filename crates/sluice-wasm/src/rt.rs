@@ -1,0 +1,13 @@
+//! What a `no_std` cdylib for wasm32 must bring itself: an allocator and a panic handler.
+
+/// The allocator Rust's own wasm32 standard library uses, over `memory.grow`.
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// A panic traps: the instance's current call fails with a `RuntimeError` in JavaScript. The
+/// worker treats that as fatal for the instance. No message is formatted, to keep the module
+/// small; nothing on the ABI panics on bad input (every conversion is total).
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
+}
