@@ -34,10 +34,7 @@ pub trait StateCell<A: Algorithm>: Send + Sync + 'static {
 }
 
 /// An algorithm that knows its best local cell.
-pub trait LocalAlgorithm: Algorithm + Clone + Send + Sync + 'static
-where
-    Self::State: Send,
-{
+pub trait LocalAlgorithm: Algorithm<State: Send + Sync> + Clone + Send + Sync + 'static {
     /// The cell type.
     type Cell: StateCell<Self>;
     /// A cell holding `state`.

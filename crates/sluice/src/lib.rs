@@ -14,6 +14,7 @@ pub mod breaker;
 pub mod cell;
 pub mod clock;
 mod error;
+pub mod keyed;
 pub mod limiter;
 mod metrics;
 pub mod pool;
@@ -21,6 +22,7 @@ pub mod retry;
 
 pub use clock::{Clock, ManualClock, TokioClock};
 pub use error::Error;
+pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::{Acquire, AcquireOptions, Limiter};
 pub use pool::{Pool, PoolError, PoolPermit, Throttle};
 pub use sluice_core::queue::Priority;

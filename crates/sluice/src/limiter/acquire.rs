@@ -39,20 +39,14 @@ enum State {
 ///
 /// Dropping it gives its place (or, if it was admitted unseen, its tokens) back.
 #[must_use = "futures do nothing unless awaited"]
-pub struct Acquire<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>>
-where
-    A::State: Send,
-{
+pub struct Acquire<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> {
     limiter: &'a Limiter<A, C, X>,
     cost: u64,
     options: AcquireOptions,
     state: State,
 }
 
-impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X>
-where
-    A::State: Send,
-{
+impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X> {
     pub(crate) fn new(limiter: &'a Limiter<A, C, X>, cost: u64, options: AcquireOptions) -> Self {
         Acquire {
             limiter,
@@ -146,10 +140,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Future for Acquire<'_, A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Future for Acquire<'_, A, C, X> {
     type Output = Result<Decision, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -205,10 +196,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Drop for Acquire<'_, A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Drop for Acquire<'_, A, C, X> {
     fn drop(&mut self) {
         let State::Queued { ticket, .. } = self.state else {
             return;

@@ -23,10 +23,7 @@ pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<A: LocalAlgorithm> Builder<A, TokioClock>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm> Builder<A, TokioClock> {
     pub(crate) fn new(algorithm: A) -> Builder<A, TokioClock> {
         Builder {
             algorithm,
@@ -40,10 +37,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock> Builder<A, C>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock> Builder<A, C> {
     /// At most `depth` waiters, each waiting at most `max_wait`. A depth of zero means no
     /// queue: `acquire` then answers at once, like `try_acquire`.
     pub fn queue(mut self, depth: usize, max_wait: Duration) -> Self {
@@ -51,6 +45,11 @@ where
             depth,
             max_wait_ns: duration_ns(max_wait),
         };
+        self
+    }
+
+    pub(crate) fn queue_config(mut self, queue: QueueConfig) -> Self {
+        self.queue = queue;
         self
     }
 

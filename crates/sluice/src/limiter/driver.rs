@@ -12,9 +12,7 @@ use crate::limiter::handle::{Finished, Inner, Shared};
 /// Exits when the queue is empty; the next waiter starts a new one.
 pub(crate) async fn drive<A: LocalAlgorithm, C: Clock, X: StateCell<A>>(
     shared: Arc<Shared<A, C, X>>,
-) where
-    A::State: Send,
-{
+) {
     let mut wakers: Vec<Waker> = Vec::new();
     loop {
         // Created before looking at the queue, so a notification sent meanwhile is kept.

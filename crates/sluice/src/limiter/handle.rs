@@ -45,16 +45,11 @@ pub struct Limiter<
     A: LocalAlgorithm,
     C: Clock = TokioClock,
     X: StateCell<A> = <A as LocalAlgorithm>::Cell,
-> where
-    A::State: Send,
-{
+> {
     pub(crate) shared: Arc<Shared<A, C, X>>,
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Clone for Limiter<A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Clone for Limiter<A, C, X> {
     fn clone(&self) -> Self {
         Limiter {
             shared: Arc::clone(&self.shared),
@@ -62,10 +57,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> std::fmt::Debug for Limiter<A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> std::fmt::Debug for Limiter<A, C, X> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
             .field("name", &self.shared.name)
@@ -76,10 +68,7 @@ where
     }
 }
 
-pub(crate) struct Shared<A: LocalAlgorithm, C, X>
-where
-    A::State: Send,
-{
+pub(crate) struct Shared<A: LocalAlgorithm, C, X> {
     pub(crate) name: String,
     pub(crate) algorithm: A,
     pub(crate) clock: C,
@@ -114,10 +103,7 @@ pub(crate) fn dur(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
 
-impl<A: LocalAlgorithm> Limiter<A, TokioClock>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm> Limiter<A, TokioClock> {
     /// A limiter with an unbounded queue and no maximum wait, on tokio's clock.
     pub fn new(algorithm: A) -> Limiter<A, TokioClock> {
         Builder::new(algorithm).build()
@@ -129,10 +115,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
     /// Takes `cost` now if the limit allows and nobody is waiting; never waits.
     ///
     /// # Errors

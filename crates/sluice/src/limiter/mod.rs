@@ -11,5 +11,7 @@ mod driver;
 mod handle;
 
 pub use acquire::{Acquire, AcquireOptions};
+pub(crate) use builder::duration_ns as builder_duration_ns;
 pub use builder::Builder;
+pub(crate) use handle::capacity_error;
 pub use handle::Limiter;

@@ -33,18 +33,12 @@ use crate::pool::handle::Pool;
 /// # Ok(())
 /// # }
 /// ```
-pub struct Throttle<A: LocalAlgorithm, C: Clock, X: StateCell<A> = <A as LocalAlgorithm>::Cell>
-where
-    A::State: Send,
-{
+pub struct Throttle<A: LocalAlgorithm, C: Clock, X: StateCell<A> = <A as LocalAlgorithm>::Cell> {
     pool: Pool,
     limiter: Limiter<A, C, X>,
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Clone for Throttle<A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Clone for Throttle<A, C, X> {
     fn clone(&self) -> Self {
         Throttle {
             pool: self.pool.clone(),
@@ -53,10 +47,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> std::fmt::Debug for Throttle<A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> std::fmt::Debug for Throttle<A, C, X> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Throttle")
             .field("pool", &self.pool)
@@ -65,10 +56,7 @@ where
     }
 }
 
-impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Throttle<A, C, X>
-where
-    A::State: Send,
-{
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Throttle<A, C, X> {
     /// Both limits.
     pub fn new(pool: Pool, limiter: Limiter<A, C, X>) -> Self {
         Throttle { pool, limiter }

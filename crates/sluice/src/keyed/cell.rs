@@ -1,0 +1,64 @@
+//! The cell of a waiting key: its state stays in the table, the queue borrows it.
+
+use std::sync::Weak;
+
+use sluice_core::{CheckError, Decision};
+
+use crate::cell::{LocalAlgorithm, StateCell};
+use crate::clock::Clock;
+use crate::keyed::map::{Key, Shared};
+
+/// A [`StateCell`] that reads and updates one key's entry of a [`crate::Keyed`] table.
+pub struct KeyCell<K: Key, A: LocalAlgorithm, C: Clock> {
+    shared: Weak<Shared<K, A, C>>,
+    key: K,
+    hash: u64,
+    /// What `load` answers once the table is gone: nothing left to admit.
+    gone: A::State,
+}
+
+impl<K: Key, A: LocalAlgorithm, C: Clock> KeyCell<K, A, C> {
+    pub(crate) fn new(shared: Weak<Shared<K, A, C>>, key: K, hash: u64, gone: A::State) -> Self {
+        KeyCell {
+            shared,
+            key,
+            hash,
+            gone,
+        }
+    }
+}
+
+impl<K, A: LocalAlgorithm, C: Clock> StateCell<A> for KeyCell<K, A, C>
+where
+    K: Key,
+{
+    fn check(&self, algorithm: &A, now: u64, cost: u64) -> Result<Decision, CheckError> {
+        match self.shared.upgrade() {
+            Some(shared) => {
+                shared.with_state(&self.key, self.hash, now, |s| algorithm.check(s, now, cost))
+            }
+            None => Err(CheckError::StateMismatch),
+        }
+    }
+
+    fn load(&self) -> A::State {
+        match self.shared.upgrade() {
+            Some(shared) => shared.with_state(&self.key, self.hash, 0, |s| s.clone()),
+            None => self.gone.clone(),
+        }
+    }
+
+    fn store(&self, state: A::State) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.with_state(&self.key, self.hash, 0, |s| *s = state);
+        }
+    }
+
+    fn refund(&self, algorithm: &A, admitted_at: u64, now: u64, cost: u64) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.with_state(&self.key, self.hash, now, |s| {
+                algorithm.refund(s, admitted_at, now, cost)
+            });
+        }
+    }
+}

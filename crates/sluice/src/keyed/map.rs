@@ -1,0 +1,503 @@
+//! The sharded table of per-key states.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+use sluice_core::Decision;
+
+use crate::cell::LocalAlgorithm;
+use crate::clock::{Clock, TokioClock};
+use crate::error::Error;
+use crate::keyed::builder::KeyedBuilder;
+use crate::keyed::cell::KeyCell;
+use crate::limiter::{AcquireOptions, Builder, Limiter};
+use crate::metrics::LimiterMetrics;
+
+type Hasher = foldhash::fast::RandomState;
+
+/// What a key needs to be: hashable, comparable, cheap enough to clone, shareable.
+pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
+
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> Key for T {}
+
+/// One limit per key. Clones share the table.
+///
+/// # Examples
+///
+/// ```
+/// use sluice::Keyed;
+/// use sluice_core::{Gcra, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user: Keyed<String, Gcra> = Keyed::builder(Gcra::new(Quota::parse(2, "1/s")?))
+///     .max_keys(10_000)
+///     .build();
+/// assert!(per_user.try_acquire("alice", 2).is_ok());
+/// assert!(per_user.try_acquire("alice", 1).is_err()); // alice is out
+/// assert!(per_user.try_acquire("bob", 1).is_ok()); // bob is not
+/// # Ok(())
+/// # }
+/// ```
+pub struct Keyed<K, A: LocalAlgorithm, C: Clock + Clone = TokioClock>
+where
+    K: Key,
+{
+    pub(crate) shared: Arc<Shared<K, A, C>>,
+}
+
+impl<K, A: LocalAlgorithm, C: Clock + Clone> Clone for Keyed<K, A, C>
+where
+    K: Key,
+{
+    fn clone(&self) -> Self {
+        Keyed {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K, A: LocalAlgorithm, C: Clock + Clone> std::fmt::Debug for Keyed<K, A, C>
+where
+    K: Key,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keyed")
+            .field("algorithm", &self.shared.algorithm.name())
+            .field("quota", &self.shared.algorithm.quota())
+            .field("keys", &self.len())
+            .field("max_keys", &self.shared.max_keys)
+            .finish()
+    }
+}
+
+/// A shard on its own cache line, so two cores updating neighbouring shards do not collide.
+#[repr(align(64))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+pub(crate) struct Shard<K, S> {
+    pub(crate) table: HashTable<(K, S)>,
+    /// Keys inserted since the last full sweep for idle keys.
+    inserted_since_sweep: usize,
+}
+
+pub(crate) struct Shared<K, A: LocalAlgorithm, C>
+where
+    K: Key,
+    C: Clock,
+{
+    pub(crate) algorithm: A,
+    pub(crate) clock: C,
+    pub(crate) hasher: Hasher,
+    pub(crate) shards: Box<[Padded<Mutex<Shard<K, A::State>>>]>,
+    /// Entries one shard can hold without growing its table.
+    pub(crate) shard_capacity: usize,
+    pub(crate) max_keys: usize,
+    pub(crate) keys: AtomicUsize,
+    pub(crate) queue: sluice_core::queue::QueueConfig,
+    pub(crate) name: String,
+    /// Keys with a queue of their own right now; zero skips the lookup.
+    pub(crate) waiting_keys: AtomicUsize,
+    #[allow(clippy::type_complexity)]
+    pub(crate) waiters: Mutex<hashbrown::HashMap<K, Limiter<A, C, KeyCell<K, A, C>>, Hasher>>,
+    pub(crate) metrics: LimiterMetrics,
+    pub(crate) evicted: metrics::Counter,
+}
+
+/// Chooses the shard count that wastes the least table space when `max_keys` keys are held,
+/// mirroring hashbrown's sizing (buckets = next power of two of capacity × 8/7).
+fn plan_shards(max_keys: usize, min_shards: usize) -> (usize, usize) {
+    fn buckets(capacity: usize) -> usize {
+        if capacity < 8 {
+            if capacity < 4 {
+                4
+            } else {
+                8
+            }
+        } else {
+            (capacity.saturating_mul(8) / 7).next_power_of_two()
+        }
+    }
+    // Small caps get few shards, so that each holds enough keys to even out.
+    let min_shards = min_shards.min((max_keys / 64).max(1));
+    let max_shards = (min_shards * 8).max(64).min(max_keys.max(1));
+    let mut best = (min_shards, usize::MAX);
+    for shards in min_shards..=max_shards {
+        let per_shard = max_keys.div_ceil(shards);
+        // Room for an unlucky shard: four standard deviations of a uniform hash.
+        let margin = 4 * (per_shard as f64).sqrt() as usize + 8;
+        let total = buckets(per_shard + margin).saturating_mul(shards);
+        if total < best.1 {
+            best = (shards, total);
+        }
+    }
+    let shards = best.0;
+    let per_shard = max_keys.div_ceil(shards);
+    (
+        shards,
+        per_shard + 4 * (per_shard as f64).sqrt() as usize + 8,
+    )
+}
+
+impl<A: LocalAlgorithm> Keyed<(), A, TokioClock> {
+    /// Starts configuring a keyed limiter; the key type is chosen at [`KeyedBuilder::build`].
+    pub fn builder(algorithm: A) -> KeyedBuilder<A, TokioClock> {
+        KeyedBuilder::new(algorithm)
+    }
+}
+
+impl<K, A: LocalAlgorithm> Keyed<K, A, TokioClock>
+where
+    K: Key,
+{
+    /// A keyed limiter with the default cap (100,000 keys) and no queue.
+    pub fn new(algorithm: A) -> Self {
+        KeyedBuilder::new(algorithm).build()
+    }
+}
+
+impl<K, A: LocalAlgorithm, C: Clock + Clone> Keyed<K, A, C>
+where
+    K: Key,
+{
+    pub(crate) fn from_builder(b: KeyedBuilder<A, C>) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let min_shards = (cores * 4).next_power_of_two();
+        let (shard_count, per_shard) = plan_shards(b.max_keys, min_shards);
+        // Reserve for the cap when it is reasonable; a huge cap grows on demand instead.
+        let reserve = if b.max_keys <= 1 << 24 { per_shard } else { 0 };
+        let shards: Box<[_]> = (0..shard_count)
+            .map(|_| {
+                Padded(Mutex::new(Shard {
+                    table: HashTable::with_capacity(reserve),
+                    inserted_since_sweep: 0,
+                }))
+            })
+            .collect();
+        // A shard may hold twice its share before it must evict locally; the cap on keys as a
+        // whole is `max_keys`, enforced by the shared count.
+        let shard_capacity = per_shard.saturating_mul(2);
+        Keyed {
+            shared: Arc::new(Shared {
+                metrics: LimiterMetrics::new(&b.name),
+                evicted: metrics::counter!("sluice_keys_evicted_total", "limiter" => b.name.clone()),
+                algorithm: b.algorithm,
+                clock: b.clock,
+                hasher: Hasher::default(),
+                shards,
+                shard_capacity,
+                max_keys: b.max_keys,
+                keys: AtomicUsize::new(0),
+                queue: b.queue,
+                name: b.name,
+                waiting_keys: AtomicUsize::new(0),
+                waiters: Mutex::new(hashbrown::HashMap::with_hasher(Hasher::default())),
+            }),
+        }
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.shared.keys.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The cap on keys.
+    pub fn max_keys(&self) -> usize {
+        self.shared.max_keys
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> &A {
+        &self.shared.algorithm
+    }
+
+    /// Takes `cost` for `key` now if its limit allows and nobody waits on it; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Limited`] with the wait, [`Error::InsufficientCapacity`] for a cost above the
+    /// capacity.
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let s = &*self.shared;
+        if s.waiting_keys.load(Ordering::Acquire) > 0 {
+            let waiter = s.waiters.lock().get(key).cloned();
+            if let Some(limiter) = waiter {
+                return limiter.try_acquire(cost);
+            }
+        }
+        let hash = s.hasher.hash_one(key);
+        let now = s.clock.now_ns();
+        let result = s.check_hashed(key, hash, now, cost);
+        match &result {
+            Ok(d) if d.allowed => {
+                s.metrics.admitted.increment(1);
+                Ok(*d)
+            }
+            Ok(d) => {
+                s.metrics.limited.increment(1);
+                Err(Error::Limited {
+                    retry_after: std::time::Duration::from_nanos(d.retry_after_ns),
+                    decision: *d,
+                })
+            }
+            Err(e) => Err(*e),
+        }
+    }
+
+    /// The limit of `key` as of now, consuming nothing.
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let s = &*self.shared;
+        let hash = s.hasher.hash_one(key);
+        s.check_hashed(key, hash, s.clock.now_ns(), 0)
+            .unwrap_or(Decision {
+                allowed: false,
+                limit: s.algorithm.quota().capacity(),
+                remaining: 0,
+                retry_after_ns: 0,
+                reset_after_ns: 0,
+            })
+    }
+
+    /// Waits in `key`'s own queue until `cost` is admitted (see [`crate::Limiter::acquire`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Limiter::acquire`]; without a queue configured, [`Error::Limited`] at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`crate::Limiter::acquire`]: dropping the future gives its place or tokens back.
+    pub async fn acquire<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.try_acquire(key, cost) {
+            Ok(d) => return Ok(d),
+            Err(Error::Limited { .. }) if self.shared.queue.depth > 0 => {}
+            Err(e) => return Err(e),
+        }
+        let limiter = self.waiting_limiter(key);
+        let result = limiter.acquire_with(cost, options).await;
+        self.release_waiting_limiter(key, &limiter);
+        result
+    }
+
+    /// The hottest keys: up to `n` keys with the fewest tokens left, with their decisions.
+    pub fn hottest(&self, n: usize) -> Vec<(K, Decision)> {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let mut all: Vec<(K, Decision)> = Vec::new();
+        for shard in s.shards.iter() {
+            let shard = shard.0.lock();
+            for (k, state) in shard.table.iter() {
+                if s.algorithm.idle_at(state) <= now {
+                    continue;
+                }
+                let mut copy = state.clone();
+                if let Ok(d) = s.algorithm.check(&mut copy, now, 0) {
+                    all.push((k.clone(), d));
+                }
+            }
+        }
+        all.sort_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after_ns)));
+        all.truncate(n);
+        all
+    }
+
+    /// Drops every key whose state is back to full. Done on demand when room is needed; call
+    /// it to return memory sooner.
+    pub fn sweep(&self) -> usize {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let mut removed = 0;
+        for shard in s.shards.iter() {
+            removed += s.sweep_shard(&mut shard.0.lock(), now);
+        }
+        removed
+    }
+
+    fn waiting_limiter<Q>(&self, key: &Q) -> Limiter<A, C, KeyCell<K, A, C>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let s = &*self.shared;
+        let mut waiters = s.waiters.lock();
+        if let Some(limiter) = waiters.get(key) {
+            return limiter.clone();
+        }
+        let owned = key.to_owned();
+        let gone = s.algorithm.exhausted_state(u64::MAX);
+        let cell = KeyCell::new(
+            Arc::downgrade(&self.shared),
+            owned.clone(),
+            s.hasher.hash_one(key),
+            gone,
+        );
+        let limiter = Builder::new(s.algorithm.clone())
+            .clock(s.clock.clone())
+            .queue_config(s.queue)
+            .name(s.name.clone())
+            .build_with_cell(cell);
+        waiters.insert(owned, limiter.clone());
+        s.waiting_keys.store(waiters.len(), Ordering::Release);
+        limiter
+    }
+
+    fn release_waiting_limiter<Q>(&self, key: &Q, limiter: &Limiter<A, C, KeyCell<K, A, C>>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let s = &*self.shared;
+        let mut waiters = s.waiters.lock();
+        if limiter.queued() == 0 {
+            waiters.remove(key);
+            s.waiting_keys.store(waiters.len(), Ordering::Release);
+        }
+    }
+}
+
+impl<K, A: LocalAlgorithm, C: Clock> Shared<K, A, C>
+where
+    K: Key,
+{
+    #[inline]
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A::State>> {
+        // Bits 24..56: hashbrown uses the low bits for the bucket and the top 7 for tags.
+        let mid = (hash >> 24) & 0xFFFF_FFFF;
+        let index = (mid * self.shards.len() as u64) >> 32;
+        &self.shards[index as usize].0
+    }
+
+    /// The one check-and-update of one key.
+    pub(crate) fn check_hashed<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut shard = self.shard_of(hash).lock();
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            return self
+                .algorithm
+                .check(state, now, cost)
+                .map_err(crate::limiter::capacity_error);
+        }
+        let mut state = self.algorithm.initial_state();
+        let decision = self
+            .algorithm
+            .check(&mut state, now, cost)
+            .map_err(crate::limiter::capacity_error)?;
+        if decision.allowed && cost > 0 {
+            self.make_room(&mut shard, now);
+            shard
+                .table
+                .insert_unique(hash, (key.to_owned(), state), |(k, _)| {
+                    self.hasher.hash_one(k)
+                });
+            shard.inserted_since_sweep += 1;
+            self.keys.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(decision)
+    }
+
+    /// Runs `f` on `key`'s state, inserting a full one first if absent.
+    pub(crate) fn with_state<R>(
+        &self,
+        key: &K,
+        hash: u64,
+        now: u64,
+        f: impl FnOnce(&mut A::State) -> R,
+    ) -> R {
+        let mut shard = self.shard_of(hash).lock();
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k == key) {
+            return f(state);
+        }
+        self.make_room(&mut shard, now);
+        self.keys.fetch_add(1, Ordering::Relaxed);
+        shard.inserted_since_sweep += 1;
+        let entry = shard.table.insert_unique(
+            hash,
+            (key.clone(), self.algorithm.initial_state()),
+            |(k, _)| self.hasher.hash_one(k),
+        );
+        f(&mut entry.into_mut().1)
+    }
+
+    fn sweep_shard(&self, shard: &mut Shard<K, A::State>, now: u64) -> usize {
+        let before = shard.table.len();
+        let algorithm = &self.algorithm;
+        shard
+            .table
+            .retain(|(_, state)| algorithm.idle_at(state) > now);
+        shard.inserted_since_sweep = 0;
+        let removed = before - shard.table.len();
+        self.keys.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Frees a slot for one more key in `shard`: idle keys first, else the one nearest idle.
+    fn make_room(&self, shard: &mut Shard<K, A::State>, now: u64) {
+        let full = |shard: &Shard<K, A::State>| {
+            shard.table.len() >= self.shard_capacity
+                || self.keys.load(Ordering::Relaxed) >= self.max_keys
+        };
+        if !full(shard) {
+            return;
+        }
+        // A full sweep costs the shard's size; do it at most once per 1/16 of it in inserts.
+        if shard.inserted_since_sweep >= shard.table.len() / 16 {
+            let removed = self.sweep_shard(shard, now);
+            self.evicted.increment(removed as u64);
+        }
+        let mut attempts = 0;
+        while full(shard) && attempts < 4 {
+            attempts += 1;
+            let victim = shard
+                .table
+                .iter()
+                .take(16)
+                .min_by_key(|(_, state)| self.algorithm.idle_at(state))
+                .map(|(k, _)| k.clone());
+            let Some(victim) = victim else {
+                break;
+            };
+            let hash = self.hasher.hash_one(&victim);
+            if let Ok(entry) = shard.table.find_entry(hash, |(k, _)| *k == victim) {
+                entry.remove();
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+                self.evicted.increment(1);
+            }
+        }
+    }
+}

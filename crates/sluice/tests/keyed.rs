@@ -1,0 +1,156 @@
+//! Per-key limits: isolation, the key cap, idle eviction and per-key queues.
+
+use std::time::Duration;
+
+use sluice::{AcquireOptions, Error, Keyed};
+use sluice_core::{Gcra, Quota, TokenBucket};
+use tokio::time::Instant;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn gcra(capacity: u64, rate: &str) -> Gcra {
+    Gcra::new(Quota::parse(capacity, rate).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn keys_are_isolated() {
+    let keyed: Keyed<String, Gcra> = Keyed::new(gcra(3, "1/s"));
+    for _ in 0..3 {
+        keyed.try_acquire("alice", 1).unwrap();
+    }
+    assert!(
+        matches!(keyed.try_acquire("alice", 1), Err(Error::Limited { retry_after, .. }) if retry_after == SEC)
+    );
+    keyed.try_acquire("bob", 3).unwrap();
+    assert_eq!(keyed.len(), 2);
+    assert_eq!(keyed.peek("carol").remaining, 3);
+    assert_eq!(keyed.len(), 2, "peeking does not insert");
+    assert_eq!(
+        keyed.try_acquire("carol", 4),
+        Err(Error::InsufficientCapacity {
+            cost: 4,
+            capacity: 3
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_key_cap_holds_and_idle_keys_go_first() {
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(2, "1/s")).max_keys(100).build();
+    for k in 0..100 {
+        keyed.try_acquire(&k, 2).unwrap();
+    }
+    assert_eq!(keyed.len(), 100);
+    // A flood of new keys never grows the table past the cap.
+    for k in 100..1000 {
+        keyed.try_acquire(&k, 1).unwrap();
+        assert!(keyed.len() <= 100, "{} keys", keyed.len());
+    }
+    // After 2 s every key is full again: idle, so a sweep drops them all.
+    tokio::time::advance(2 * SEC).await;
+    let held = keyed.len();
+    assert_eq!(keyed.sweep(), held);
+    assert_eq!(keyed.len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn eviction_prefers_idle_keys_over_busy_ones() {
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(10, "1/s")).max_keys(64).build();
+    // Key 0 spends everything and stays busy for 10 s.
+    keyed.try_acquire(&0, 10).unwrap();
+    // Keys 1.. spend one token each: idle again after 1 s.
+    for k in 1..40 {
+        keyed.try_acquire(&k, 1).unwrap();
+    }
+    tokio::time::advance(2 * SEC).await;
+    for k in 1000..1100 {
+        keyed.try_acquire(&k, 1).unwrap();
+    }
+    // Key 0 kept its debt: still limited.
+    assert!(keyed.try_acquire(&0, 9).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn hottest_lists_the_emptiest_buckets() {
+    let keyed: Keyed<String, TokenBucket> =
+        Keyed::new(TokenBucket::new(Quota::parse(5, "1/s").unwrap()));
+    keyed.try_acquire("a", 1).unwrap();
+    keyed.try_acquire("b", 5).unwrap();
+    keyed.try_acquire("c", 3).unwrap();
+    let hot: Vec<(String, u64)> = keyed
+        .hottest(2)
+        .into_iter()
+        .map(|(k, d)| (k, d.remaining))
+        .collect();
+    assert_eq!(hot, vec![("b".to_string(), 0), ("c".to_string(), 2)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_key_has_its_own_queue() {
+    let keyed: Keyed<String, Gcra> = Keyed::builder(gcra(1, "1/s")).queue(10, 5 * SEC).build();
+    keyed.try_acquire("alice", 1).unwrap();
+    let start = Instant::now();
+    let waits: Vec<_> = (0..3)
+        .map(|_| {
+            let k = keyed.clone();
+            tokio::spawn(async move {
+                k.acquire("alice", 1, AcquireOptions::default())
+                    .await
+                    .unwrap();
+                start.elapsed()
+            })
+        })
+        .collect();
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    // Bob is not behind alice's queue.
+    keyed
+        .acquire("bob", 1, AcquireOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // While alice's queue is busy, try_acquire for alice does not barge.
+    assert!(keyed.try_acquire("alice", 1).is_err());
+    let mut times = Vec::new();
+    for w in waits {
+        times.push(w.await.unwrap());
+    }
+    assert_eq!(times, vec![SEC, 2 * SEC, 3 * SEC]);
+    // Past the maximum wait: refused at once.
+    keyed.try_acquire("carol", 1).unwrap();
+    let k = keyed.clone();
+    let many: Vec<_> = (0..5)
+        .map(|_| {
+            let k = k.clone();
+            tokio::spawn(async move { k.acquire("carol", 1, AcquireOptions::default()).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for m in many {
+        results.push(m.await.unwrap());
+    }
+    let timeouts = results
+        .iter()
+        .filter(|r| matches!(r, Err(Error::Timeout { .. })))
+        .count();
+    assert_eq!(
+        timeouts, 0,
+        "5 waiters at one per second fit in 5 s: {results:?}"
+    );
+    let sixth = keyed.acquire("carol", 1, AcquireOptions::default());
+    keyed.try_acquire("dave", 1).unwrap();
+    let _ = sixth.await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_queue_acquire_answers_at_once() {
+    let keyed: Keyed<u32, Gcra> = Keyed::new(gcra(1, "1/s"));
+    keyed.try_acquire(&7, 1).unwrap();
+    let start = Instant::now();
+    assert!(matches!(
+        keyed.acquire(&7, 1, AcquireOptions::default()).await,
+        Err(Error::Limited { .. })
+    ));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
