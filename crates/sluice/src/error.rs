@@ -42,6 +42,12 @@ pub enum Error {
     /// The limiter or pool was closed.
     #[error("closed")]
     Closed,
+    /// The shared store (Redis) did not answer in time and the policy says deny.
+    #[error("limit store unavailable; retry after {retry_after:?}")]
+    Unavailable {
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// `acquire` was polled outside a tokio runtime, which it needs for its timer.
     #[error("acquire needs a tokio runtime with time enabled")]
     NoRuntime,
@@ -53,7 +59,8 @@ impl Error {
         match self {
             Error::Limited { retry_after, .. }
             | Error::QueueFull { retry_after }
-            | Error::Timeout { retry_after } => Some(*retry_after),
+            | Error::Timeout { retry_after }
+            | Error::Unavailable { retry_after } => Some(*retry_after),
             Error::InsufficientCapacity { .. } | Error::Closed | Error::NoRuntime => None,
         }
     }
@@ -65,6 +72,7 @@ impl Error {
             Error::QueueFull { .. } => "queue_full",
             Error::Timeout { .. } => "timeout",
             Error::InsufficientCapacity { .. } => "capacity",
+            Error::Unavailable { .. } => "unavailable",
             Error::Closed | Error::NoRuntime => "closed",
         }
     }

@@ -19,6 +19,7 @@ pub mod limiter;
 mod metrics;
 pub mod pool;
 pub mod retry;
+pub mod store;
 
 pub use clock::{Clock, ManualClock, TokioClock};
 pub use error::Error;

@@ -1,0 +1,94 @@
+//! The in-process store: a [`Keyed`] table.
+
+use std::time::Duration;
+
+use sluice_core::{AnyAlgorithm, Decision};
+
+use crate::error::Error;
+use crate::keyed::Keyed;
+use crate::limiter::AcquireOptions;
+use crate::store::Store;
+
+/// Keyed limits held in this process's memory. Clones share the table.
+///
+/// # Examples
+///
+/// ```
+/// use sluice::store::{MemoryStore, Store};
+/// use sluice_core::{AnyAlgorithm, Kind, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new(AnyAlgorithm::new(Kind::Gcra, Quota::parse(1, "1/s")?), 1000, 0, std::time::Duration::ZERO);
+/// assert!(store.check("10.0.0.1", 1).await.is_ok());
+/// assert!(store.check("10.0.0.1", 1).await.is_err());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    keyed: Keyed<String, AnyAlgorithm>,
+}
+
+impl MemoryStore {
+    /// A table for at most `max_keys` keys, each with a queue of `queue_depth` waiters waiting
+    /// at most `max_wait` (a depth of zero: no queue).
+    pub fn new(
+        algorithm: AnyAlgorithm,
+        max_keys: usize,
+        queue_depth: usize,
+        max_wait: Duration,
+    ) -> MemoryStore {
+        let builder = Keyed::builder(algorithm).max_keys(max_keys);
+        let builder = if queue_depth > 0 {
+            builder.queue(queue_depth, max_wait)
+        } else {
+            builder
+        };
+        MemoryStore {
+            keyed: builder.build(),
+        }
+    }
+
+    /// A store over an existing table.
+    pub fn from_keyed(keyed: Keyed<String, AnyAlgorithm>) -> MemoryStore {
+        MemoryStore { keyed }
+    }
+
+    /// The table.
+    pub fn keyed(&self) -> &Keyed<String, AnyAlgorithm> {
+        &self.keyed
+    }
+
+    /// The same check, without the future (the memory store never waits to check).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`].
+    pub fn check_now(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.keyed.try_acquire(key, cost)
+    }
+}
+
+impl Store for MemoryStore {
+    async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.keyed.try_acquire(key, cost)
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> Result<Decision, Error> {
+        self.keyed.acquire(key, cost, options).await
+    }
+
+    async fn peek(&self, key: &str) -> Result<Decision, Error> {
+        Ok(self.keyed.peek(key))
+    }
+
+    fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
+        self.keyed.hottest(n)
+    }
+}

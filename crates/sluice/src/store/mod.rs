@@ -1,0 +1,53 @@
+//! Stores: where keyed limit state lives. In memory (the default), in a local file that
+//! survives restarts, or in Redis when many servers share one limit.
+//!
+//! Every store answers the same two questions for one key: [`Store::check`] (one atomic
+//! check-and-update, never waits) and [`Store::acquire`] (waits in that key's queue).
+
+mod memory;
+
+pub use memory::MemoryStore;
+
+use std::future::Future;
+
+use sluice_core::Decision;
+
+use crate::error::Error;
+use crate::limiter::AcquireOptions;
+
+/// One atomic check-and-update of one key, wherever the state lives.
+pub trait Store: Send + Sync + 'static {
+    /// Takes `cost` for `key` now if the limit allows; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Limited`] when denied, [`Error::InsufficientCapacity`] for a cost above the
+    /// capacity, [`Error::Unavailable`] when a remote store cannot answer and its policy denies.
+    fn check(&self, key: &str, cost: u64) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// Waits in `key`'s queue until `cost` is admitted.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`], plus [`Error::QueueFull`] and [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives back its place in the queue.
+    fn acquire(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// The limit of `key` now, consuming nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when a remote store cannot answer.
+    fn peek(&self, key: &str) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// Up to `n` keys with the fewest tokens left, as far as this process can see.
+    fn hottest(&self, n: usize) -> Vec<(String, Decision)>;
+}
