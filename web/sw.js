@@ -1,0 +1,710 @@
+/*
+ * sluice Service Worker: one rate limiter shared by every tab of this origin.
+ *
+ * A classic script. It is served as /sluice/sw.js (header `Service-Worker-Allowed: /`) as a
+ * generated prefix followed by this file; the prefix defines
+ *   self.__SLUICE_CONFIG__  the [browser] configuration as a plain object
+ *   self.__SLUICE_WASM__    a Uint8Array with the sluice-wasm module
+ * (see web/README.md, "The sw.js contract"; web/build-sw.mjs writes it).
+ *
+ * The decisions (who is admitted, who waits, in which order, when to wake, who times out) are
+ * made by sluice-core compiled to WebAssembly, the same code the gateway runs. This file keeps
+ * only what JavaScript must: the fetch events and their promises, one timer, IndexedDB and
+ * the telemetry batches.
+ */
+'use strict';
+
+(function (self) {
+  // === configuration ===
+
+  const DEFAULTS = {
+    path_prefixes: ['/api/'],
+    algorithm: 'token_bucket',
+    capacity: 10,
+    rate: '1/s',
+    queue: { depth: 100, max_wait_ms: 10000 },
+    max_queued_body_bytes: 65536,
+    persist: true,
+    persist_debounce_ms: 150,
+    telemetry: { endpoint: '/v1/telemetry', interval_ms: 5000, sample: 1.0 },
+  };
+
+  /**
+   * Fills defaults and checks types. Returns { config, errors }: with errors, the worker
+   * limits nothing (it fails open: the gateway still enforces its own limits).
+   */
+  function normalizeConfig(raw) {
+    const errors = [];
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+      return { config: null, errors: ['the configuration must be a JSON object'] };
+    }
+    const pick = (key, fallback) => (raw[key] === undefined ? fallback : raw[key]);
+    const isInt = (v, min) => Number.isSafeInteger(v) && v >= min;
+    const config = {
+      path_prefixes: pick('path_prefixes', DEFAULTS.path_prefixes),
+      algorithm: pick('algorithm', DEFAULTS.algorithm),
+      capacity: pick('capacity', DEFAULTS.capacity),
+      rate: pick('rate', DEFAULTS.rate),
+      queue: Object.assign({}, DEFAULTS.queue, raw.queue === null ? { depth: 0, max_wait_ms: 0 } : raw.queue),
+      max_queued_body_bytes: pick('max_queued_body_bytes', DEFAULTS.max_queued_body_bytes),
+      persist: pick('persist', DEFAULTS.persist),
+      persist_debounce_ms: pick('persist_debounce_ms', DEFAULTS.persist_debounce_ms),
+      telemetry:
+        raw.telemetry === null || raw.telemetry === false
+          ? null
+          : Object.assign({}, DEFAULTS.telemetry, raw.telemetry),
+    };
+    if (!Array.isArray(config.path_prefixes) || !config.path_prefixes.every((p) => typeof p === 'string' && p.startsWith('/'))) {
+      errors.push('path_prefixes must be a list of paths starting with "/"');
+    }
+    if (typeof config.algorithm !== 'string') errors.push('algorithm must be a string such as "token_bucket"');
+    if (!isInt(config.capacity, 1)) errors.push('capacity must be a whole number of at least 1');
+    if (typeof config.rate !== 'string' && !(typeof config.rate === 'number' && config.rate > 0)) {
+      errors.push('rate must be a string such as "5/s" or a positive number of tokens per second');
+    }
+    if (!isInt(config.queue.depth, 0) || config.queue.depth > 0xffffffff) errors.push('queue.depth must be a whole number of 0 or more');
+    if (!isInt(config.queue.max_wait_ms, 0)) errors.push('queue.max_wait_ms must be a whole number of milliseconds');
+    if (!isInt(config.max_queued_body_bytes, 0)) errors.push('max_queued_body_bytes must be a whole number of bytes');
+    if (typeof config.persist !== 'boolean') errors.push('persist must be true or false');
+    if (!isInt(config.persist_debounce_ms, 0) || config.persist_debounce_ms > 10000) {
+      errors.push('persist_debounce_ms must be a whole number of milliseconds up to 10000');
+    }
+    const t = config.telemetry;
+    if (t !== null) {
+      if (typeof t.endpoint !== 'string' || !t.endpoint.startsWith('/')) errors.push('telemetry.endpoint must be a path starting with "/"');
+      if (!isInt(t.interval_ms, 1000)) errors.push('telemetry.interval_ms must be a whole number of at least 1000');
+      if (typeof t.sample !== 'number' || !(t.sample >= 0 && t.sample <= 1)) errors.push('telemetry.sample must be a number from 0 to 1');
+    }
+    return { config: errors.length ? null : config, errors };
+  }
+
+  // === the module ===
+
+  const OFFER_RESULTS = ['admitted', 'queued', 'limit', 'queue_full', 'timeout', 'too_costly', 'closed'];
+  const OUTCOME_RESULTS = ['admitted', 'timeout', 'closed'];
+  const ABI_VERSION = 1;
+
+  /** A thin wrapper over the sluice-wasm exports: one limiter per instance. */
+  class SluiceLimiter {
+    constructor(module, { algorithm = 'token_bucket', capacity, rate, depth, maxWaitMs }) {
+      this.x = new WebAssembly.Instance(module, {}).exports;
+      if (this.x.sluice_abi_version() !== ABI_VERSION) {
+        throw new Error(`sluice-wasm ABI ${this.x.sluice_abi_version()}, this script speaks ${ABI_VERSION}`);
+      }
+      const kind = this.x.sluice_parse_kind(this._text(String(algorithm)));
+      if (kind < 0) throw this._error();
+      let rc;
+      if (typeof rate === 'number') {
+        rc = this.x.sluice_create_per_second(kind, capacity, rate, depth, maxWaitMs);
+      } else {
+        const intervalNs = this.x.sluice_parse_rate(this._text(String(rate)));
+        if (intervalNs < 0) throw this._error();
+        rc = this.x.sluice_create(kind, capacity, intervalNs, depth, maxWaitMs);
+      }
+      if (rc !== 0) throw this._error();
+      this._outView = null;
+    }
+
+    _text(s) {
+      const bytes = new TextEncoder().encode(s);
+      const at = this.x.sluice_input_bytes(bytes.length);
+      new Uint8Array(this.x.memory.buffer, at, bytes.length).set(bytes);
+      return bytes.length;
+    }
+
+    _error() {
+      const at = this.x.sluice_error_ptr();
+      const len = this.x.sluice_error_len();
+      return new Error(new TextDecoder().decode(new Uint8Array(this.x.memory.buffer, at, len)));
+    }
+
+    // The `out` area never moves, but a grown memory detaches the old buffer.
+    _out() {
+      if (this._outView === null || this._outView.buffer !== this.x.memory.buffer) {
+        this._outView = new Float64Array(this.x.memory.buffer, this.x.sluice_out(), 8);
+      }
+      return this._outView;
+    }
+
+    _list() {
+      return new Float64Array(this.x.memory.buffer, this.x.sluice_list(), this.x.sluice_list_len());
+    }
+
+    /** -> { result, ticket, waitMs, remaining, limit }; result is one of OFFER_RESULTS or 'invalid'. */
+    offer(nowMs, cost = 1, flow = 0, priority = 1, maxWaitMs = -1) {
+      const code = this.x.sluice_offer(nowMs, cost, flow, priority, maxWaitMs);
+      const o = this._out();
+      return { result: OFFER_RESULTS[code] || 'invalid', ticket: o[0], waitMs: o[1], remaining: o[2], limit: o[3] };
+    }
+
+    /** -> { wake: ms or null, outcomes: [{ ticket, result, retryAfterMs }] } */
+    poll(nowMs) {
+      const wake = this.x.sluice_poll(nowMs);
+      const list = this._list();
+      const outcomes = [];
+      for (let i = 0; i + 2 < list.length; i += 3) {
+        outcomes.push({ ticket: list[i], result: OUTCOME_RESULTS[list[i + 1]], retryAfterMs: list[i + 2] });
+      }
+      return { wake: wake < 0 ? null : wake, outcomes };
+    }
+
+    cancel(ticket) {
+      return this.x.sluice_cancel(ticket) === 1;
+    }
+
+    status(nowMs) {
+      this.x.sluice_status(nowMs);
+      const o = this._out();
+      return { tokens: o[0], capacity: o[1], queued: o[2], resetAfterMs: o[3], nextTokenMs: o[4], intervalNs: o[6] };
+    }
+
+    /** The bucket as a list of numbers (web/README.md, "Persisted state"). */
+    snapshot(nowMs, unixMs) {
+      this.x.sluice_snapshot(nowMs, unixMs);
+      return Array.from(this._list());
+    }
+
+    /** Throws when the list cannot be used; the bucket is then unchanged. */
+    restore(values, nowMs, unixMs) {
+      if (!Array.isArray(values)) throw new Error('the stored snapshot is not a list');
+      const at = this.x.sluice_input_f64(values.length);
+      // Non-numbers become NaN, which the module rejects.
+      new Float64Array(this.x.memory.buffer, at, values.length).set(values.map(Number));
+      if (this.x.sluice_restore(values.length, nowMs, unixMs) !== 0) throw this._error();
+    }
+
+    exhaust(nowMs) {
+      if (this.x.sluice_exhaust(nowMs) !== 0) throw this._error();
+    }
+  }
+
+  self.__sluice_internals__ = { normalizeConfig, SluiceLimiter, DEFAULTS };
+
+  const isServiceWorker =
+    typeof ServiceWorkerGlobalScope !== 'undefined' && self instanceof ServiceWorkerGlobalScope;
+  if (!isServiceWorker) return; // loaded for a test: only the pieces above
+
+  // === the worker ===
+
+  const workerId = Math.random().toString(36).slice(2, 10);
+  const startedUnixMs = Date.now();
+  const STATE_PATH = '/sluice/state';
+
+  let config = null;
+  let limiter = null;
+  let disabled = null; // why nothing is limited, if so
+  try {
+    const normalized = normalizeConfig(self.__SLUICE_CONFIG__);
+    if (!normalized.config) throw new Error('invalid configuration: ' + normalized.errors.join('; '));
+    config = normalized.config;
+    // Synchronous compile: allowed in workers, and the bytes came with this script, so a
+    // restarted worker downloads nothing.
+    const module = new WebAssembly.Module(self.__SLUICE_WASM__);
+    limiter = new SluiceLimiter(module, {
+      algorithm: config.algorithm,
+      capacity: config.capacity,
+      rate: config.rate,
+      depth: config.queue.depth,
+      maxWaitMs: config.queue.max_wait_ms,
+    });
+  } catch (e) {
+    disabled = String((e && e.message) || e);
+    console.error('sluice: limiting disabled:', disabled);
+  }
+
+  // --- counters: totals since this worker started, and the batch for telemetry ---
+
+  function newCounters() {
+    return {
+      admitted: 0,
+      queued: 0,
+      rejected: { queue_full: 0, timeout: 0, limit: 0 },
+      cancelled: 0,
+      redispatched: 0,
+      wait_ms: { sum: 0, count: 0, max: 0 },
+    };
+  }
+  const totals = newCounters();
+  let batch = newCounters();
+  let batchStart = performance.now();
+
+  function count(update) {
+    update(totals);
+    update(batch);
+    armTelemetry();
+  }
+
+  // --- flows: a small integer per tab ---
+
+  const flows = new Map();
+  let nextFlow = 1;
+  function flowOf(clientId) {
+    if (!clientId) return 0;
+    let flow = flows.get(clientId);
+    if (flow === undefined) {
+      flow = nextFlow;
+      nextFlow = nextFlow >= 0xfffffff0 ? 1 : nextFlow + 1;
+      flows.set(clientId, flow);
+      // Forget the oldest tab beyond 1024; if it is still open it just gets a new number.
+      if (flows.size > 1024) flows.delete(flows.keys().next().value);
+    }
+    return flow;
+  }
+
+  // --- persistence (IndexedDB) ---
+
+  const DB_NAME = 'sluice';
+  const STORE = 'state';
+  const KEY = 'bucket';
+  const RECORD_VERSION = 1;
+  let dbPromise = null;
+
+  function request(req) {
+    return new Promise((resolve, reject) => {
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+  }
+
+  function openDb() {
+    if (dbPromise === null) {
+      dbPromise = new Promise((resolve, reject) => {
+        const req = indexedDB.open(DB_NAME, 1);
+        req.onupgradeneeded = () => req.result.createObjectStore(STORE);
+        req.onsuccess = () => resolve(req.result);
+        req.onerror = () => reject(req.error);
+        req.onblocked = () => reject(new Error('IndexedDB open blocked'));
+        setTimeout(() => reject(new Error('IndexedDB open timed out')), 2000);
+      });
+      dbPromise.catch(() => {
+        dbPromise = null;
+      });
+    }
+    return dbPromise;
+  }
+
+  /** Runs `fn(store)` in one transaction; resolves with its result once committed. */
+  async function transact(mode, fn) {
+    const db = await openDb();
+    return new Promise((resolve, reject) => {
+      const tx = db.transaction(STORE, mode);
+      let result;
+      Promise.resolve(fn(tx.objectStore(STORE))).then((r) => (result = r), reject);
+      tx.oncomplete = () => resolve(result);
+      tx.onerror = () => reject(tx.error);
+      tx.onabort = () => reject(tx.error || new Error('transaction aborted'));
+    });
+  }
+
+  function fingerprint() {
+    return `${config.algorithm}/${config.capacity}/${limiter.status(performance.now()).intervalNs}`;
+  }
+
+  function makeRecord(kind) {
+    return {
+      v: RECORD_VERSION,
+      kind, // 'install' (the full bucket of a fresh install) or 'save'
+      config: fingerprint(),
+      snapshot: limiter.snapshot(performance.now(), Date.now()),
+    };
+  }
+
+  let restoredFrom = 'pending';
+  let readyPromise = null;
+
+  /** The bucket is restored before any request is decided; every decision awaits this. */
+  function ready() {
+    if (readyPromise === null) readyPromise = restore();
+    return readyPromise;
+  }
+
+  async function restore() {
+    if (!limiter) return;
+    let record;
+    try {
+      record = await transact('readwrite', (store) => {
+        // Requests that were on their way upstream when an earlier instance of this worker
+        // stopped: the browser may dispatch them to us again (see sendUpstream).
+        const range = IDBKeyRange.bound(JOURNAL, JOURNAL + '\uffff');
+        const entries = request(store.getAll(range));
+        store.delete(range);
+        const bucket = config.persist ? request(store.get(KEY)) : Promise.resolve(null);
+        return Promise.all([entries, bucket]).then(([list, bucket]) => {
+          adoptOrphans(list);
+          return bucket;
+        });
+      });
+    } catch (e) {
+      if (!config.persist) {
+        restoredFrom = 'disabled';
+        return;
+      }
+      return exhaust('error', e);
+    }
+    if (!config.persist) {
+      restoredFrom = 'disabled'; // a full bucket at every start
+      return;
+    }
+    if (record === undefined) return exhaust('missing');
+    try {
+      if (!record || record.v !== RECORD_VERSION || !Array.isArray(record.snapshot)) {
+        throw new Error('not a sluice record');
+      }
+      limiter.restore(record.snapshot, performance.now(), Date.now());
+      restoredFrom = record.kind === 'install' ? 'install' : 'record';
+    } catch (e) {
+      exhaust('corrupt', e);
+    }
+  }
+
+  /** No usable record: an empty bucket that refills at the rate, never a full one. */
+  function exhaust(why, error) {
+    limiter.exhaust(performance.now());
+    restoredFrom = why;
+    if (error) console.warn(`sluice: stored bucket ${why} (${error.message || error}); starting empty`);
+    scheduleSave(); // so the next start finds a record again
+  }
+
+  let saveTimer = null;
+  let saveWaiters = [];
+  let saveChain = Promise.resolve();
+
+  function scheduleSave() {
+    if (!limiter || !config.persist || saveTimer !== null) return;
+    saveTimer = setTimeout(() => {
+      saveTimer = null;
+      const waiters = saveWaiters;
+      saveWaiters = [];
+      const record = makeRecord('save'); // the state as of now, after every admission so far
+      saveChain = saveChain
+        .then(() => transact('readwrite', (store) => request(store.put(record, KEY))))
+        .catch((e) => console.warn('sluice: could not save the bucket:', e))
+        .then(() => waiters.forEach((w) => w()));
+    }, config.persist_debounce_ms);
+  }
+
+  /** Resolves once the pending save (if any) is written: for `waitUntil`. */
+  function saved() {
+    if (saveTimer === null) return saveChain;
+    return new Promise((resolve) => saveWaiters.push(resolve));
+  }
+
+  // --- the in-flight journal: a request the browser dispatches again is not sent twice ---
+  //
+  // When a worker is stopped while its fetch to upstream is in flight, Chromium dispatches the
+  // same request again to a restarted worker (seen for GET and POST). Before a request leaves,
+  // its key (client, method, URL) goes into IndexedDB; it is removed when the response
+  // headers arrive. A restarted worker adopts the entries left behind and, for a short window,
+  // answers one matching request per entry with a network error instead of sending it again:
+  // its first copy reached upstream and its answer is lost, which is what a network error
+  // says. For methods that are not safe (POST, PUT, PATCH, DELETE, ...) the entry is written
+  // before the request leaves; for GET, HEAD and OPTIONS it is written alongside, so as not
+  // to add latency (a stop within that millisecond may still repeat a safe request).
+
+  const JOURNAL = 'inflight:';
+  const ORPHAN_WINDOW_MS = 30000; // after this worker started
+  const ORPHAN_MAX_AGE_MS = 5 * 60000; // the browser's own limit on one fetch event
+  const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+  const orphans = new Map(); // key -> how many copies may still arrive
+  let journalSeq = 0;
+
+  function requestKey(clientId, req) {
+    return `${clientId || ''} ${req.method} ${req.url}`;
+  }
+
+  function adoptOrphans(entries) {
+    const now = Date.now();
+    for (const e of entries) {
+      if (e && typeof e.key === 'string' && typeof e.t === 'number' && now - e.t < ORPHAN_MAX_AGE_MS) {
+        orphans.set(e.key, (orphans.get(e.key) || 0) + 1);
+      }
+    }
+  }
+
+  /** Whether this request is a copy of one an earlier instance already sent (consumes the entry). */
+  function isRedispatch(key) {
+    const n = orphans.get(key);
+    if (!n || performance.now() > ORPHAN_WINDOW_MS) return false;
+    if (n === 1) orphans.delete(key);
+    else orphans.set(key, n - 1);
+    return true;
+  }
+
+  async function sendUpstream(key, req) {
+    const id = `${JOURNAL}${workerId}:${++journalSeq}`;
+    const written = transact('readwrite', (store) => request(store.put({ key, t: Date.now() }, id))).then(
+      () => true,
+      () => false,
+    );
+    if (!SAFE_METHODS.has(req.method)) await written;
+    try {
+      return await fetch(req);
+    } finally {
+      written.then((ok) => ok && transact('readwrite', (store) => request(store.delete(id)))).catch(() => {});
+    }
+  }
+
+  // --- the queue: JavaScript keeps the promises and one timer; the module decides ---
+
+  const waiting = new Map(); // ticket -> settle(outcome)
+  let timer = null;
+  let timerAt = Infinity;
+
+  function pump() {
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    timerAt = Infinity;
+    const { wake, outcomes } = limiter.poll(performance.now());
+    let admitted = false;
+    for (const o of outcomes) {
+      const settle = waiting.get(o.ticket);
+      waiting.delete(o.ticket);
+      if (o.result === 'admitted') admitted = true;
+      if (settle) settle(o);
+    }
+    if (admitted) scheduleSave();
+    if (wake !== null) arm(wake);
+  }
+
+  function arm(wakeMs) {
+    if (timer !== null && timerAt <= wakeMs) return;
+    if (timer !== null) clearTimeout(timer);
+    timerAt = wakeMs;
+    timer = setTimeout(pump, Math.max(0, Math.ceil(wakeMs - performance.now())));
+  }
+
+  function wait(ticket, signal) {
+    return new Promise((resolve) => {
+      waiting.set(ticket, resolve);
+      if (signal) {
+        signal.addEventListener(
+          'abort',
+          () => {
+            if (waiting.delete(ticket)) {
+              limiter.cancel(ticket);
+              resolve({ ticket, result: 'cancelled', retryAfterMs: 0 });
+              pump();
+            }
+          },
+          { once: true },
+        );
+      }
+      pump();
+    });
+  }
+
+  // --- responses ---
+
+  function tooMany(reason, retryAfterMs) {
+    const ms = Math.max(0, Math.ceil(retryAfterMs));
+    count((c) => c.rejected[reason]++);
+    return new Response(JSON.stringify({ title: 'Too Many Requests', status: 429, reason, retry_after_ms: ms }), {
+      status: 429,
+      statusText: 'Too Many Requests',
+      headers: {
+        'content-type': 'application/problem+json',
+        'retry-after': String(Math.ceil(ms / 1000)),
+        'cache-control': 'no-store',
+        'x-sluice-limiter': 'browser',
+      },
+    });
+  }
+
+  const PRIORITIES = { high: 0, normal: 1, low: 2 };
+
+  async function bodySize(req) {
+    if (req.method === 'GET' || req.method === 'HEAD') return 0;
+    const declared = req.headers.get('content-length');
+    if (declared !== null && /^\d+$/.test(declared)) return Number(declared);
+    try {
+      return (await req.clone().blob()).size;
+    } catch (e) {
+      return Infinity; // unreadable: never queue it
+    }
+  }
+
+  async function limited(event) {
+    const req = event.request;
+    await ready();
+    const size = await bodySize(req);
+    const mayWait = size <= config.max_queued_body_bytes;
+    const priority = PRIORITIES[(req.headers.get('x-sluice-priority') || '').toLowerCase()];
+    const key = requestKey(event.clientId, req);
+    if (isRedispatch(key)) {
+      count((c) => c.redispatched++);
+      return Response.error();
+    }
+    const flow = flowOf(event.clientId || event.resultingClientId);
+    const offer = limiter.offer(performance.now(), 1, flow, priority === undefined ? 1 : priority, mayWait ? -1 : 0);
+    switch (offer.result) {
+      case 'admitted':
+        count((c) => c.admitted++);
+        scheduleSave();
+        return sendUpstream(key, req);
+      case 'queued': {
+        count((c) => c.queued++);
+        const queuedAt = performance.now();
+        let outcome = await wait(offer.ticket, req.signal);
+        // Chromium does not abort `request.signal` here when the page aborts or closes, so a
+        // waiter admitted for a tab that has gone away is not sent (its token is spent).
+        if (outcome.result === 'admitted' && event.clientId && !(await self.clients.get(event.clientId))) {
+          outcome = { result: 'cancelled' };
+        }
+        if (outcome.result === 'admitted') {
+          const waited = performance.now() - queuedAt;
+          count((c) => {
+            c.admitted++;
+            c.wait_ms.sum += waited;
+            c.wait_ms.count++;
+            c.wait_ms.max = Math.max(c.wait_ms.max, waited);
+          });
+          return sendUpstream(key, req);
+        }
+        if (outcome.result === 'timeout') return tooMany('timeout', outcome.retryAfterMs);
+        if (outcome.result === 'cancelled') {
+          count((c) => c.cancelled++);
+          return Response.error();
+        }
+        return new Response('sluice: the queue was closed', { status: 503, headers: { 'retry-after': '1' } });
+      }
+      case 'limit':
+      case 'queue_full':
+      case 'timeout':
+        return tooMany(offer.result, offer.waitMs);
+      case 'too_costly':
+        return tooMany('limit', 0);
+      default:
+        // 'closed' or 'invalid' cannot happen with this script; fail open, the gateway limits.
+        return fetch(req);
+    }
+  }
+
+  function stateResponse() {
+    const body = {
+      worker: workerId,
+      started_unix_ms: startedUnixMs,
+      disabled,
+      restored_from: restoredFrom,
+      config,
+      totals,
+      flows: flows.size,
+    };
+    if (limiter) {
+      const st = limiter.status(performance.now());
+      Object.assign(body, {
+        tokens: st.tokens,
+        capacity: st.capacity,
+        queued: st.queued,
+        reset_after_ms: st.resetAfterMs,
+        next_token_ms: st.nextTokenMs,
+        interval_ns: st.intervalNs,
+      });
+    }
+    return new Response(JSON.stringify(body), {
+      headers: { 'content-type': 'application/json', 'cache-control': 'no-store', 'x-sluice-limiter': 'browser' },
+    });
+  }
+
+  function isLimited(req, url) {
+    if (!limiter || req.mode === 'navigate' || url.origin !== self.location.origin) return false;
+    return config.path_prefixes.some((p) => url.pathname.startsWith(p));
+  }
+
+  // --- telemetry: sampled counter batches, POSTed as small JSON ---
+
+  let telemetryTimer = null;
+  let telemetrySeq = 0;
+  let telemetryPausedUntil = 0;
+
+  function armTelemetry() {
+    if (!config || !config.telemetry || telemetryTimer !== null) return;
+    telemetryTimer = setTimeout(flushTelemetry, config.telemetry.interval_ms);
+  }
+
+  function flushTelemetry() {
+    telemetryTimer = null;
+    const t = config.telemetry;
+    const now = performance.now();
+    const b = batch;
+    const windowMs = Math.round(now - batchStart);
+    batch = newCounters();
+    batchStart = now;
+    const empty = b.admitted + b.queued + b.cancelled + b.redispatched + b.rejected.queue_full + b.rejected.timeout + b.rejected.limit === 0;
+    if (empty || now < telemetryPausedUntil || Math.random() >= t.sample) return;
+    const body = JSON.stringify({
+      v: 1,
+      worker: workerId,
+      seq: ++telemetrySeq,
+      sample: t.sample,
+      window_ms: windowMs,
+      admitted: b.admitted,
+      queued: b.queued,
+      rejected: b.rejected,
+      cancelled: b.cancelled,
+      redispatched: b.redispatched,
+      wait_ms: { sum: Math.round(b.wait_ms.sum), count: b.wait_ms.count, max: Math.round(b.wait_ms.max) },
+    });
+    fetch(t.endpoint, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+      credentials: 'same-origin',
+      cache: 'no-store',
+      keepalive: true,
+    })
+      .then((res) => {
+        if (res.status === 429 || res.status === 503) {
+          const secs = Number(res.headers.get('retry-after'));
+          telemetryPausedUntil = performance.now() + (Number.isFinite(secs) && secs > 0 ? secs * 1000 : t.interval_ms);
+        }
+      })
+      .catch(() => {}); // telemetry is best effort
+  }
+
+  // --- events ---
+
+  self.addEventListener('install', (event) => {
+    event.waitUntil(
+      (async () => {
+        if (limiter && config.persist) {
+          // A fresh install (no worker of this registration active yet) with no record may
+          // start full, and writes that down, so that a record missing later means lost or
+          // corrupt, never "first start".
+          const fresh = !self.registration.active;
+          try {
+            await transact('readwrite', async (store) => {
+              const existing = await request(store.getKey(KEY));
+              if (existing === undefined && fresh) store.put(makeRecord('install'), KEY);
+            });
+          } catch (e) {
+            console.warn('sluice: could not write the install record:', e);
+          }
+        }
+        await self.skipWaiting();
+      })(),
+    );
+  });
+
+  self.addEventListener('activate', (event) => {
+    event.waitUntil(Promise.all([self.clients.claim(), ready()]));
+  });
+
+  self.addEventListener('message', (event) => {
+    // client.js asks after a hard reload, when the page is not controlled.
+    if (event.data && event.data.type === 'sluice:claim') event.waitUntil(self.clients.claim());
+  });
+
+  self.addEventListener('fetch', (event) => {
+    const req = event.request;
+    const url = new URL(req.url);
+    if (url.pathname === STATE_PATH && url.origin === self.location.origin && req.method === 'GET') {
+      event.respondWith(ready().then(stateResponse));
+      return;
+    }
+    if (!isLimited(req, url)) return; // assets, navigations, other origins: untouched
+    const response = limited(event);
+    event.respondWith(response);
+    // Keep the worker alive until the bucket this request changed is on disk.
+    event.waitUntil(response.then(saved, saved));
+  });
+})(self);

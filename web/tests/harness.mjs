@@ -1,0 +1,452 @@
+// Test harness: an upstream that counts what reaches it, a front that serves the browser files
+// and proxies the rest (no limiting of its own), and a fresh headless Chromium per test.
+//
+// The front is pluggable. By default it is the dev front below (node). With
+// SLUICE_GATEWAY_CMD set (e.g. "target/release/sluice serve"), startFront() writes a gateway
+// config (TOML, web/README.md "Replacing the dev front") and runs `$SLUICE_GATEWAY_CMD --config
+// FILE` instead: the gateway must serve the same paths.
+
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { buildServiceWorker, DEFAULT_WASM } from '../build-sw.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const WEB = join(here, '..');
+export const ROOT = join(WEB, '..');
+export const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
+export const CI = process.env.CI === 'true';
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function listen(server) {
+  return new Promise((resolve, reject) => {
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(server.address().port));
+  });
+}
+
+function closeServer(server) {
+  return new Promise((resolve) => {
+    server.closeAllConnections?.();
+    server.close(() => resolve());
+  });
+}
+
+/** The sluice-wasm module, built if missing (run-tests.sh builds it first). */
+export function wasmBytes() {
+  if (!existsSync(DEFAULT_WASM)) {
+    const r = spawnSync('cargo', ['build', '-p', 'sluice-wasm', '--target', 'wasm32-unknown-unknown', '--release'], {
+      cwd: ROOT,
+      stdio: 'inherit',
+    });
+    if (r.status !== 0) throw new Error('cargo build of sluice-wasm failed');
+  }
+  return readFileSync(DEFAULT_WASM);
+}
+
+// === upstream ===
+
+/**
+ * An upstream on a free port. It records every request ({ method, path, t }) with `t` from
+ * this process's performance.now(), and answers:
+ *   /api/slow/...?ms=N   200 JSON after N ms
+ *   /api/...             200 JSON
+ *   /static/...          200 text/css
+ *   / and /page/...      200 text/html
+ *   anything else        404
+ */
+export async function startUpstream() {
+  const hits = [];
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://upstream');
+    hits.push({ method: req.method, path: url.pathname, t: performance.now() });
+    req.resume();
+    const send = (status, type, body) => {
+      res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
+      res.end(body);
+    };
+    if (url.pathname.startsWith('/api/slow/')) {
+      const ms = Number(url.searchParams.get('ms') || 1000);
+      setTimeout(() => send(200, 'application/json', JSON.stringify({ ok: true, path: url.pathname })), ms);
+    } else if (url.pathname.startsWith('/api/')) {
+      send(200, 'application/json', JSON.stringify({ ok: true, path: url.pathname }));
+    } else if (url.pathname.startsWith('/static/')) {
+      send(200, 'text/css', 'body { color: #222 }\n');
+    } else if (url.pathname === '/' || url.pathname.startsWith('/page/')) {
+      send(200, 'text/html; charset=utf-8', '<!doctype html><meta charset="utf-8"><title>sluice test page</title><p>test page</p>\n');
+    } else {
+      send(404, 'text/plain', 'not found\n');
+    }
+  });
+  const port = await listen(server);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    hits,
+    /** Hits whose path starts with `prefix`. */
+    hitsFor: (prefix) => hits.filter((h) => h.path.startsWith(prefix)),
+    close: () => closeServer(server),
+  };
+}
+
+// === the front ===
+
+const FILES = {
+  '/sluice/client.js': ['client.js', 'text/javascript; charset=utf-8'],
+  '/sluice/demo.html': ['demo.html', 'text/html; charset=utf-8'],
+  '/sluice/demo.js': ['demo.js', 'text/javascript; charset=utf-8'],
+};
+
+/**
+ * Starts the front for `config` (the [browser] JSON) in front of `upstream`: the dev front, or
+ * the real gateway when SLUICE_GATEWAY_CMD is set. Returns { url, kind, telemetryTotals(),
+ * close() }.
+ */
+export async function startFront({ upstream, config }) {
+  if (process.env.SLUICE_GATEWAY_CMD) return startGateway({ upstream, config, cmd: process.env.SLUICE_GATEWAY_CMD });
+  return startDevFront({ upstream, config });
+}
+
+/** The dev front: what `sluice serve` will do for the browser, minus any limiting. */
+export async function startDevFront({ upstream, config }) {
+  const script = buildServiceWorker({ wasm: wasmBytes(), config });
+  const telemetry = [];
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://front');
+    if (req.method === 'GET' && url.pathname === '/sluice/sw.js') {
+      res.writeHead(200, {
+        'content-type': 'text/javascript; charset=utf-8',
+        'service-worker-allowed': '/',
+        'cache-control': 'no-cache',
+      });
+      return res.end(script);
+    }
+    if (req.method === 'GET' && url.pathname === '/sluice/config.json') {
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-cache' });
+      return res.end(JSON.stringify(config));
+    }
+    if (req.method === 'GET' && FILES[url.pathname]) {
+      const [file, type] = FILES[url.pathname];
+      res.writeHead(200, { 'content-type': type, 'cache-control': 'no-cache' });
+      return res.end(readFileSync(join(WEB, file)));
+    }
+    if (url.pathname === '/v1/telemetry') return acceptTelemetry(req, res, telemetry);
+    return proxy(req, res, upstream);
+  });
+  const port = await listen(server);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    kind: 'dev',
+    telemetry,
+    telemetryTotals: async () => sumTelemetry(telemetry),
+    close: () => closeServer(server),
+  };
+}
+
+function acceptTelemetry(req, res, store) {
+  if (req.method !== 'POST') {
+    res.writeHead(405, { allow: 'POST' });
+    return res.end();
+  }
+  const chunks = [];
+  let size = 0;
+  req.on('data', (c) => {
+    size += c.length;
+    if (size <= 4096) chunks.push(c);
+  });
+  req.on('end', () => {
+    if (size > 4096) {
+      res.writeHead(413);
+      return res.end();
+    }
+    try {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      if (body.v !== 1) throw new Error('version');
+      store.push(body);
+      res.writeHead(204);
+    } catch (e) {
+      res.writeHead(400);
+    }
+    res.end();
+  });
+}
+
+/** Totals over the batches, as the gateway's /metrics would count them. */
+export function sumTelemetry(batches) {
+  const t = { batches: batches.length, admitted: 0, queued: 0, cancelled: 0, rejected: { queue_full: 0, timeout: 0, limit: 0 }, wait_ms_count: 0 };
+  for (const b of batches) {
+    t.admitted += b.admitted;
+    t.queued += b.queued;
+    t.cancelled += b.cancelled;
+    for (const k of Object.keys(t.rejected)) t.rejected[k] += b.rejected[k];
+    t.wait_ms_count += b.wait_ms.count;
+  }
+  return t;
+}
+
+function proxy(req, res, upstream) {
+  const headers = { ...req.headers, 'x-forwarded-for': req.socket.remoteAddress };
+  const out = http.request(`${upstream.url}${req.url}`, { method: req.method, headers }, (up) => {
+    res.writeHead(up.statusCode, up.headers);
+    up.pipe(res);
+  });
+  out.on('error', () => {
+    if (!res.headersSent) res.writeHead(502);
+    res.end();
+  });
+  req.pipe(out);
+}
+
+// === the real gateway (later) ===
+
+/** The gateway config for a test: an unlimited policy in front of `upstream`, plus [browser]. */
+export function gatewayToml({ listen, adminListen, upstream, config }) {
+  const str = (s) => JSON.stringify(s);
+  const lines = [
+    '[server]',
+    `listen = ${str(listen)}`,
+    `admin_listen = ${str(adminListen)}`,
+    '',
+    '[[policy]]',
+    'name = "open"',
+    'algorithm = "token_bucket"',
+    'capacity = 1000000',
+    'rate = "1000000/s"',
+    'key = "global"',
+    '',
+    '[[route]]',
+    'path_prefix = "/"',
+    'policies = ["open"]',
+    `upstream = ${str(upstream.url)}`,
+    '',
+    '[browser]',
+    `path_prefixes = [${config.path_prefixes.map(str).join(', ')}]`,
+    `algorithm = ${str(config.algorithm || 'token_bucket')}`,
+    `capacity = ${config.capacity}`,
+    `rate = ${str(config.rate)}`,
+    `queue = { depth = ${config.queue.depth}, max_wait = "${config.queue.max_wait_ms}ms" }`,
+    `queue_max_body = ${config.max_queued_body_bytes}`,
+    `persist = ${config.persist}`,
+  ];
+  if (config.persist_debounce_ms !== undefined) lines.push(`persist_debounce = "${config.persist_debounce_ms}ms"`);
+  if (config.telemetry) {
+    const t = config.telemetry;
+    lines.push(`telemetry = { endpoint = ${str(t.endpoint)}, interval = "${t.interval_ms}ms", sample = ${t.sample} }`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+async function startGateway({ upstream, config, cmd }) {
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-gateway-'));
+  const port = await freePort();
+  const adminPort = await freePort();
+  const file = join(dir, 'sluice.toml');
+  await writeFile(
+    file,
+    gatewayToml({ listen: `127.0.0.1:${port}`, adminListen: `127.0.0.1:${adminPort}`, upstream, config }),
+  );
+  const child = spawn('sh', ['-c', `${cmd} --config "$1"`, 'sh', file], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode}`);
+    try {
+      const r = await fetch(`${url}/sluice/sw.js`);
+      if (r.ok) break;
+    } catch (e) {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error('gateway did not serve /sluice/sw.js within 30 s');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    url,
+    kind: 'gateway',
+    telemetryTotals: async () => {
+      const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+      const value = (name, labels = '') => {
+        const re = new RegExp(`^${name}${labels.replace(/[{}"]/g, '\\$&')}\\s+([0-9.e+]+)`, 'm');
+        const m = text.match(re);
+        return m ? Number(m[1]) : 0;
+      };
+      return {
+        batches: value('sluice_browser_telemetry_batches_total'),
+        admitted: value('sluice_browser_admitted_total'),
+        queued: value('sluice_browser_queued_total'),
+        cancelled: value('sluice_browser_cancelled_total'),
+        rejected: {
+          queue_full: value('sluice_browser_rejected_total', '{reason="queue_full"}'),
+          timeout: value('sluice_browser_rejected_total', '{reason="timeout"}'),
+          limit: value('sluice_browser_rejected_total', '{reason="limit"}'),
+        },
+        wait_ms_count: value('sluice_browser_queue_wait_ms_count'),
+      };
+    },
+    close: async () => {
+      child.kill('SIGTERM');
+      await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// === the browser ===
+
+export const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  // Several tabs fire on timers at once: none of them may be throttled as a background tab.
+  '--disable-background-timer-throttling',
+  '--disable-renderer-backgrounding',
+  '--disable-backgrounding-occluded-windows',
+];
+
+/** A fresh headless Chromium with its own profile. Returns { context, close() }. */
+export async function launchBrowser() {
+  const { chromium } = await import('playwright-core');
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-chromium-'));
+  const context = await chromium.launchPersistentContext(dir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_ARGS,
+  });
+  return {
+    context,
+    close: async () => {
+      await context.close().catch(() => {});
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Opens a tab on the front's test page and waits until the worker controls it. */
+export async function openTab(context, front, path = '/') {
+  const page = context.pages().find((p) => p.url() === 'about:blank') || (await context.newPage());
+  await page.goto(front.url + path);
+  await page.evaluate(async () => {
+    const { register } = await import('/sluice/client.js');
+    await register();
+  });
+  return page;
+}
+
+/**
+ * In `page`: fires `perSecond` requests per second for `durationMs` at `${path}${i}` (on a
+ * schedule, not waiting for answers), then waits for every answer. Returns one result per
+ * request: { i, status, start, ms, retryAfter, reason, limiter }, times in ms from the first.
+ */
+export function fire(page, { path, perSecond, durationMs, init = {} }) {
+  return page.evaluate(
+    async ({ path, perSecond, durationMs, init }) => {
+      const n = Math.round((perSecond * durationMs) / 1000);
+      const t0 = performance.now();
+      const all = [];
+      for (let i = 0; i < n; i++) {
+        const due = t0 + (i * 1000) / perSecond;
+        const delay = due - performance.now();
+        if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+        const start = performance.now();
+        all.push(
+          fetch(`${path}${i}`, { cache: 'no-store', ...init }).then(
+            async (r) => {
+              const ms = performance.now() - start;
+              let reason = null;
+              if (r.status === 429) reason = (await r.json()).reason;
+              else await r.text();
+              return {
+                i,
+                status: r.status,
+                start: start - t0,
+                ms,
+                retryAfter: r.headers.get('retry-after'),
+                reason,
+                limiter: r.headers.get('x-sluice-limiter'),
+              };
+            },
+            (e) => ({ i, status: 0, start: start - t0, ms: performance.now() - start, error: String(e) }),
+          ),
+        );
+      }
+      return Promise.all(all);
+    },
+    { path, perSecond, durationMs, init },
+  );
+}
+
+/** The worker's own view: GET /sluice/state, answered by the worker. */
+export function workerState(page) {
+  return page.evaluate(async () => (await fetch('/sluice/state', { cache: 'no-store' })).json());
+}
+
+/** Stops every Service Worker of the browser through CDP, as the issue asks. */
+export async function stopWorkers(page) {
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('ServiceWorker.enable');
+  await cdp.send('ServiceWorker.stopAllWorkers');
+  await cdp.detach();
+}
+
+/** A test config: the README's defaults with `overrides` (shallow, plus `queue`). */
+export function testConfig(overrides = {}) {
+  return {
+    path_prefixes: ['/api/'],
+    algorithm: 'token_bucket',
+    capacity: 10,
+    rate: '1/s',
+    max_queued_body_bytes: 65536,
+    persist: true,
+    persist_debounce_ms: 150,
+    telemetry: { endpoint: '/v1/telemetry', interval_ms: 1000, sample: 1.0 },
+    ...overrides,
+    queue: { depth: 100, max_wait_ms: 10000, ...(overrides.queue || {}) },
+  };
+}
+
+/** Starts upstream, front and browser; `close()` stops all three. */
+export async function setup(config) {
+  const upstream = await startUpstream();
+  const front = await startFront({ upstream, config });
+  const browser = await launchBrowser();
+  return {
+    upstream,
+    front,
+    context: browser.context,
+    close: async () => {
+      await browser.close();
+      await front.close();
+      await upstream.close();
+    },
+  };
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export function median(values) {
+  const s = [...values].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
