@@ -82,3 +82,46 @@ impl Clock for ManualClock {
         tokio::time::Instant::now() + std::time::Duration::from_nanos(at_ns.saturating_sub(now))
     }
 }
+
+/// The CPU's time-stamp counter through `quanta`, the clock governor uses by default. A few
+/// nanoseconds cheaper than tokio's; it does not follow `tokio::time::pause()`.
+#[cfg(feature = "quanta")]
+#[derive(Debug, Clone)]
+pub struct QuantaClock {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+    tokio_origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "quanta")]
+impl QuantaClock {
+    /// A clock whose origin is now.
+    pub fn new() -> QuantaClock {
+        let clock = quanta::Clock::new();
+        QuantaClock {
+            origin: clock.now(),
+            clock,
+            tokio_origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "quanta")]
+impl Default for QuantaClock {
+    fn default() -> QuantaClock {
+        QuantaClock::new()
+    }
+}
+
+#[cfg(feature = "quanta")]
+impl Clock for QuantaClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        let elapsed = self.clock.now().saturating_duration_since(self.origin);
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn deadline(&self, at_ns: u64) -> tokio::time::Instant {
+        self.tokio_origin + std::time::Duration::from_nanos(at_ns)
+    }
+}

@@ -21,9 +21,16 @@ pub mod pool;
 pub mod retry;
 pub mod store;
 
+#[cfg(feature = "quanta")]
+pub use clock::QuantaClock;
 pub use clock::{Clock, ManualClock, TokioClock};
 pub use error::Error;
 pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::{Acquire, AcquireOptions, Limiter};
 pub use pool::{Pool, PoolError, PoolPermit, Throttle};
 pub use sluice_core::queue::Priority;
+
+/// The README's examples, run as doc tests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
