@@ -54,7 +54,8 @@ export function parseRetryAfter(value, nowMs = Date.now()) {
   if (value === null || value === undefined) return null;
   const text = String(value).trim();
   if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const at = Date.parse(text);
+  // HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms) opens with a day name.
+  const at = /^[A-Za-z]{3}/.test(text) ? Date.parse(text) : NaN;
   if (Number.isNaN(at)) return null;
   return Math.max(0, at - nowMs);
 }
