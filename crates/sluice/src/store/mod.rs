@@ -5,8 +5,12 @@
 //! check-and-update, never waits) and [`Store::acquire`] (waits in that key's queue).
 
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use redis::{OnError, RedisConfig, RedisStore, RedisStoreError};
 
 use std::future::Future;
 

@@ -1,0 +1,61 @@
+-- sluice: GCRA, the one script for token_bucket, gcra and leaky_bucket (they admit alike).
+-- KEYS[1] the key; ARGV: interval_ns, tau_ns (capacity x interval), cost, [now_ns: tests only]
+-- State: the theoretical arrival time (when the bucket is full again), decimal ns since the
+-- Unix epoch. Times are kept as (seconds, nanoseconds) pairs: a Lua number holds integers
+-- exactly only below 2^53 (104 days of nanoseconds), and every duration here is below that.
+-- Returns {allowed, remaining, retry_after_ns, reset_after_ns}, as sluice_core::Gcra::step.
+local interval = tonumber(ARGV[1])
+local tau = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local s, n
+if ARGV[4] then
+  local t = ARGV[4]
+  if #t > 9 then
+    s, n = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
+  else
+    s, n = 0, tonumber(t)
+  end
+else
+  local t = redis.call('TIME')
+  s, n = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+local debt = 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local ts, tn
+  if #v > 9 then
+    ts, tn = tonumber(string.sub(v, 1, -10)), tonumber(string.sub(v, -9))
+  else
+    ts, tn = 0, tonumber(v)
+  end
+  if ts and tn then
+    debt = (ts - s) * 1000000000 + (tn - n)
+    if debt < 0 then debt = 0 end
+  else
+    -- Unreadable: the worst case, everything spent now (written, so that it heals).
+    debt = tau
+    local total = n + tau
+    local carry = math.floor(total / 1000000000)
+    redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
+      'PX', math.max(1, math.ceil(tau / 1000000)))
+  end
+end
+local ahead = debt + cost * interval
+if ahead > tau then
+  local left = tau - debt
+  if left < 0 then left = 0 end
+  local q = math.floor(left / interval)
+  if q * interval > left then q = q - 1 end
+  return {0, q, ahead - tau, debt}
+end
+local q = math.floor((tau - ahead) / interval)
+if q * interval > tau - ahead then q = q - 1 end
+if cost > 0 then
+  local total = n + ahead
+  local carry = math.floor(total / 1000000000)
+  local ttl = math.floor(ahead / 1000000)
+  if ttl * 1000000 < ahead then ttl = ttl + 1 end
+  redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
+    'PX', math.max(1, ttl))
+end
+return {1, q, 0, ahead}

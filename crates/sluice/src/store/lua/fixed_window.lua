@@ -1,0 +1,35 @@
+-- sluice: the fixed window counter (sluice_core::FixedWindow), exactly.
+-- State: "<window end, ns> <count>". Returns {allowed, remaining, retry_after_ns, reset_after_ns}.
+local count, left = 0, nil
+local v = redis.call('GET', KEYS[1])
+if v then
+  local e, cs = string.match(v, '^(%d+) (%d+)$')
+  if e then
+    local es, en = split(e)
+    count = tonumber(cs)
+    local d = (es - s) * E9 + (en - nn) -- window end - now
+    if d > 0 then
+      left = d
+    elseif d > -W then
+      count, left = 0, d + W
+    else
+      count = 0
+    end
+  else
+    -- Unreadable: the worst case, everything spent now (written, so that it heals).
+    count, left = cap, W
+    redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap, 'PX', ttl_ms(W))
+  end
+end
+if not left then left = aligned_left() end
+local used = math.min(count, cap)
+if used + cost <= cap then
+  count = used + cost
+  if cost > 0 then
+    redis.call('SET', KEYS[1], end_string(left) .. ' ' .. count, 'PX', ttl_ms(left))
+  end
+  local reset = 0
+  if count > 0 then reset = left end
+  return {1, cap - count, 0, reset}
+end
+return {0, cap - used, left, left}

@@ -1,0 +1,185 @@
+//! The connection to Redis (one server or a Cluster) and whether to use it right now.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, RedisResult, ScriptInvocation};
+
+use crate::store::redis::config::{RedisConfig, RedisStoreError};
+
+/// A multiplexed connection that reconnects by itself: every clone shares it.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// One server, through `ConnectionManager` (reconnects on the first I/O error).
+    Single(ConnectionManager),
+    /// A Cluster: routes by key slot, follows `MOVED`, refreshes its slot map.
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Opens the connection (once; it then reconnects by itself).
+    pub(crate) async fn open(config: &RedisConfig) -> RedisResult<Conn> {
+        if config.cluster {
+            let client = ClusterClientBuilder::new(config.urls.clone())
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.connect_timeout.max(config.timeout))
+                .retries(1)
+                .min_retry_wait(5)
+                .max_retry_wait(50)
+                .build()?;
+            Ok(Conn::Cluster(client.get_async_connection().await?))
+        } else {
+            let client = redis::Client::open(config.urls[0].as_str())?;
+            // No retries inside the manager: a failed reconnection fails at once, and the
+            // next request (a probe, see `Health`) starts a fresh one. Its backoff would
+            // otherwise keep a restarted Redis unused for seconds.
+            let manager_config = ConnectionManagerConfig::new()
+                .set_number_of_retries(0)
+                .set_connection_timeout(config.connect_timeout);
+            let manager = ConnectionManager::new_with_config(client, manager_config).await?;
+            Ok(Conn::Single(manager))
+        }
+    }
+
+    /// Runs one script invocation; on a dropped connection, once more on the fresh one the
+    /// manager started (the caller bounds the whole by its timeout).
+    pub(crate) async fn run(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+        match self.run_once(invocation).await {
+            Err(e) if is_connection_error(&e) => self.run_once(invocation).await,
+            other => other,
+        }
+    }
+
+    async fn run_once(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+        match self {
+            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+    }
+
+    /// Loads `script` into the server (every master of a Cluster), so the first `EVALSHA`
+    /// finds it.
+    pub(crate) async fn load(&self, script: &redis::Script) -> RedisResult<()> {
+        let _sha: String = match self {
+            Conn::Single(c) => script.prepare_invoke().load_async(&mut c.clone()).await?,
+            Conn::Cluster(c) => script.prepare_invoke().load_async(&mut c.clone()).await?,
+        };
+        Ok(())
+    }
+}
+
+fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// Checks a configuration's URLs before any connection is tried.
+pub(crate) fn validate(config: &RedisConfig) -> Result<(), RedisStoreError> {
+    if config.urls.is_empty() || config.urls.iter().all(|u| u.is_empty()) {
+        return Err(RedisStoreError::NoUrl);
+    }
+    for url in &config.urls {
+        if let Err(e) = redis::Client::open(url.as_str()) {
+            return Err(RedisStoreError::BadUrl {
+                url: url.clone(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether Redis is being used, and when to try it again if not.
+///
+/// Up: every request goes to Redis. A failure (error or timeout) marks it down until
+/// `retry_at`; meanwhile requests get the fallback at once, without waiting for a timeout.
+/// The first request after `retry_at` is the probe (one at a time); its success brings
+/// everyone back to Redis.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    pub(crate) conn: OnceLock<Conn>,
+    down: AtomicBool,
+    retry_at_ns: AtomicU64,
+    probing: AtomicBool,
+    pub(crate) last_error: parking_lot::Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Single(_) => "Conn::Single",
+            Conn::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+/// May this request use Redis?
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Gate<'a> {
+    /// Redis is up: use it.
+    Use(&'a Conn),
+    /// Redis is down but due for a probe: this request is it.
+    Probe(&'a Conn),
+    /// Redis is down (or not connected yet): the policy decides; retry from this time.
+    Fallback { retry_at_ns: u64 },
+}
+
+impl Health {
+    pub(crate) fn gate(&self, now: u64) -> Gate<'_> {
+        let Some(conn) = self.conn.get() else {
+            return Gate::Fallback {
+                retry_at_ns: self.retry_at_ns.load(Ordering::Relaxed),
+            };
+        };
+        if !self.down.load(Ordering::Acquire) {
+            return Gate::Use(conn);
+        }
+        let retry_at_ns = self.retry_at_ns.load(Ordering::Acquire);
+        if now >= retry_at_ns && !self.probing.swap(true, Ordering::AcqRel) {
+            return Gate::Probe(conn);
+        }
+        Gate::Fallback { retry_at_ns }
+    }
+
+    /// Redis answered (to a probe, if `probe`).
+    pub(crate) fn success(&self, probe: bool) {
+        if probe {
+            self.down.store(false, Ordering::Release);
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+
+    /// Redis did not answer in time: leave it alone until `retry_at_ns`.
+    pub(crate) fn failure(&self, probe: bool, retry_at_ns: u64, error: String) {
+        self.retry_at_ns.store(retry_at_ns, Ordering::Release);
+        self.down.store(true, Ordering::Release);
+        if probe {
+            self.probing.store(false, Ordering::Release);
+        }
+        *self.last_error.lock() = Some(error);
+    }
+
+    /// A probe ended without an answer either way (its future was dropped).
+    pub(crate) fn abandon_probe(&self) {
+        self.probing.store(false, Ordering::Release);
+    }
+
+    /// The first connection is there.
+    pub(crate) fn connected(&self, conn: Conn) {
+        let _ = self.conn.set(conn);
+        self.down.store(false, Ordering::Release);
+    }
+
+    /// Whether requests go to Redis now.
+    pub(crate) fn is_up(&self) -> bool {
+        self.conn.get().is_some() && !self.down.load(Ordering::Acquire)
+    }
+
+    /// Records why the first connection is not there yet.
+    pub(crate) fn not_connected(&self, retry_at_ns: u64, error: String) {
+        self.retry_at_ns.store(retry_at_ns, Ordering::Release);
+        *self.last_error.lock() = Some(error);
+    }
+}

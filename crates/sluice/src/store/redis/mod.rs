@@ -1,0 +1,55 @@
+//! Keyed limits in Redis, shared by every server that uses the same Redis (single or Cluster).
+//!
+//! # How a decision is made
+//!
+//! One round trip: `EVALSHA` of an atomic Lua script. When Redis answers `NOSCRIPT` (after a
+//! restart or a failover) the script is loaded with `SCRIPT LOAD` and run again. The script
+//! reads the time from Redis itself (`TIME`), so servers with skewed clocks agree, and makes
+//! exactly the decision the Rust core would make at that time:
+//!
+//! | algorithm                                  | script               | Redis calls (allowed / denied) |
+//! |--------------------------------------------|----------------------|--------------------------------|
+//! | `gcra`, `token_bucket`, `leaky_bucket`     | `lua/debt.lua`       | TIME, GET, SET / TIME, GET     |
+//! | `sliding_window`                           | `lua/sliding_window.lua` | TIME, GET, SET / TIME, GET |
+//! | `fixed_window`                             | `lua/fixed_window.lua`   | TIME, GET, SET / TIME, GET |
+//! | `sliding_log`                              | not offered: one entry per admission does not fit one lean script; use `sliding_window` or `gcra` |
+//!
+//! The three bucket algorithms admit exactly alike (the core documents it), so they share the
+//! GCRA script and its one value per key. Every write sets the key's TTL to the time until the
+//! limit is full again, so idle keys vanish by themselves; a denial writes nothing.
+//!
+//! Keys are `<prefix>:<family>:{<key>}`: the braces are a Redis Cluster hash tag, so every script
+//! touches one slot. Give each limit that shares a Redis its own prefix.
+//!
+//! # When Redis is down or slow
+//!
+//! Every call is bounded by [`RedisConfig::timeout`] (default 50 ms). A call that fails or times
+//! out applies [`OnError`]: `allow`, `deny` ([`Error::Unavailable`](crate::Error::Unavailable)) or
+//! `local` (an in-process [`MemoryStore`](crate::store::MemoryStore) with the same quota, one per
+//! process). Redis is then left alone for [`RedisConfig::retry_interval`] (default 250 ms); the
+//! first request after that is a probe, and when it succeeds decisions go back to Redis by
+//! themselves. No manual reset.
+//!
+//! # The local denial cache
+//!
+//! Only time adds tokens, so a denial "cost c is refused until T" stays true until T for any
+//! cost of at least c. Such denials are answered locally until T (measured from when the
+//! request was sent, so never later than Redis would allow), and a hot key that is being denied
+//! costs no round trip. The cache is exact: it never denies what Redis would admit.
+//!
+//! # Waiting
+//!
+//! [`Store::acquire`](crate::store::Store::acquire) waits in a per-key FIFO queue of this process
+//! (depth and maximum wait from the config), re-asking Redis when the `retry_after` it returned
+//! has passed. The order is first come, first served within one process, not across processes:
+//! waiters of several servers compete for the same tokens when they come back.
+
+mod cache;
+mod config;
+mod link;
+mod queue;
+mod script;
+mod store;
+
+pub use config::{OnError, RedisConfig, RedisStoreError};
+pub use store::RedisStore;

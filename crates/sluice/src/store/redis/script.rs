@@ -1,0 +1,193 @@
+//! The Lua scripts, and the arguments and replies that go with them.
+
+use redis::Script;
+use sluice_core::{Algorithm, AnyAlgorithm, Decision, Kind};
+
+use crate::store::redis::config::RedisStoreError;
+
+/// The largest window the scripts take: twice it must stay an exact Lua number (below 2^53).
+const MAX_WINDOW_NS: u64 = 1 << 52;
+/// The largest capacity of the window scripts: its square must stay exact.
+const MAX_WINDOW_CAPACITY: u64 = 94_906_265;
+
+const DEBT: &str = include_str!("../lua/debt.lua");
+const SLIDING_WINDOW: &str = concat!(
+    include_str!("../lua/window_prelude.lua"),
+    include_str!("../lua/sliding_window.lua")
+);
+const FIXED_WINDOW: &str = concat!(
+    include_str!("../lua/window_prelude.lua"),
+    include_str!("../lua/fixed_window.lua")
+);
+
+/// One algorithm's script with its fixed arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Program {
+    script: Script,
+    /// The family's part of the key name.
+    family: &'static str,
+    /// ARGV[1] and ARGV[2]: interval and tau (debt), or interval and capacity (windows).
+    args: [u64; 2],
+    capacity: u64,
+}
+
+impl Program {
+    /// The script for `algorithm`.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Unsupported`] for `sliding_log`, and for quotas whose numbers would not
+    /// stay exact in Lua (a window above 2^52 ns, about 52 days; a window capacity above 94
+    /// million).
+    pub(crate) fn new(algorithm: &AnyAlgorithm) -> Result<Program, RedisStoreError> {
+        let kind = algorithm.kind();
+        let quota = algorithm.quota();
+        let unsupported = |reason: String| RedisStoreError::Unsupported {
+            algorithm: kind,
+            reason,
+        };
+        if quota.window_ns() > MAX_WINDOW_NS {
+            return Err(unsupported(format!(
+                "its window (capacity x interval) is {}, above the 52 days (2^52 ns) the scripts compute exactly",
+                sluice_core::format_duration_ns(quota.window_ns())
+            )));
+        }
+        let (source, family, args) = match kind {
+            Kind::Gcra | Kind::TokenBucket | Kind::LeakyBucket => (
+                DEBT,
+                "gcra",
+                [quota.interval_ns(), quota.window_ns()],
+            ),
+            Kind::SlidingWindow | Kind::FixedWindow => {
+                if quota.capacity() > MAX_WINDOW_CAPACITY {
+                    return Err(unsupported(format!(
+                        "capacity {} is above the {MAX_WINDOW_CAPACITY} the window scripts compute exactly",
+                        quota.capacity()
+                    )));
+                }
+                let (source, family) = if kind == Kind::SlidingWindow {
+                    (SLIDING_WINDOW, "sw")
+                } else {
+                    (FIXED_WINDOW, "fw")
+                };
+                (source, family, [quota.interval_ns(), quota.capacity()])
+            }
+            Kind::SlidingLog => {
+                return Err(unsupported(String::from(
+                    "it keeps one entry per admission, which one lean script cannot; use sliding_window (same window, O(1)) or gcra",
+                )))
+            }
+        };
+        Ok(Program {
+            script: Script::new(source),
+            family,
+            args,
+            capacity: quota.capacity(),
+        })
+    }
+
+    /// The Redis key of `key`: `<prefix>:<family>:{<key>}`, the braces a Cluster hash tag.
+    pub(crate) fn redis_key(&self, prefix: &str, key: &str) -> String {
+        let mut k = String::with_capacity(prefix.len() + self.family.len() + key.len() + 4);
+        k.push_str(prefix);
+        k.push(':');
+        k.push_str(self.family);
+        k.push_str(":{");
+        k.push_str(key);
+        k.push('}');
+        k
+    }
+
+    /// The script.
+    pub(crate) fn script(&self) -> &Script {
+        &self.script
+    }
+
+    /// The invocation deciding `cost` for `redis_key`, at Redis's time or at `now_unix_ns`.
+    pub(crate) fn invocation(
+        &self,
+        redis_key: &str,
+        cost: u64,
+        now_unix_ns: Option<u64>,
+    ) -> redis::ScriptInvocation<'_> {
+        let mut inv = self.script.prepare_invoke();
+        inv.key(redis_key)
+            .arg(self.args[0])
+            .arg(self.args[1])
+            .arg(cost);
+        if let Some(now) = now_unix_ns {
+            inv.arg(now);
+        }
+        inv
+    }
+
+    /// The decision in a script's reply `{allowed, remaining, retry_after_ns, reset_after_ns}`.
+    pub(crate) fn decision(&self, reply: &[i64]) -> Option<Decision> {
+        let &[allowed, remaining, retry, reset] = reply else {
+            return None;
+        };
+        let n = |v: i64| u64::try_from(v).ok();
+        Some(Decision {
+            allowed: allowed == 1,
+            limit: self.capacity,
+            remaining: n(remaining)?,
+            retry_after_ns: n(retry)?,
+            reset_after_ns: n(reset)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Quota;
+
+    #[test]
+    fn refuses_what_lua_cannot_compute_exactly() {
+        let log = AnyAlgorithm::new(Kind::SlidingLog, Quota::parse(10, "1/s").unwrap());
+        let err = Program::new(&log).unwrap_err().to_string();
+        assert!(
+            err.contains("sliding_log") && err.contains("sliding_window"),
+            "{err}"
+        );
+        let long = AnyAlgorithm::new(Kind::Gcra, Quota::parse(100, "1/d").unwrap());
+        let err = Program::new(&long).unwrap_err().to_string();
+        assert!(err.contains("52 days"), "{err}");
+        let wide = AnyAlgorithm::new(
+            Kind::SlidingWindow,
+            Quota::parse(100_000_000, "1000000000/s").unwrap(),
+        );
+        assert!(Program::new(&wide).is_err());
+        for kind in [
+            Kind::Gcra,
+            Kind::TokenBucket,
+            Kind::LeakyBucket,
+            Kind::FixedWindow,
+        ] {
+            assert!(
+                Program::new(&AnyAlgorithm::new(kind, Quota::parse(10, "1/s").unwrap())).is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn keys_carry_a_hash_tag() {
+        let p = Program::new(&AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::parse(1, "1/s").unwrap(),
+        ))
+        .unwrap();
+        assert_eq!(p.redis_key("api", "10.0.0.1"), "api:gcra:{10.0.0.1}");
+    }
+
+    #[test]
+    fn one_in_binary_is_what_the_prelude_says() {
+        assert_eq!(
+            format!("{:b}", 1_000_000_000u64),
+            "111011100110101100101000000000"
+        );
+        assert!(SLIDING_WINDOW.contains("111011100110101100101000000000"));
+        assert!((MAX_WINDOW_CAPACITY as u128).pow(2) < 1 << 53);
+        assert!(((MAX_WINDOW_CAPACITY + 1) as u128).pow(2) >= 1 << 53);
+    }
+}

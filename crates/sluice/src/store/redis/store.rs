@@ -1,0 +1,450 @@
+//! [`RedisStore`]: the [`Store`] over Redis.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use sluice_core::{Algorithm, AnyAlgorithm, Decision};
+
+use crate::clock::{Clock, TokioClock};
+use crate::error::Error;
+use crate::limiter::AcquireOptions;
+use crate::store::redis::cache::DenialCache;
+use crate::store::redis::config::{OnError, RedisConfig, RedisStoreError};
+use crate::store::redis::link::{self, Conn, Gate, Health};
+use crate::store::redis::queue::Queues;
+use crate::store::redis::script::Program;
+use crate::store::{MemoryStore, Store};
+
+/// Keyed limits kept in Redis and shared by every process that uses the same Redis and prefix.
+/// Clones share the connection, the caches and the queues.
+///
+/// See the [module documentation](crate::store::redis) for the scripts, the failure policy,
+/// the denial cache and the waiting order.
+///
+/// # Examples
+///
+/// ```no_run
+/// use sluice::store::{OnError, RedisConfig, RedisStore, Store};
+/// use sluice_core::{AnyAlgorithm, Kind, Quota};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_ip = AnyAlgorithm::new(Kind::Gcra, Quota::parse(20, "10/s")?);
+/// let config = RedisConfig::new("redis://127.0.0.1:6379").on_error(OnError::Local);
+/// let store = RedisStore::connect(per_ip, config).await?;
+/// match store.check("10.0.0.1", 1).await {
+///     Ok(decision) => println!("admitted, {} left", decision.remaining),
+///     Err(e) => println!("refused: {e}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    algorithm: AnyAlgorithm,
+    program: Program,
+    config: RedisConfig,
+    clock: TokioClock,
+    health: Health,
+    denials: DenialCache,
+    fallback: Fallback,
+    queues: Queues,
+    metrics: StoreMetrics,
+}
+
+#[derive(Debug)]
+struct StoreMetrics {
+    round_trips: metrics::Counter,
+    cached_denials: metrics::Counter,
+    fallbacks: metrics::Counter,
+    errors: metrics::Counter,
+}
+
+/// The [`OnError`] policy, with its store for `local`.
+#[derive(Debug)]
+enum Fallback {
+    Allow,
+    Deny,
+    Local(MemoryStore),
+}
+
+/// Redis could not answer this request: the policy decides.
+struct Unanswered {
+    retry_at_ns: u64,
+}
+
+impl RedisStore {
+    /// A store for `algorithm`, connecting in the background: until Redis answers (and
+    /// whenever it stops answering) the [`OnError`] policy decides. Needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::NoUrl`], [`RedisStoreError::BadUrl`],
+    /// [`RedisStoreError::Unsupported`] for algorithms and quotas the scripts cannot run,
+    /// [`RedisStoreError::NoRuntime`] outside a tokio runtime. Never because Redis is down.
+    pub fn new(
+        algorithm: AnyAlgorithm,
+        config: RedisConfig,
+    ) -> Result<RedisStore, RedisStoreError> {
+        let store = RedisStore::build(algorithm, config)?;
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| RedisStoreError::NoRuntime)?;
+        runtime.spawn(connect_until_done(Arc::downgrade(&store.inner)));
+        Ok(store)
+    }
+
+    /// A store for `algorithm`, once Redis answered (within [`RedisConfig::connect_timeout`]):
+    /// for servers that should not start without it. Later outages are handled as by
+    /// [`RedisStore::new`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStore::new`], and [`RedisStoreError::Connect`] when Redis does not answer.
+    pub async fn connect(
+        algorithm: AnyAlgorithm,
+        config: RedisConfig,
+    ) -> Result<RedisStore, RedisStoreError> {
+        let store = RedisStore::build(algorithm, config)?;
+        let inner = &store.inner;
+        let connected = tokio::time::timeout(inner.config.connect_timeout, async {
+            let conn = Conn::open(&inner.config).await?;
+            conn.load(inner.program.script()).await?;
+            Ok::<_, redis::RedisError>(conn)
+        })
+        .await;
+        match connected {
+            Ok(Ok(conn)) => {
+                inner.health.connected(conn);
+                Ok(store)
+            }
+            Ok(Err(e)) => Err(RedisStoreError::Connect {
+                target: inner.config.target(),
+                reason: e.to_string(),
+            }),
+            Err(_) => Err(RedisStoreError::Connect {
+                target: inner.config.target(),
+                reason: format!("no answer within {:?}", inner.config.connect_timeout),
+            }),
+        }
+    }
+
+    fn build(algorithm: AnyAlgorithm, config: RedisConfig) -> Result<RedisStore, RedisStoreError> {
+        link::validate(&config)?;
+        let program = Program::new(&algorithm)?;
+        let fallback = match config.on_error {
+            OnError::Allow => Fallback::Allow,
+            OnError::Deny => Fallback::Deny,
+            OnError::Local => Fallback::Local(MemoryStore::new(
+                algorithm,
+                config.max_keys,
+                config.queue_depth,
+                config.max_wait,
+            )),
+        };
+        let label = config.prefix.clone();
+        let counter = |name: &'static str| metrics::counter!(name, "store" => "redis", "prefix" => label.clone());
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                metrics: StoreMetrics {
+                    round_trips: counter("sluice_store_round_trips_total"),
+                    cached_denials: counter("sluice_store_cached_denials_total"),
+                    fallbacks: counter("sluice_store_fallbacks_total"),
+                    errors: counter("sluice_store_errors_total"),
+                },
+                denials: DenialCache::new(config.max_keys),
+                algorithm,
+                program,
+                config,
+                clock: TokioClock::new(),
+                health: Health::default(),
+                fallback,
+                queues: Queues::default(),
+            }),
+        })
+    }
+
+    /// The algorithm and quota.
+    pub fn algorithm(&self) -> &AnyAlgorithm {
+        &self.inner.algorithm
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// Whether decisions come from Redis right now (`false` while the policy decides).
+    pub fn is_using_redis(&self) -> bool {
+        self.inner.health.is_up()
+    }
+
+    /// Why Redis last failed to answer, if it ever did.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.health.last_error.lock().clone()
+    }
+
+    /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
+    /// cache and the failure policy: for conformance tests and replays. Never use it on keys
+    /// that live traffic uses, whose state is kept on Redis's own clock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsufficientCapacity`], and [`Error::Unavailable`] if Redis does not answer.
+    pub async fn check_at(&self, key: &str, cost: u64, unix_ns: u64) -> Result<Decision, Error> {
+        self.inner.ensure_cost(cost)?;
+        let inner = &*self.inner;
+        let redis_key = inner.program.redis_key(&inner.config.prefix, key);
+        let invocation = inner.program.invocation(&redis_key, cost, Some(unix_ns));
+        let conn = inner.health.conn.get().ok_or(Error::Unavailable {
+            retry_after: inner.config.retry_interval,
+        })?;
+        let reply = tokio::time::timeout(inner.config.timeout, conn.run(&invocation)).await;
+        match reply {
+            Ok(Ok(reply)) => inner.program.decision(&reply).ok_or(Error::Unavailable {
+                retry_after: inner.config.retry_interval,
+            }),
+            _ => Err(Error::Unavailable {
+                retry_after: inner.config.retry_interval,
+            }),
+        }
+    }
+}
+
+/// Connects in the background until the first connection is there or the store is gone.
+async fn connect_until_done(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let config = strong.config.clone();
+        let script = strong.program.script().clone();
+        drop(strong);
+        let attempt = tokio::time::timeout(config.connect_timeout, async {
+            let conn = Conn::open(&config).await?;
+            conn.load(&script).await?;
+            Ok::<_, redis::RedisError>(conn)
+        })
+        .await;
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let now = strong.clock.now_ns();
+        match attempt {
+            Ok(Ok(conn)) => {
+                strong.health.connected(conn);
+                return;
+            }
+            Ok(Err(e)) => strong
+                .health
+                .not_connected(now + nanos(config.retry_interval), e.to_string()),
+            Err(_) => strong.health.not_connected(
+                now + nanos(config.retry_interval),
+                format!("no answer within {:?}", config.connect_timeout),
+            ),
+        }
+        drop(strong);
+        tokio::time::sleep(config.retry_interval).await;
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn limited(decision: Decision) -> Error {
+    Error::Limited {
+        retry_after: Duration::from_nanos(decision.retry_after_ns),
+        decision,
+    }
+}
+
+/// Gives the probe back if its future is dropped before Redis answered.
+struct ProbeGuard<'a> {
+    health: &'a Health,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.health.abandon_probe();
+        }
+    }
+}
+
+impl Inner {
+    fn ensure_cost(&self, cost: u64) -> Result<(), Error> {
+        let capacity = self.algorithm.quota().capacity();
+        if cost > capacity {
+            return Err(Error::InsufficientCapacity { cost, capacity });
+        }
+        Ok(())
+    }
+
+    /// One decision by Redis, within the timeout, if Redis may be asked now.
+    async fn ask(&self, key: &str, cost: u64, now: u64) -> Result<Decision, Unanswered> {
+        let (conn, probe) = match self.health.gate(now) {
+            Gate::Use(conn) => (conn, false),
+            Gate::Probe(conn) => (conn, true),
+            Gate::Fallback { retry_at_ns } => return Err(Unanswered { retry_at_ns }),
+        };
+        let mut guard = ProbeGuard {
+            health: &self.health,
+            armed: probe,
+        };
+        let redis_key = self.program.redis_key(&self.config.prefix, key);
+        let invocation = self.program.invocation(&redis_key, cost, None);
+        self.metrics.round_trips.increment(1);
+        let reply = tokio::time::timeout(self.config.timeout, conn.run(&invocation)).await;
+        guard.armed = false;
+        let error = match reply {
+            Ok(Ok(reply)) => match self.program.decision(&reply) {
+                Some(decision) => {
+                    self.health.success(probe);
+                    return Ok(decision);
+                }
+                None => format!("unexpected script reply {reply:?}"),
+            },
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.config.timeout),
+        };
+        self.metrics.errors.increment(1);
+        let retry_at_ns = self.clock.now_ns() + nanos(self.config.retry_interval);
+        self.health.failure(probe, retry_at_ns, error);
+        Err(Unanswered { retry_at_ns })
+    }
+
+    /// What the policy decides while Redis does not answer.
+    fn fallback(&self, key: &str, cost: u64, unanswered: Unanswered) -> Result<Decision, Error> {
+        self.metrics.fallbacks.increment(1);
+        match &self.fallback {
+            Fallback::Allow => {
+                let limit = self.algorithm.quota().capacity();
+                Ok(Decision {
+                    allowed: true,
+                    limit,
+                    remaining: limit - cost,
+                    retry_after_ns: 0,
+                    reset_after_ns: 0,
+                })
+            }
+            Fallback::Deny => {
+                let wait = unanswered
+                    .retry_at_ns
+                    .saturating_sub(self.clock.now_ns())
+                    .max(nanos(self.config.timeout));
+                Err(Error::Unavailable {
+                    retry_after: Duration::from_nanos(wait),
+                })
+            }
+            Fallback::Local(local) if cost == 0 => Ok(local.keyed().peek(key)),
+            Fallback::Local(local) => local.check_now(key, cost),
+        }
+    }
+
+    async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.ensure_cost(cost)?;
+        let now = self.clock.now_ns();
+        if cost > 0 {
+            if let Some(decision) = self.denials.get(key, cost, now) {
+                self.metrics.cached_denials.increment(1);
+                return Err(limited(decision));
+            }
+        }
+        match self.ask(key, cost, now).await {
+            Ok(decision) if decision.allowed => Ok(decision),
+            Ok(decision) => {
+                self.denials.insert(key, cost, now, decision);
+                Err(limited(decision))
+            }
+            Err(unanswered) => self.fallback(key, cost, unanswered),
+        }
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.inner.check(key, cost).await
+    }
+
+    /// Waits in `key`'s FIFO queue of this process (see the module docs).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives its place back. If it is dropped while a request to Redis is
+    /// in flight, Redis may have admitted it: that cost is spent, not given back.
+    async fn acquire(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        let start = inner.clock.now_ns();
+        let depth = inner.config.queue_depth;
+        // Newcomers queue behind the waiters of this process; otherwise ask first.
+        let predicted = if depth > 0 && inner.queues.has_waiters(key) {
+            None
+        } else {
+            match inner.check(key, cost).await {
+                Err(Error::Limited { retry_after, .. }) if depth > 0 => Some(retry_after),
+                other => return other,
+            }
+        };
+        let max_wait = options
+            .max_wait
+            .map_or(inner.config.max_wait, |w| w.min(inner.config.max_wait));
+        let deadline = start.saturating_add(nanos(max_wait));
+        let mut wait = predicted.unwrap_or(Duration::ZERO);
+        if wait > max_wait {
+            return Err(Error::Timeout { retry_after: wait });
+        }
+        let Some(place) = inner.queues.join(key, depth) else {
+            return Err(Error::QueueFull { retry_after: wait });
+        };
+        let left = Duration::from_nanos(deadline.saturating_sub(inner.clock.now_ns()));
+        let Ok(_turn) = tokio::time::timeout(left, place.queue.turn.lock()).await else {
+            return Err(Error::Timeout { retry_after: wait });
+        };
+        // At the head: ask again (now, if this request never asked), then each time the wait
+        // Redis gave has passed.
+        if predicted.is_some() {
+            // The wait counted from the first answer, part of which was spent in the queue.
+            let waited = Duration::from_nanos(inner.clock.now_ns().saturating_sub(start));
+            wait = wait.saturating_sub(waited);
+        }
+        loop {
+            let now = inner.clock.now_ns();
+            if now.saturating_add(nanos(wait)) > deadline {
+                return Err(Error::Timeout { retry_after: wait });
+            }
+            tokio::time::sleep(wait).await;
+            match inner.check(key, cost).await {
+                Err(Error::Limited { retry_after, .. }) => wait = retry_after,
+                other => return other,
+            }
+        }
+    }
+
+    async fn peek(&self, key: &str) -> Result<Decision, Error> {
+        self.inner.check(key, 0).await
+    }
+
+    fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
+        let inner = &*self.inner;
+        let mut all = inner.denials.denied(inner.clock.now_ns());
+        if let Fallback::Local(local) = &inner.fallback {
+            if !inner.health.is_up() {
+                all.extend(local.hottest(n));
+            }
+        }
+        all.sort_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after_ns)));
+        all.truncate(n);
+        all
+    }
+}
