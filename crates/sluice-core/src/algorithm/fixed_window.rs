@@ -1,7 +1,7 @@
 //! The fixed window counter: at most N per window, windows back to back.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{ensure_cost, Algorithm, SavedState};
+use crate::algorithm::step::{clamp_time, ensure_cost, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -79,7 +79,7 @@ impl Algorithm for FixedWindow {
 
     fn exhausted_state(&self, now: u64) -> FixedWindowState {
         FixedWindowState {
-            window_end_ns: now.saturating_add(self.window),
+            window_end_ns: clamp_time(now).saturating_add(self.window),
             count: self.quota.capacity(),
         }
     }
@@ -91,6 +91,7 @@ impl Algorithm for FixedWindow {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         ensure_cost(&self.quota, cost)?;
+        let now = clamp_time(now);
         self.roll(state, now);
         let limit = self.quota.capacity();
         let left = state.window_end_ns.saturating_sub(now);
@@ -116,6 +117,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn refund(&self, state: &mut FixedWindowState, admitted_at: u64, now: u64, cost: u64) {
+        let (admitted_at, now) = (clamp_time(admitted_at), clamp_time(now));
         self.roll(state, now);
         // Only a consumption of the current window is still counted anywhere.
         if admitted_at.saturating_add(self.window) >= state.window_end_ns
@@ -134,6 +136,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn save(&self, state: &FixedWindowState, now: u64) -> SavedState {
+        let now = clamp_time(now);
         let mut state = *state;
         self.roll(&mut state, now);
         SavedState::Window {
@@ -166,6 +169,7 @@ impl Algorithm for FixedWindow {
                 value: *ends_in_ns,
             });
         }
+        let now = clamp_time(now);
         let ends_in = (*ends_in_ns).min(self.window);
         if elapsed_ns < ends_in {
             Ok(FixedWindowState {

@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm: the token bucket with one `u64` of state.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{ensure_cost, restore_debt, Algorithm, SavedState};
+use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -53,8 +53,11 @@ impl Gcra {
     #[inline]
     pub fn step(&self, tat: u64, now: u64, cost: u64) -> Result<(Decision, u64), CheckError> {
         ensure_cost(&self.quota, cost)?;
+        let now = clamp_time(now);
         let base = if tat > now { tat } else { now };
-        // cost ≤ capacity and capacity·T ≤ 2^62, so this product cannot overflow.
+        // cost ≤ capacity and capacity·T ≤ 2^62, so this product cannot overflow; a stored TAT
+        // is at most MAX_TIME_NS + tau, so the sum cannot either. (It must not saturate: a
+        // saturated TAT stops counting debt and admits everything.)
         let new_tat = base.saturating_add(cost * self.interval);
         let ahead = new_tat - now;
         if ahead <= self.tau {
@@ -96,7 +99,7 @@ impl Algorithm for Gcra {
     }
 
     fn exhausted_state(&self, now: u64) -> u64 {
-        now.saturating_add(self.tau)
+        clamp_time(now).saturating_add(self.tau)
     }
 
     #[inline]
@@ -108,7 +111,9 @@ impl Algorithm for Gcra {
 
     fn refund(&self, state: &mut u64, _admitted_at: u64, now: u64, cost: u64) {
         let give_back = cost.min(self.quota.capacity()) * self.interval;
-        *state = state.saturating_sub(give_back).max(now.min(*state));
+        *state = state
+            .saturating_sub(give_back)
+            .max(clamp_time(now).min(*state));
     }
 
     fn idle_at(&self, state: &u64) -> u64 {
@@ -117,7 +122,7 @@ impl Algorithm for Gcra {
 
     fn save(&self, state: &u64, now: u64) -> SavedState {
         SavedState::Debt {
-            debt_ns: state.saturating_sub(now).min(self.tau),
+            debt_ns: state.saturating_sub(clamp_time(now)).min(self.tau),
         }
     }
 
@@ -126,7 +131,7 @@ impl Algorithm for Gcra {
         Ok(if debt == 0 {
             0
         } else {
-            now.saturating_add(debt)
+            clamp_time(now).saturating_add(debt)
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The leaky bucket as a meter: water drains at a constant rate, each request pours its cost in.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{ensure_cost, restore_debt, Algorithm, SavedState};
+use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -58,7 +58,7 @@ impl LeakyBucket {
 
     #[inline]
     fn drain(&self, state: &LeakyBucketState, now: u64) -> (u64, u64) {
-        let now = now.max(state.last_ns);
+        let now = clamp_time(now).max(state.last_ns);
         (state.water_ns.saturating_sub(now - state.last_ns), now)
     }
 }
@@ -81,7 +81,7 @@ impl Algorithm for LeakyBucket {
     fn exhausted_state(&self, now: u64) -> LeakyBucketState {
         LeakyBucketState {
             water_ns: self.tau,
-            last_ns: now,
+            last_ns: clamp_time(now),
         }
     }
 
@@ -149,7 +149,7 @@ impl Algorithm for LeakyBucket {
         let water = restore_debt(&self.quota, saved, "leaky_bucket", elapsed_ns)?;
         Ok(LeakyBucketState {
             water_ns: water,
-            last_ns: now,
+            last_ns: clamp_time(now),
         })
     }
 }

@@ -26,5 +26,5 @@ pub use kind::{Kind, UnknownKind};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
-pub use step::{Algorithm, SavedState};
+pub use step::{Algorithm, SavedState, MAX_TIME_NS};
 pub use token_bucket::{TokenBucket, TokenBucketState};

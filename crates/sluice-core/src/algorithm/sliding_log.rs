@@ -3,7 +3,7 @@
 use alloc::collections::VecDeque;
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{ensure_cost, Algorithm, SavedState};
+use crate::algorithm::step::{clamp_time, ensure_cost, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -68,7 +68,7 @@ impl SlidingLog {
 
     #[inline]
     fn expire(&self, state: &mut SlidingLogState, now: u64) -> u64 {
-        let now = now.max(state.last_ns);
+        let now = clamp_time(now).max(state.last_ns);
         state.last_ns = now;
         while let Some(&(leaves, cost)) = state.entries.front() {
             if leaves > now {
@@ -97,6 +97,7 @@ impl Algorithm for SlidingLog {
     }
 
     fn exhausted_state(&self, now: u64) -> SlidingLogState {
+        let now = clamp_time(now);
         let mut entries = VecDeque::new();
         entries.push_back((now.saturating_add(self.window), self.quota.capacity()));
         SlidingLogState {
@@ -155,7 +156,7 @@ impl Algorithm for SlidingLog {
 
     fn refund(&self, state: &mut SlidingLogState, admitted_at: u64, now: u64, cost: u64) {
         self.expire(state, now);
-        let leaves = admitted_at.saturating_add(self.window);
+        let leaves = clamp_time(admitted_at).saturating_add(self.window);
         if let Some(pos) = state.entries.iter().rposition(|&(l, _)| l == leaves) {
             let entry = &mut state.entries[pos];
             let taken = entry.1.min(cost);
@@ -172,7 +173,7 @@ impl Algorithm for SlidingLog {
     }
 
     fn save(&self, state: &SlidingLogState, now: u64) -> SavedState {
-        let now = now.max(state.last_ns);
+        let now = clamp_time(now).max(state.last_ns);
         let entries = state
             .entries
             .iter()
@@ -195,6 +196,7 @@ impl Algorithm for SlidingLog {
             });
         };
         let n = self.quota.capacity();
+        let now = clamp_time(now);
         let mut state = SlidingLogState {
             last_ns: now,
             ..SlidingLogState::default()

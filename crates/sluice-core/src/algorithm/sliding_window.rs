@@ -1,7 +1,7 @@
 //! The sliding window counter: two fixed windows blended by time, O(1) memory, approximate.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{ensure_cost, Algorithm, SavedState};
+use crate::algorithm::step::{clamp_time, ensure_cost, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -123,7 +123,7 @@ impl Algorithm for SlidingWindow {
 
     fn exhausted_state(&self, now: u64) -> SlidingWindowState {
         SlidingWindowState {
-            window_end_ns: now.saturating_add(self.window),
+            window_end_ns: clamp_time(now).saturating_add(self.window),
             previous: self.quota.capacity(),
             current: 0,
         }
@@ -136,6 +136,7 @@ impl Algorithm for SlidingWindow {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         ensure_cost(&self.quota, cost)?;
+        let now = clamp_time(now);
         self.roll(state, now);
         let n = self.quota.capacity();
         state.previous = state.previous.min(n);
@@ -173,6 +174,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn refund(&self, state: &mut SlidingWindowState, admitted_at: u64, now: u64, cost: u64) {
+        let (admitted_at, now) = (clamp_time(admitted_at), clamp_time(now));
         self.roll(state, now);
         let start = state.window_end_ns.saturating_sub(self.window);
         if admitted_at >= start && admitted_at < state.window_end_ns {
@@ -193,6 +195,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn save(&self, state: &SlidingWindowState, now: u64) -> SavedState {
+        let now = clamp_time(now);
         let mut state = *state;
         self.roll(&mut state, now);
         SavedState::Sliding {
@@ -229,6 +232,7 @@ impl Algorithm for SlidingWindow {
             }
         }
         let n = self.quota.capacity();
+        let now = clamp_time(now);
         let ends_in = (*ends_in_ns).min(self.window);
         let (previous, current) = ((*previous).min(n), (*current).min(n));
         let state = if elapsed_ns < ends_in {

@@ -6,7 +6,23 @@ use core::fmt::Debug;
 use crate::algorithm::kind::Kind;
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
-use crate::quota::Quota;
+use crate::quota::{Quota, MAX_SPAN_NS};
+
+/// The latest time the algorithms tell apart; later times count as this one.
+///
+/// It is `u64::MAX − 2 × MAX_SPAN_NS` (= `i64::MAX`, the year 2262 for a Unix-epoch origin), so
+/// that a stored time, at most `now + 2 × window` even after a backward clock, cannot overflow.
+pub const MAX_TIME_NS: u64 = u64::MAX - 2 * MAX_SPAN_NS;
+
+/// `now`, or [`MAX_TIME_NS`] if later.
+#[inline]
+pub(crate) fn clamp_time(now: u64) -> u64 {
+    if now > MAX_TIME_NS {
+        MAX_TIME_NS
+    } else {
+        now
+    }
+}
 
 /// A rate-limiting algorithm as a pure step over caller-held state.
 ///
@@ -16,7 +32,10 @@ use crate::quota::Quota;
 ///
 /// Time is a monotonic count of nanoseconds from any origin the caller likes. If it goes
 /// backwards, the step treats it as not having moved (or, for GCRA, as a later moment of the
-/// same debt): no tokens are ever minted by a backward clock, and nothing panics.
+/// same debt): no tokens are ever minted by a backward clock, and nothing panics. Times after
+/// [`MAX_TIME_NS`] (about 292 years from the origin) count as [`MAX_TIME_NS`], as if the clock
+/// had stopped there: that keeps `now + window` representable, so a full limiter never looks
+/// empty because a time saturated.
 pub trait Algorithm {
     /// Everything the algorithm remembers about one key.
     type State: Clone + Debug + PartialEq;
@@ -144,7 +163,7 @@ pub(crate) fn restore_debt(
 ) -> Result<u64, SnapshotError> {
     match saved {
         SavedState::Debt { debt_ns } => {
-            if *debt_ns > crate::quota::MAX_SPAN_NS {
+            if *debt_ns > MAX_SPAN_NS {
                 return Err(SnapshotError::Corrupt {
                     field: "debt_ns",
                     value: *debt_ns,

@@ -1,7 +1,7 @@
 //! The token bucket: starts full, refills by elapsed time, holds fractional tokens exactly.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{ensure_cost, restore_debt, Algorithm, SavedState};
+use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -56,7 +56,7 @@ impl TokenBucket {
     /// The level at `now`, refilled and capped; a backward clock counts as no time passing.
     #[inline]
     fn refill(&self, state: &TokenBucketState, now: u64) -> (u64, u64) {
-        let now = now.max(state.last_ns);
+        let now = clamp_time(now).max(state.last_ns);
         let level = state
             .level_ns
             .saturating_add(now - state.last_ns)
@@ -86,7 +86,7 @@ impl Algorithm for TokenBucket {
     fn exhausted_state(&self, now: u64) -> TokenBucketState {
         TokenBucketState {
             level_ns: 0,
-            last_ns: now,
+            last_ns: clamp_time(now),
         }
     }
 
@@ -157,7 +157,7 @@ impl Algorithm for TokenBucket {
         let debt = restore_debt(&self.quota, saved, "token_bucket", elapsed_ns)?;
         Ok(TokenBucketState {
             level_ns: self.tau - debt,
-            last_ns: now,
+            last_ns: clamp_time(now),
         })
     }
 }
