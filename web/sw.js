@@ -300,21 +300,96 @@
     return `${config.algorithm}/${config.capacity}/${limiter.status(performance.now()).intervalNs}`;
   }
 
+  // The record (one IndexedDB value under 'bucket') holds the bucket and the in-flight journal.
+  //
+  // The journal: when a worker is stopped while its fetch to upstream is in flight, Chromium
+  // dispatches the same request again to a restarted worker (seen for GET and POST; the test
+  // "a request in flight when the worker stops is not sent upstream twice" shows it). So the
+  // record also lists the requests on their way upstream (client, method, URL). A restarted
+  // worker adopts that list and, shortly after its start, answers one matching request per
+  // entry with a network error instead of sending it again: its first copy reached upstream and
+  // its answer is lost, which is what a network error says. For methods that are not safe
+  // (POST, PUT, PATCH, DELETE, ...) the record is written before the request leaves; for GET,
+  // HEAD and OPTIONS it is written once the request has been in flight for 25 ms, so as not to
+  // add latency (most answers come sooner and cost no write): a safe request whose worker is
+  // stopped within its first 25 ms in flight may be sent again.
+
+  const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+  const ORPHAN_WINDOW_MS = 10000; // after this worker started: the browser dispatches at once
+  const ORPHAN_MAX_AGE_MS = 5 * 60000; // the browser's own limit on one fetch event
+  // Most answers arrive sooner: they never cost a write. Slower ones are journaled then.
+  const JOURNAL_DELAY_MS = 25;
+  const inflight = new Map(); // id -> { key, t }
+  const orphans = new Map(); // key -> how many copies may still arrive
+  let inflightSeq = 0;
+
   function makeRecord(kind) {
     return {
       v: RECORD_VERSION,
       kind, // 'install' (the full bucket of a fresh install) or 'save'
       config: fingerprint(),
       snapshot: limiter.snapshot(performance.now(), Date.now()),
+      inflight: [...inflight.values()],
     };
+  }
+
+  function requestKey(clientId, req) {
+    return `${clientId || ''} ${req.method} ${req.url}`;
+  }
+
+  function adoptOrphans(entries) {
+    if (!Array.isArray(entries)) return;
+    const now = Date.now();
+    for (const e of entries) {
+      if (e && typeof e.key === 'string' && typeof e.t === 'number' && now - e.t < ORPHAN_MAX_AGE_MS) {
+        orphans.set(e.key, (orphans.get(e.key) || 0) + 1);
+      }
+    }
+  }
+
+  /** Whether this request is a copy of one an earlier instance already sent (uses up the entry). */
+  function isRedispatch(key) {
+    const n = orphans.get(key);
+    if (!n || performance.now() > ORPHAN_WINDOW_MS) return false;
+    if (n === 1) orphans.delete(key);
+    else orphans.set(key, n - 1);
+    return true;
+  }
+
+  const unsaved = new Set(); // in-flight ids not yet in the stored record
+  let journalTimer = null;
+
+  async function sendUpstream(key, req) {
+    const id = ++inflightSeq;
+    inflight.set(id, { key, t: Date.now() });
+    unsaved.add(id);
+    if (!SAFE_METHODS.has(req.method)) await saveNow();
+    else if (journalTimer === null) journalTimer = setTimeout(journalSlow, JOURNAL_DELAY_MS);
+    try {
+      return await fetch(req);
+    } finally {
+      inflight.delete(id); // the response has started: the browser will not dispatch it again
+      if (!unsaved.delete(id)) scheduleSave(); // it is in the record: take it out
+    }
+  }
+
+  /** Safe requests still in flight after JOURNAL_DELAY_MS go into the record. */
+  function journalSlow() {
+    journalTimer = null;
+    if (unsaved.size > 0) saveNow();
   }
 
   let restoredFrom = 'pending';
   let readyPromise = null;
+  let restored = false; // once true, decisions can be made synchronously
 
   /** The bucket is restored before any request is decided; every decision awaits this. */
   function ready() {
-    if (readyPromise === null) readyPromise = restore();
+    if (readyPromise === null) {
+      readyPromise = restore().then(() => {
+        restored = true;
+      });
+    }
     return readyPromise;
   }
 
@@ -322,25 +397,13 @@
     if (!limiter) return;
     let record;
     try {
-      record = await transact('readwrite', (store) => {
-        // Requests that were on their way upstream when an earlier instance of this worker
-        // stopped: the browser may dispatch them to us again (see sendUpstream).
-        const range = IDBKeyRange.bound(JOURNAL, JOURNAL + '\uffff');
-        const entries = request(store.getAll(range));
-        store.delete(range);
-        const bucket = config.persist ? request(store.get(KEY)) : Promise.resolve(null);
-        return Promise.all([entries, bucket]).then(([list, bucket]) => {
-          adoptOrphans(list);
-          return bucket;
-        });
-      });
+      record = await transact('readonly', (store) => request(store.get(KEY)));
     } catch (e) {
-      if (!config.persist) {
-        restoredFrom = 'disabled';
-        return;
-      }
-      return exhaust('error', e);
+      if (!config.persist) restoredFrom = 'disabled';
+      else exhaust('error', e);
+      return;
     }
+    if (record && typeof record === 'object') adoptOrphans(record.inflight);
     if (!config.persist) {
       restoredFrom = 'disabled'; // a full bucket at every start
       return;
@@ -365,83 +428,35 @@
     scheduleSave(); // so the next start finds a record again
   }
 
+  // With `persist: false` the record is still written, for the journal; its bucket is ignored.
   let saveTimer = null;
   let saveWaiters = [];
   let saveChain = Promise.resolve();
 
   function scheduleSave() {
-    if (!limiter || !config.persist || saveTimer !== null) return;
-    saveTimer = setTimeout(() => {
-      saveTimer = null;
-      const waiters = saveWaiters;
-      saveWaiters = [];
-      const record = makeRecord('save'); // the state as of now, after every admission so far
-      saveChain = saveChain
-        .then(() => transact('readwrite', (store) => request(store.put(record, KEY))))
-        .catch((e) => console.warn('sluice: could not save the bucket:', e))
-        .then(() => waiters.forEach((w) => w()));
-    }, config.persist_debounce_ms);
+    if (!limiter || saveTimer !== null) return;
+    saveTimer = setTimeout(saveNow, config.persist_debounce_ms);
+  }
+
+  /** Writes the record now (taking over a scheduled save); resolves once it is committed. */
+  function saveNow() {
+    if (saveTimer !== null) clearTimeout(saveTimer);
+    saveTimer = null;
+    const waiters = saveWaiters;
+    saveWaiters = [];
+    unsaved.clear();
+    const record = makeRecord('save'); // the state as of now, after every admission so far
+    saveChain = saveChain
+      .then(() => transact('readwrite', (store) => request(store.put(record, KEY))))
+      .catch((e) => console.warn('sluice: could not save the bucket:', e))
+      .then(() => waiters.forEach((w) => w()));
+    return saveChain;
   }
 
   /** Resolves once the pending save (if any) is written: for `waitUntil`. */
   function saved() {
     if (saveTimer === null) return saveChain;
     return new Promise((resolve) => saveWaiters.push(resolve));
-  }
-
-  // --- the in-flight journal: a request the browser dispatches again is not sent twice ---
-  //
-  // When a worker is stopped while its fetch to upstream is in flight, Chromium dispatches the
-  // same request again to a restarted worker (seen for GET and POST). Before a request leaves,
-  // its key (client, method, URL) goes into IndexedDB; it is removed when the response
-  // headers arrive. A restarted worker adopts the entries left behind and, for a short window,
-  // answers one matching request per entry with a network error instead of sending it again:
-  // its first copy reached upstream and its answer is lost, which is what a network error
-  // says. For methods that are not safe (POST, PUT, PATCH, DELETE, ...) the entry is written
-  // before the request leaves; for GET, HEAD and OPTIONS it is written alongside, so as not
-  // to add latency (a stop within that millisecond may still repeat a safe request).
-
-  const JOURNAL = 'inflight:';
-  const ORPHAN_WINDOW_MS = 30000; // after this worker started
-  const ORPHAN_MAX_AGE_MS = 5 * 60000; // the browser's own limit on one fetch event
-  const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-  const orphans = new Map(); // key -> how many copies may still arrive
-  let journalSeq = 0;
-
-  function requestKey(clientId, req) {
-    return `${clientId || ''} ${req.method} ${req.url}`;
-  }
-
-  function adoptOrphans(entries) {
-    const now = Date.now();
-    for (const e of entries) {
-      if (e && typeof e.key === 'string' && typeof e.t === 'number' && now - e.t < ORPHAN_MAX_AGE_MS) {
-        orphans.set(e.key, (orphans.get(e.key) || 0) + 1);
-      }
-    }
-  }
-
-  /** Whether this request is a copy of one an earlier instance already sent (consumes the entry). */
-  function isRedispatch(key) {
-    const n = orphans.get(key);
-    if (!n || performance.now() > ORPHAN_WINDOW_MS) return false;
-    if (n === 1) orphans.delete(key);
-    else orphans.set(key, n - 1);
-    return true;
-  }
-
-  async function sendUpstream(key, req) {
-    const id = `${JOURNAL}${workerId}:${++journalSeq}`;
-    const written = transact('readwrite', (store) => request(store.put({ key, t: Date.now() }, id))).then(
-      () => true,
-      () => false,
-    );
-    if (!SAFE_METHODS.has(req.method)) await written;
-    try {
-      return await fetch(req);
-    } finally {
-      written.then((ok) => ok && transact('readwrite', (store) => request(store.delete(id)))).catch(() => {});
-    }
   }
 
   // --- the queue: JavaScript keeps the promises and one timer; the module decides ---
@@ -523,20 +538,31 @@
     }
   }
 
-  async function limited(event) {
+  /** The decision for one request, synchronous: the module's offer (or a re-dispatched copy). */
+  function decide(event, req, key, size) {
+    if (isRedispatch(key)) {
+      count((c) => c.redispatched++);
+      return { result: 'redispatched' };
+    }
+    const mayWait = size <= config.max_queued_body_bytes;
+    const priority = PRIORITIES[(req.headers.get('x-sluice-priority') || '').toLowerCase()];
+    const flow = flowOf(event.clientId || event.resultingClientId);
+    return limiter.offer(performance.now(), 1, flow, priority === undefined ? 1 : priority, mayWait ? -1 : 0);
+  }
+
+  /** The slow path: before the bucket is restored, or for a request with a body. */
+  async function limited(event, key) {
     const req = event.request;
     await ready();
     const size = await bodySize(req);
-    const mayWait = size <= config.max_queued_body_bytes;
-    const priority = PRIORITIES[(req.headers.get('x-sluice-priority') || '').toLowerCase()];
-    const key = requestKey(event.clientId, req);
-    if (isRedispatch(key)) {
-      count((c) => c.redispatched++);
-      return Response.error();
-    }
-    const flow = flowOf(event.clientId || event.resultingClientId);
-    const offer = limiter.offer(performance.now(), 1, flow, priority === undefined ? 1 : priority, mayWait ? -1 : 0);
+    return respond(event, req, key, decide(event, req, key, size));
+  }
+
+  /** The response for a decision, sending the request upstream from here when admitted. */
+  async function respond(event, req, key, offer) {
     switch (offer.result) {
+      case 'redispatched':
+        return Response.error();
       case 'admitted':
         count((c) => c.admitted++);
         scheduleSave();
@@ -702,7 +728,23 @@
       return;
     }
     if (!isLimited(req, url)) return; // assets, navigations, other origins: untouched
-    const response = limited(event);
+    const key = requestKey(event.clientId, req);
+    let response;
+    if (restored && (req.method === 'GET' || req.method === 'HEAD')) {
+      // The fast path: decided synchronously. Admitted at once, the request is not answered
+      // here at all: the browser sends it itself, as if there were no worker (the cheapest
+      // path, and a stopped worker cannot make the browser send it twice).
+      const offer = decide(event, req, key, 0);
+      if (offer.result === 'admitted') {
+        count((c) => c.admitted++);
+        scheduleSave();
+        event.waitUntil(saved()); // alive until the spent token is on disk
+        return;
+      }
+      response = respond(event, req, key, offer);
+    } else {
+      response = limited(event, key);
+    }
     event.respondWith(response);
     // Keep the worker alive until the bucket this request changed is on disk.
     event.waitUntil(response.then(saved, saved));
