@@ -4,6 +4,9 @@
 -- Unix epoch. Times are kept as (seconds, nanoseconds) pairs: a Lua number holds integers
 -- exactly only below 2^53 (104 days of nanoseconds), and every duration here is below that.
 -- Returns {allowed, remaining, retry_after_ns, reset_after_ns}, as sluice_core::Gcra::step.
+-- The TTL is the time until the bucket is full again, plus a second: Redis sets expiries from
+-- a cached clock that can lag by milliseconds, and a key that vanished while it still held
+-- debt would give tokens away.
 local interval = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -37,7 +40,7 @@ if v then
     local total = n + tau
     local carry = math.floor(total / 1000000000)
     redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
-      'PX', math.max(1, math.ceil(tau / 1000000)))
+      'PX', math.ceil(tau / 1000000) + 1000)
   end
 end
 local ahead = debt + cost * interval
@@ -56,6 +59,6 @@ if cost > 0 then
   local ttl = math.floor(ahead / 1000000)
   if ttl * 1000000 < ahead then ttl = ttl + 1 end
   redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
-    'PX', math.max(1, ttl))
+    'PX', ttl + 1000)
 end
 return {1, q, 0, ahead}

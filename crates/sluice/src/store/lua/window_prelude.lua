@@ -58,9 +58,11 @@ local function end_string(left)
   local carry = math.floor(total / E9)
   return string.format('%d%09d', s + carry, total - carry * E9)
 end
--- Milliseconds, rounded up, for PEXPIRE: the key is gone once it holds nothing.
+-- The TTL for a key that is idle `ns` from now: that, in milliseconds rounded up, plus a
+-- second, because Redis sets expiries from a cached clock that can lag by milliseconds and a
+-- key must not vanish while it still counts anything.
 local function ttl_ms(ns)
   local ms = math.floor(ns / 1000000)
   if ms * 1000000 < ns then ms = ms + 1 end
-  return math.max(1, ms)
+  return ms + 1000
 end

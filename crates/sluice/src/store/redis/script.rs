@@ -21,7 +21,7 @@ const FIXED_WINDOW: &str = concat!(
 );
 
 /// One algorithm's script with its fixed arguments.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Program {
     script: Script,
     /// The family's part of the key name.
@@ -29,6 +29,16 @@ pub(crate) struct Program {
     /// ARGV[1] and ARGV[2]: interval and tau (debt), or interval and capacity (windows).
     args: [u64; 2],
     capacity: u64,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("family", &self.family)
+            .field("sha1", &self.script.get_hash())
+            .field("args", &self.args)
+            .finish()
+    }
 }
 
 impl Program {
