@@ -55,7 +55,7 @@ async function refresh() {
       bucket.replaceChildren(...Array.from({ length: Math.min(st.capacity, 200) }, () => document.createElement('span')));
     }
     [...bucket.children].forEach((el, i) => (el.className = i < st.tokens ? 'token full' : 'token'));
-    $('tokens').textContent = `${st.tokens} / ${st.capacity}` + (st.tokens < st.capacity ? ` (next in ${st.next_token_ms} ms)` : '');
+    $('tokens').textContent = `${st.tokens} / ${st.capacity}` + (st.tokens < st.capacity ? ` (full in ${(st.reset_after_ms / 1000).toFixed(1)} s)` : '');
     $('queued').textContent = st.queued;
     $('tabs').textContent = st.flows;
     $('admitted').textContent = st.totals.admitted;
