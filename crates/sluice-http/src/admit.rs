@@ -1,0 +1,407 @@
+//! Running one request through every policy of a route.
+//!
+//! # Order, and what a denial costs
+//!
+//! Every policy must admit. The stores have no refund, so the order decides what a request
+//! denied by one policy has already spent in the others:
+//!
+//! 1. With several policies, each one that answers at once (no queue, or the request may not
+//!    wait) is first *peeked*: if its bucket is already short of the cost, it is asked first,
+//!    and its denial spends nothing anywhere. This is nginx's approach with several
+//!    `limit_req` zones (look everything up, then account).
+//! 2. The policies that answer at once are then checked in the order listed, and the policies
+//!    that may queue after them, in the order listed. A request denied by a queue (full, or
+//!    past its maximum wait) has thus spent its tokens in the route's other policies; one
+//!    denied by a policy that answers at once spends nothing, unless another request took the
+//!    last token between the peek and the check.
+//! 3. Concurrency limits come last: a slot is taken only by a request every rate admitted, and
+//!    held until its response is over, so a request waiting for a rate does not hold a slot.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, Uri};
+use sluice::{Error, PoolPermit};
+use sluice_core::Decision;
+
+use crate::policy::Policy;
+
+/// Why a request was denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum Reason {
+    /// The bucket is empty (or, for a concurrency limit without a queue, every slot is taken).
+    Limit = 0,
+    /// The wait queue is full.
+    QueueFull = 1,
+    /// The wait would exceed, or did exceed, the maximum wait.
+    Timeout = 2,
+    /// The cost exceeds the capacity: no wait would admit it.
+    Capacity = 3,
+    /// The store could not answer and its policy denies.
+    Unavailable = 4,
+}
+
+impl Reason {
+    /// Every reason, in `repr` order.
+    pub const ALL: [Reason; 5] = [
+        Reason::Limit,
+        Reason::QueueFull,
+        Reason::Timeout,
+        Reason::Capacity,
+        Reason::Unavailable,
+    ];
+
+    /// The name in problem bodies, logs and metrics: `limit`, `queue_full`, `timeout`,
+    /// `capacity`, `unavailable`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::Limit => "limit",
+            Reason::QueueFull => "queue_full",
+            Reason::Timeout => "timeout",
+            Reason::Capacity => "capacity",
+            Reason::Unavailable => "unavailable",
+        }
+    }
+
+    /// The HTTP status: 429 for `limit`, `queue_full` and `timeout`, 422 for `capacity`,
+    /// 503 for `unavailable`.
+    pub const fn status(self) -> http::StatusCode {
+        match self {
+            Reason::Limit | Reason::QueueFull | Reason::Timeout => {
+                http::StatusCode::TOO_MANY_REQUESTS
+            }
+            Reason::Capacity => http::StatusCode::UNPROCESSABLE_ENTITY,
+            Reason::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One policy's state after a decision, for the `RateLimit` header.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// The policy.
+    pub policy: Arc<Policy>,
+    /// Whole tokens left.
+    pub remaining: u64,
+    /// Nanoseconds until the bucket is full again.
+    pub reset_after_ns: u64,
+}
+
+impl Verdict {
+    fn new(policy: &Arc<Policy>, decision: &Decision) -> Verdict {
+        Verdict {
+            policy: Arc::clone(policy),
+            remaining: decision.remaining,
+            reset_after_ns: decision.reset_after_ns,
+        }
+    }
+}
+
+/// What a request that every policy admitted carries: the verdicts for its headers, and the
+/// concurrency slots it holds (dropping them frees the slots).
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// One per rate policy, in the route's order.
+    pub verdicts: Vec<Verdict>,
+    /// Concurrency slots, freed on drop.
+    pub permits: Vec<PoolPermit>,
+}
+
+/// A request some policy denied.
+#[derive(Debug, Clone)]
+pub struct Denial {
+    /// The policy that denied it.
+    pub policy: Arc<Policy>,
+    /// Why.
+    pub reason: Reason,
+    /// When the same request could be admitted, as far as the policy can tell.
+    pub retry_after: Duration,
+    /// The verdicts known so far, the denying policy's included.
+    pub verdicts: Vec<Verdict>,
+}
+
+impl Denial {
+    /// `retry_after` in whole seconds, rounded up and at least 1 (a `Retry-After: 0` would
+    /// invite an immediate retry storm).
+    pub fn retry_after_secs(&self) -> u64 {
+        let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
+        secs.max(1)
+    }
+
+    /// `retry_after` in whole milliseconds, rounded up.
+    pub fn retry_after_ms(&self) -> u64 {
+        let nanos = self.retry_after.as_nanos();
+        u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    }
+}
+
+/// The parts of a request that policies look at.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// The request headers (for `header:` and `cookie:` keys).
+    pub headers: &'a HeaderMap,
+    /// The request URI (for `query:` keys).
+    pub uri: &'a Uri,
+    /// The client address (for `ip` keys).
+    pub client_ip: Option<IpAddr>,
+    /// Tokens to take from each bucket (1 for a request).
+    pub cost: u64,
+    /// Whether the request may wait in queues (false for bodies above `queue_max_body`).
+    pub may_wait: bool,
+}
+
+impl Ask<'_> {
+    fn key(&self, policy: &Policy) -> Cow<'_, str> {
+        policy
+            .key_spec()
+            .extract(self.headers, self.uri, self.client_ip)
+    }
+
+    fn waits(&self, policy: &Policy) -> bool {
+        self.may_wait && policy.queue().is_some()
+    }
+}
+
+/// Asks every policy in `policies` to admit `ask` (see the [module docs](self) for the
+/// order).
+///
+/// # Errors
+///
+/// The first [`Denial`].
+///
+/// # Cancel safety
+///
+/// Dropping the future leaves any queue it waits in; tokens already taken stay spent.
+pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission, Denial> {
+    let mut admission = Admission {
+        verdicts: Vec::with_capacity(policies.len()),
+        permits: Vec::new(),
+    };
+    let mut done = vec![
+        false;
+        if policies.len() > 1 {
+            policies.len()
+        } else {
+            0
+        }
+    ];
+    if policies.len() > 1 {
+        for (i, policy) in policies.iter().enumerate() {
+            if ask.waits(policy) {
+                continue;
+            }
+            let key = ask.key(policy);
+            let short = match policy.peek(&key).await {
+                Ok(d) => d.remaining < ask.cost,
+                Err(_) => true,
+            };
+            if short {
+                let decision = decide(policy, &key, ask.cost, false)
+                    .await
+                    .map_err(|e| (policy, e));
+                let decision = match decision {
+                    Ok(d) => d,
+                    Err((p, e)) => return Err(deny(p, &key, e, admission.verdicts).await),
+                };
+                admission.verdicts.push(Verdict::new(policy, &decision));
+                done[i] = true;
+            }
+        }
+    }
+    for waiting in [false, true] {
+        for (i, policy) in policies.iter().enumerate() {
+            if ask.waits(policy) != waiting || done.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            let key = ask.key(policy);
+            match decide(policy, &key, ask.cost, waiting).await {
+                Ok(decision) => admission.verdicts.push(Verdict::new(policy, &decision)),
+                Err(e) => return Err(deny(policy, &key, e, admission.verdicts).await),
+            }
+        }
+    }
+    for policy in policies {
+        let Some(pool) = policy.concurrency() else {
+            continue;
+        };
+        let waits = ask.waits(policy);
+        let permit = if waits {
+            let _waiting = Waiting::enter(policy);
+            pool.acquire().await
+        } else {
+            pool.try_acquire()
+        };
+        match permit {
+            Ok(permit) => admission.permits.push(permit),
+            Err(e) => {
+                // Without a queue, a full pool is the limit itself, not a full queue.
+                let (reason, retry_after) = match e {
+                    Error::QueueFull { retry_after } if !waits => (Reason::Limit, retry_after),
+                    Error::QueueFull { retry_after } => (Reason::QueueFull, retry_after),
+                    Error::Timeout { retry_after } => (Reason::Timeout, retry_after),
+                    _ => (Reason::Unavailable, Duration::from_secs(1)),
+                };
+                policy.metrics.denied(reason);
+                // The slots have no bucket to show: the verdicts are the rates' ones.
+                return Err(Denial {
+                    policy: Arc::clone(policy),
+                    reason,
+                    retry_after,
+                    verdicts: admission.verdicts,
+                });
+            }
+        }
+    }
+    for verdict in &admission.verdicts {
+        verdict.policy.metrics.admitted.increment(1);
+    }
+    Ok(admission)
+}
+
+/// One policy's decision: at once, or after waiting in its queue when `wait`.
+async fn decide(policy: &Policy, key: &str, cost: u64, wait: bool) -> Result<Decision, Error> {
+    match policy.check(key, cost).await {
+        Err(Error::Limited { .. }) if wait => {
+            let _waiting = Waiting::enter(policy);
+            policy.acquire(key, cost).await
+        }
+        result => result,
+    }
+}
+
+async fn deny(policy: &Arc<Policy>, key: &str, error: Error, mut verdicts: Vec<Verdict>) -> Denial {
+    let (reason, retry_after, decision) = match error {
+        Error::Limited {
+            retry_after,
+            decision,
+        } => (Reason::Limit, retry_after, Some(decision)),
+        Error::QueueFull { retry_after } => (Reason::QueueFull, retry_after, None),
+        Error::Timeout { retry_after } => (Reason::Timeout, retry_after, None),
+        Error::InsufficientCapacity { .. } => (Reason::Capacity, Duration::ZERO, None),
+        Error::Unavailable { retry_after } => (Reason::Unavailable, retry_after, None),
+        _ => (Reason::Unavailable, Duration::from_secs(1), None),
+    };
+    let decision = match decision {
+        Some(d) => Some(d),
+        None => policy.peek(key).await.ok(),
+    };
+    let verdict = match decision {
+        Some(d) => Verdict::new(policy, &d),
+        None => Verdict {
+            policy: Arc::clone(policy),
+            remaining: 0,
+            reset_after_ns: u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX),
+        },
+    };
+    verdicts.push(verdict);
+    policy.metrics.denied(reason);
+    Denial {
+        policy: Arc::clone(policy),
+        reason,
+        retry_after,
+        verdicts,
+    }
+}
+
+/// Counts a request in its policy's `sluice_policy_waiting` gauge while it waits.
+struct Waiting<'a>(&'a Policy);
+
+impl<'a> Waiting<'a> {
+    fn enter(policy: &'a Policy) -> Waiting<'a> {
+        policy.metrics.waiting.increment(1.0);
+        Waiting(policy)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.waiting.decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{AnyAlgorithm, Kind, Quota};
+
+    fn policy(name: &str, capacity: u64, rate: &str) -> Arc<Policy> {
+        let alg = AnyAlgorithm::new(Kind::TokenBucket, Quota::parse(capacity, rate).unwrap());
+        Arc::new(Policy::builder(name, alg).build().unwrap())
+    }
+
+    fn ask<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Ask<'a> {
+        Ask {
+            headers,
+            uri,
+            client_ip: None,
+            cost: 1,
+            may_wait: true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_policy_denies_before_others_spend() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let wide = policy("wide", 10, "1/s");
+        let narrow = policy("narrow", 1, "1/min");
+        let route = [Arc::clone(&wide), Arc::clone(&narrow)];
+        assert!(admit(&route, &ask(&headers, &uri)).await.is_ok());
+        for _ in 0..5 {
+            let denial = admit(&route, &ask(&headers, &uri)).await.unwrap_err();
+            assert_eq!(denial.policy.name(), "narrow");
+            assert_eq!(denial.reason, Reason::Limit);
+            assert!(denial.retry_after_secs() >= 59);
+        }
+        assert_eq!(
+            wide.peek("").await.unwrap().remaining,
+            9,
+            "denials spent nothing"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queues_wait_then_time_out() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let alg = AnyAlgorithm::new(Kind::Gcra, Quota::parse(1, "10/s").unwrap());
+        let p = Arc::new(
+            Policy::builder("q", alg)
+                .queue(1, Duration::from_millis(150))
+                .build()
+                .unwrap(),
+        );
+        let route = [p];
+        admit(&route, &ask(&headers, &uri)).await.unwrap();
+        let start = tokio::time::Instant::now();
+        admit(&route, &ask(&headers, &uri)).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        let mut no_wait = ask(&headers, &uri);
+        no_wait.may_wait = false;
+        assert_eq!(
+            admit(&route, &no_wait).await.unwrap_err().reason,
+            Reason::Limit
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrency_without_queue_is_a_limit() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let alg = AnyAlgorithm::new(Kind::Gcra, Quota::parse(100, "100/s").unwrap());
+        let p = Arc::new(Policy::builder("c", alg).concurrency(1).build().unwrap());
+        let route = [p];
+        let held = admit(&route, &ask(&headers, &uri)).await.unwrap();
+        let denial = admit(&route, &ask(&headers, &uri)).await.unwrap_err();
+        assert_eq!(denial.reason, Reason::Limit);
+        drop(held);
+        assert!(admit(&route, &ask(&headers, &uri)).await.is_ok());
+    }
+}

@@ -1,0 +1,152 @@
+//! Who the client is: the peer address, or the address a trusted proxy saw.
+//!
+//! `X-Forwarded-For` is a list each proxy appends its peer to, so only its right end is
+//! written by proxies we know; anything to the left of an untrusted hop may be invented by
+//! the client. [`TrustedProxies::client_ip`] therefore believes the header only when the peer
+//! is trusted, and walks it from the right past trusted hops: the first untrusted address is
+//! the client.
+
+use std::net::IpAddr;
+
+use http::header::HeaderName;
+use http::HeaderMap;
+use ipnet::IpNet;
+
+/// `X-Forwarded-For`.
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The client address of a request, put in its extensions by the server (the tower
+/// [`RateLimit`](crate::RateLimit) reads it for `key = "ip"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// The networks whose `X-Forwarded-For` is believed.
+///
+/// # Examples
+///
+/// ```
+/// use http::HeaderMap;
+/// use sluice_http::TrustedProxies;
+///
+/// let trusted = TrustedProxies::new(["10.0.0.0/8".parse()?]);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-forwarded-for", "6.6.6.6, 203.0.113.9, 10.0.0.2".parse()?);
+/// // From a trusted peer: walk left past 10.0.0.2 (trusted) to 203.0.113.9.
+/// assert_eq!(trusted.client_ip("10.0.0.1".parse()?, &headers), "203.0.113.9".parse::<std::net::IpAddr>()?);
+/// // From anyone else: the header is ignored.
+/// assert_eq!(trusted.client_ip("198.51.100.1".parse()?, &headers), "198.51.100.1".parse::<std::net::IpAddr>()?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+impl TrustedProxies {
+    /// Trusts the given networks.
+    pub fn new(nets: impl IntoIterator<Item = IpNet>) -> TrustedProxies {
+        TrustedProxies {
+            nets: nets.into_iter().collect(),
+        }
+    }
+
+    /// Trusts no one: the client is always the peer.
+    pub fn none() -> TrustedProxies {
+        TrustedProxies::default()
+    }
+
+    /// The networks.
+    pub fn nets(&self) -> &[IpNet] {
+        &self.nets
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client address of a request from `peer` with `headers`.
+    ///
+    /// An entry that is not an IP address stops the walk at the trusted hop that wrote it.
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = peer.to_canonical();
+        if self.nets.is_empty() || !self.contains(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        // Several header lines form one list, in order; walk them all from the right.
+        let lines: Vec<&[u8]> = headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        for line in lines.iter().rev() {
+            for entry in line.rsplit(|&b| b == b',') {
+                let Some(ip) = parse_entry(entry) else {
+                    return client;
+                };
+                client = ip;
+                if !self.contains(ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+}
+
+fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry).ok()?.trim();
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    // `1.2.3.4:5678` and `[::1]:5678`, which some proxies write.
+    text.parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|addr| addr.ip().to_canonical())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walk(trusted: &[&str], peer: &str, xff: &[&str]) -> String {
+        let trusted = TrustedProxies::new(trusted.iter().map(|n| n.parse().unwrap()));
+        let mut headers = HeaderMap::new();
+        for line in xff {
+            headers.append(&X_FORWARDED_FOR, line.parse().unwrap());
+        }
+        trusted
+            .client_ip(peer.parse().unwrap(), &headers)
+            .to_string()
+    }
+
+    #[test]
+    fn believes_only_trusted_peers() {
+        assert_eq!(walk(&[], "1.1.1.1", &["2.2.2.2"]), "1.1.1.1");
+        assert_eq!(walk(&["10.0.0.0/8"], "1.1.1.1", &["2.2.2.2"]), "1.1.1.1");
+        assert_eq!(walk(&["10.0.0.0/8"], "10.0.0.1", &["2.2.2.2"]), "2.2.2.2");
+        assert_eq!(walk(&["10.0.0.0/8"], "10.0.0.1", &[]), "10.0.0.1");
+    }
+
+    #[test]
+    fn walks_from_the_right_past_trusted_hops() {
+        let t = &["10.0.0.0/8"];
+        assert_eq!(
+            walk(t, "10.0.0.1", &["9.9.9.9, 3.3.3.3, 10.0.0.5"]),
+            "3.3.3.3"
+        );
+        assert_eq!(
+            walk(t, "10.0.0.1", &["9.9.9.9", "3.3.3.3, 10.0.0.5"]),
+            "3.3.3.3"
+        );
+        assert_eq!(walk(t, "10.0.0.1", &["10.0.0.7, 10.0.0.5"]), "10.0.0.7");
+        assert_eq!(walk(t, "10.0.0.1", &["garbage, 10.0.0.5"]), "10.0.0.5");
+        assert_eq!(walk(t, "10.0.0.1", &["3.3.3.3:443"]), "3.3.3.3");
+        assert_eq!(
+            walk(t, "::ffff:10.0.0.1", &["[2001:db8::1]:80"]),
+            "2001:db8::1"
+        );
+    }
+}

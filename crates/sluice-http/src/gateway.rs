@@ -1,0 +1,230 @@
+//! The gateway handler: route, admit, forward, and label the response.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use crate::admit::{admit, Ask, Reason};
+use crate::body::Body;
+use crate::client_ip::TrustedProxies;
+use crate::headers;
+use crate::proxy::{Proxy, ProxyError};
+use crate::route::{Lookup, Route, RouteTable};
+
+/// What happened to a request, for the access log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted (or unlimited) and answered by the upstream.
+    Admitted,
+    /// Denied by `policy` for `reason`.
+    Denied {
+        /// The policy's name.
+        policy: Arc<str>,
+        /// Why.
+        reason: Reason,
+    },
+    /// No route matched (404).
+    NoRoute,
+    /// A route matched the path but not the method (405).
+    MethodNotAllowed,
+    /// Admitted, but the upstream refused or failed (502).
+    UpstreamRefused,
+    /// Admitted, but the upstream did not answer in time (504).
+    UpstreamTimeout,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Admitted => f.write_str("admitted"),
+            Outcome::Denied { reason, .. } => write!(f, "denied:{reason}"),
+            Outcome::NoRoute => f.write_str("no_route"),
+            Outcome::MethodNotAllowed => f.write_str("method_not_allowed"),
+            Outcome::UpstreamRefused => f.write_str("upstream_refused"),
+            Outcome::UpstreamTimeout => f.write_str("upstream_timeout"),
+        }
+    }
+}
+
+/// A handled request: the response and what happened.
+#[derive(Debug)]
+pub struct Handled {
+    /// The response.
+    pub response: Response<Body>,
+    /// The route that matched.
+    pub route: Option<Arc<Route>>,
+    /// The client address the policies saw.
+    pub client_ip: IpAddr,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// Routes, policies and the proxy, as one request handler.
+#[derive(Debug, Clone)]
+pub struct Gateway<B = Incoming> {
+    routes: RouteTable,
+    trusted: TrustedProxies,
+    proxy: Proxy<B>,
+}
+
+impl<B> Gateway<B>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`, forwarding
+    /// through `proxy` (share one proxy across reloads to keep its connection pool).
+    pub fn new(routes: RouteTable, trusted: TrustedProxies, proxy: Proxy<B>) -> Gateway<B> {
+        Gateway {
+            routes,
+            trusted,
+            proxy,
+        }
+    }
+
+    /// The routes.
+    pub fn routes(&self) -> &RouteTable {
+        &self.routes
+    }
+
+    /// The trusted proxies.
+    pub fn trusted_proxies(&self) -> &TrustedProxies {
+        &self.trusted
+    }
+
+    /// Handles one request from `peer`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves any queue and drops the upstream request.
+    pub async fn handle(&self, request: Request<B>, peer: SocketAddr) -> Handled {
+        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
+        let route = match self.routes.find(request.method(), request.uri().path()) {
+            Lookup::Found(route) => Arc::clone(route),
+            Lookup::NotFound => {
+                return Handled {
+                    response: headers::problem(StatusCode::NOT_FOUND, "no route matches this path")
+                        .map(Body::from),
+                    route: None,
+                    client_ip,
+                    outcome: Outcome::NoRoute,
+                }
+            }
+            Lookup::MethodNotAllowed => {
+                return Handled {
+                    response: headers::problem(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "no route for this path allows this method",
+                    )
+                    .map(Body::from),
+                    route: None,
+                    client_ip,
+                    outcome: Outcome::MethodNotAllowed,
+                }
+            }
+        };
+        let ask = Ask {
+            headers: request.headers(),
+            uri: request.uri(),
+            client_ip: Some(client_ip),
+            cost: 1,
+            may_wait: body_may_wait(request.headers(), route.max_queued_body()),
+        };
+        let admission = match admit(route.policy_list(), &ask).await {
+            Ok(admission) => admission,
+            Err(denial) => {
+                let outcome = Outcome::Denied {
+                    policy: denial.policy.name().into(),
+                    reason: denial.reason,
+                };
+                let response = headers::denied(&denial, route.policy_header()).map(Body::from);
+                return Handled {
+                    response,
+                    route: Some(route),
+                    client_ip,
+                    outcome,
+                };
+            }
+        };
+        let (response, outcome) = match self.proxy.forward(request, &route, peer.ip()).await {
+            Ok(response) => {
+                route.metrics.status(response.status());
+                let response = response.map(|body| Body::upstream(body, admission.permits));
+                (response, Outcome::Admitted)
+            }
+            Err(ProxyError::Timeout(_)) => {
+                route.metrics.timeout.increment(1);
+                let r = headers::problem(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the upstream did not answer in time",
+                );
+                (r.map(Body::from), Outcome::UpstreamTimeout)
+            }
+            Err(ProxyError::Refused(e)) => {
+                if e.is_connect() {
+                    route.metrics.refused.increment(1);
+                } else {
+                    route.metrics.other.increment(1);
+                }
+                tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+                let r = headers::problem(
+                    StatusCode::BAD_GATEWAY,
+                    "the upstream refused the connection or failed",
+                );
+                (r.map(Body::from), Outcome::UpstreamRefused)
+            }
+        };
+        let mut response = response;
+        headers::insert(
+            response.headers_mut(),
+            route.policy_header(),
+            &admission.verdicts,
+        );
+        Handled {
+            response,
+            route: Some(route),
+            client_ip,
+            outcome,
+        }
+    }
+}
+
+/// Whether a request with these headers may wait: a body of known length up to `max`, or
+/// none at all.
+fn body_may_wait(headers: &HeaderMap, max: u64) -> bool {
+    if headers.contains_key(TRANSFER_ENCODING) {
+        return false;
+    }
+    match headers.get(CONTENT_LENGTH) {
+        None => true,
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|len| len <= max),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_that_may_wait() {
+        let mut h = HeaderMap::new();
+        assert!(body_may_wait(&h, 0));
+        h.insert(CONTENT_LENGTH, "65536".parse().unwrap());
+        assert!(body_may_wait(&h, 65536));
+        assert!(!body_may_wait(&h, 65535));
+        h.insert(CONTENT_LENGTH, "junk".parse().unwrap());
+        assert!(!body_may_wait(&h, 65536));
+        let mut h = HeaderMap::new();
+        h.insert(TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(!body_may_wait(&h, u64::MAX));
+    }
+}

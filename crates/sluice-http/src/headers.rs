@@ -1,0 +1,217 @@
+//! What a limited response says: the IETF RateLimit fields, `Retry-After`, and problem bodies.
+//!
+//! # The fields (draft-ietf-httpapi-ratelimit-headers-09)
+//!
+//! Both are structured-field lists with one member per policy of the route, named by a
+//! string (the policy's name):
+//!
+//! ```text
+//! RateLimit-Policy: "api";q=10;w=2
+//! RateLimit: "api";r=7;t=1
+//! ```
+//!
+//! - `q`: the quota, the policy's capacity (the largest burst).
+//! - `w`: the window in seconds, `capacity × interval` rounded up (at least 1): the time an
+//!   empty bucket takes to fill (for the window algorithms, the window itself).
+//! - `r`: whole tokens remaining after this request.
+//! - `t`: seconds until the bucket is full again, rounded up.
+//!
+//! `RateLimit-Policy` is the same on every response of a route and is rendered once per
+//! route. A denied request gets, besides those, `Retry-After` in whole seconds (rounded up,
+//! at least 1) and an `application/problem+json` body (RFC 9457) with the members `reason`
+//! (`limit`, `queue_full`, `timeout`), `retry_after_ms` and `policy`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::Full;
+
+use crate::admit::{Denial, Verdict};
+use crate::policy::Policy;
+
+/// `RateLimit-Policy`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `application/problem+json`.
+pub static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+
+/// The `RateLimit-Policy` value of a route with these policies, or `None` without any.
+pub fn policy_header(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
+    let mut text = String::new();
+    for policy in policies {
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        text.push_str(policy.policy_item());
+    }
+    if text.is_empty() {
+        return None;
+    }
+    // Policy names are restricted to token characters, so the value is always valid.
+    HeaderValue::from_str(&text).ok()
+}
+
+/// The `RateLimit` value for these verdicts, or `None` without any.
+pub fn ratelimit_header(verdicts: &[Verdict]) -> Option<HeaderValue> {
+    let mut text = String::with_capacity(24 * verdicts.len());
+    for v in verdicts {
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        let t = v.reset_after_ns.div_ceil(sluice_core::NANOS_PER_SEC);
+        let _ = write!(text, "\"{}\";r={};t={t}", v.policy.name(), v.remaining);
+    }
+    if text.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&text).ok()
+}
+
+/// Adds `RateLimit-Policy` (when given) and `RateLimit` to `headers`.
+pub fn insert(headers: &mut HeaderMap, policy: Option<&HeaderValue>, verdicts: &[Verdict]) {
+    if let Some(policy) = policy {
+        headers.insert(RATELIMIT_POLICY.clone(), policy.clone());
+    }
+    if let Some(value) = ratelimit_header(verdicts) {
+        headers.insert(RATELIMIT.clone(), value);
+    }
+}
+
+/// The response to a denied request: 429 (or 422, 503: see
+/// [`Reason::status`](crate::Reason::status)) with `Retry-After`, the RateLimit fields and a
+/// problem body.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use sluice_core::{AnyAlgorithm, Kind, Quota};
+/// # use sluice_http::{headers, Denial, Policy, Reason};
+/// let policy = Arc::new(Policy::builder("api", AnyAlgorithm::new(Kind::Gcra, Quota::parse(10, "5/s")?)).build()?);
+/// let denial = Denial { policy: policy.clone(), reason: Reason::Limit, retry_after: Duration::from_millis(200), verdicts: vec![] };
+/// let response = headers::denied(&denial, headers::policy_header(&[policy]).as_ref());
+/// assert_eq!(response.status(), 429);
+/// assert_eq!(response.headers()["retry-after"], "1");
+/// assert_eq!(response.headers()["ratelimit-policy"], r#""api";q=10;w=2"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn denied(denial: &Denial, policy: Option<&HeaderValue>) -> Response<Full<Bytes>> {
+    let status = denial.reason.status();
+    let detail = match denial.reason {
+        crate::Reason::Limit => "the rate limit of this policy is exhausted",
+        crate::Reason::QueueFull => "too many requests are already waiting",
+        crate::Reason::Timeout => "the wait for a turn would exceed the maximum wait",
+        crate::Reason::Capacity => "the cost exceeds the capacity and can never be admitted",
+        crate::Reason::Unavailable => "the limit store is unavailable",
+    };
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{detail}\",\"policy\":\"{}\",\"reason\":\"{}\",\"retry_after_ms\":{}}}\n",
+        status.canonical_reason().unwrap_or(""),
+        status.as_u16(),
+        denial.policy.name(),
+        denial.reason.as_str(),
+        denial.retry_after_ms(),
+    );
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());
+    if denial.reason != crate::Reason::Capacity {
+        headers.insert(RETRY_AFTER, HeaderValue::from(denial.retry_after_secs()));
+    }
+    insert(headers, policy, &denial.verdicts);
+    response
+}
+
+/// A problem response (RFC 9457) with `status` and a `detail` line.
+pub fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+    let mut body = String::with_capacity(96 + detail.len());
+    let _ = write!(
+        body,
+        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":",
+        status.canonical_reason().unwrap_or(""),
+        status.as_u16()
+    );
+    json_string(&mut body, detail);
+    body.push_str("}\n");
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, PROBLEM_JSON.clone());
+    response
+}
+
+/// Appends `text` to `out` as a JSON string.
+pub fn json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{AnyAlgorithm, Kind, Quota};
+
+    #[test]
+    fn renders_lists() {
+        let a = Arc::new(
+            Policy::builder(
+                "a",
+                AnyAlgorithm::new(Kind::Gcra, Quota::parse(10, "5/s").unwrap()),
+            )
+            .build()
+            .unwrap(),
+        );
+        let b = Arc::new(
+            Policy::builder(
+                "b",
+                AnyAlgorithm::new(Kind::Gcra, Quota::parse(100, "1/min").unwrap()),
+            )
+            .build()
+            .unwrap(),
+        );
+        let header = policy_header(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(header, "\"a\";q=10;w=2, \"b\";q=100;w=6000");
+        let verdicts = [
+            Verdict {
+                policy: a,
+                remaining: 7,
+                reset_after_ns: 600_000_000,
+            },
+            Verdict {
+                policy: b,
+                remaining: 0,
+                reset_after_ns: 0,
+            },
+        ];
+        assert_eq!(
+            ratelimit_header(&verdicts).unwrap(),
+            "\"a\";r=7;t=1, \"b\";r=0;t=0"
+        );
+        assert!(policy_header(&[]).is_none());
+    }
+
+    #[test]
+    fn problem_escapes() {
+        let r = problem(StatusCode::BAD_GATEWAY, "say \"hi\"\n");
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+    }
+}

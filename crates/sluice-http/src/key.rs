@@ -1,0 +1,306 @@
+//! Whose bucket a request spends: the key specs `global | ip | header:NAME | cookie:NAME |
+//! query:NAME`, and how long keys are kept short.
+//!
+//! # Long and binary keys
+//!
+//! A key is at most [`MAX_KEY_LEN`] bytes of UTF-8. A longer value, or one that is not UTF-8
+//! (header bytes are opaque), is replaced by `~` followed by 32 hex digits of its SHA-256
+//! digest: the same value always maps to the same bucket (in every process, which a shared
+//! Redis store needs), memory per key stays bounded, and long session tokens still get a
+//! bucket of their own. A request without the header, cookie or query parameter is keyed by
+//! the empty string: all such requests share one bucket, so leaving the key out is no way
+//! around the limit.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use http::header::{HeaderName, COOKIE};
+use http::{HeaderMap, Uri};
+use sha2::{Digest, Sha256};
+
+/// The longest key kept as it is, in bytes; longer keys are hashed.
+pub const MAX_KEY_LEN: usize = 256;
+
+/// What part of a request names its bucket.
+///
+/// # Examples
+///
+/// ```
+/// use sluice_http::KeySpec;
+///
+/// let spec: KeySpec = "header:X-Api-Key".parse()?;
+/// assert_eq!(spec.to_string(), "header:x-api-key");
+/// assert!("header:".parse::<KeySpec>().is_err());
+/// assert!("body:user".parse::<KeySpec>().is_err());
+/// # Ok::<(), sluice_http::key::InvalidKeySpec>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum KeySpec {
+    /// One bucket for everyone.
+    #[default]
+    Global,
+    /// The client's IP address (see [`crate::TrustedProxies`] for `X-Forwarded-For`).
+    Ip,
+    /// The value of a request header.
+    Header(HeaderName),
+    /// The value of a cookie.
+    Cookie(String),
+    /// The value of a query parameter, as written (not percent-decoded).
+    Query(String),
+}
+
+/// A key spec that is not one of `global | ip | header:NAME | cookie:NAME | query:NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid key `{value}`: {reason}; expected one of global, ip, header:NAME, cookie:NAME, query:NAME")]
+pub struct InvalidKeySpec {
+    value: String,
+    reason: &'static str,
+}
+
+impl FromStr for KeySpec {
+    type Err = InvalidKeySpec;
+
+    fn from_str(text: &str) -> Result<KeySpec, InvalidKeySpec> {
+        let fail = |reason| InvalidKeySpec {
+            value: text.to_owned(),
+            reason,
+        };
+        match text {
+            "global" => return Ok(KeySpec::Global),
+            "ip" => return Ok(KeySpec::Ip),
+            _ => {}
+        }
+        let Some((kind, name)) = text.split_once(':') else {
+            return Err(fail("unknown key kind"));
+        };
+        if name.is_empty() {
+            return Err(fail("the name after `:` is empty"));
+        }
+        match kind {
+            "header" => HeaderName::from_bytes(name.as_bytes())
+                .map(KeySpec::Header)
+                .map_err(|_| fail("not a valid header name")),
+            "cookie" => {
+                let ok = name
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b));
+                if ok {
+                    Ok(KeySpec::Cookie(name.to_owned()))
+                } else {
+                    Err(fail("not a valid cookie name"))
+                }
+            }
+            "query" => {
+                if name
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'&' && b != b'=')
+                {
+                    Ok(KeySpec::Query(name.to_owned()))
+                } else {
+                    Err(fail("not a valid query parameter name"))
+                }
+            }
+            _ => Err(fail("unknown key kind")),
+        }
+    }
+}
+
+impl fmt::Display for KeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySpec::Global => f.write_str("global"),
+            KeySpec::Ip => f.write_str("ip"),
+            KeySpec::Header(name) => write!(f, "header:{name}"),
+            KeySpec::Cookie(name) => write!(f, "cookie:{name}"),
+            KeySpec::Query(name) => write!(f, "query:{name}"),
+        }
+    }
+}
+
+impl KeySpec {
+    /// The key of a request with these `headers` and `uri`, from a client at `client_ip`.
+    ///
+    /// Never fails: a missing value is the empty key, a long or binary one is hashed (see the
+    /// [module docs](self)). Without a client address, `ip` keys by the empty string.
+    pub fn extract<'a>(
+        &self,
+        headers: &'a HeaderMap,
+        uri: &'a Uri,
+        client_ip: Option<IpAddr>,
+    ) -> Cow<'a, str> {
+        match self {
+            KeySpec::Global => Cow::Borrowed(""),
+            KeySpec::Ip => match client_ip {
+                Some(ip) => Cow::Owned(ip.to_string()),
+                None => Cow::Borrowed(""),
+            },
+            KeySpec::Header(name) => match headers.get(name) {
+                Some(value) => normalize(value.as_bytes()),
+                None => Cow::Borrowed(""),
+            },
+            KeySpec::Cookie(name) => headers
+                .get_all(COOKIE)
+                .iter()
+                .find_map(|value| cookie_value(value.as_bytes(), name.as_bytes()))
+                .map_or(Cow::Borrowed(""), normalize),
+            KeySpec::Query(name) => uri
+                .query()
+                .and_then(|query| query_value(query, name))
+                .map_or(Cow::Borrowed(""), |v| normalize(v.as_bytes())),
+        }
+    }
+}
+
+/// `bytes` as a key: itself when it is UTF-8 of at most [`MAX_KEY_LEN`] bytes, else its digest.
+///
+/// # Examples
+///
+/// ```
+/// use sluice_http::key::normalize;
+///
+/// assert_eq!(normalize(b"user-42"), "user-42");
+/// let long = normalize(&[b'a'; 1000]);
+/// assert_eq!(long.len(), 33);
+/// assert!(long.starts_with('~'));
+/// assert_eq!(normalize(&[0xff, 0xfe]).len(), 33); // not UTF-8
+/// ```
+pub fn normalize(bytes: &[u8]) -> Cow<'_, str> {
+    if bytes.len() <= MAX_KEY_LEN {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            return Cow::Borrowed(text);
+        }
+    }
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(33);
+    out.push('~');
+    for byte in &digest[..16] {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    Cow::Owned(out)
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn cookie_value<'a>(header: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    header.split(|&b| b == b';').find_map(|pair| {
+        let pair = trim(pair);
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let (k, v) = (trim(&pair[..eq]), trim(&pair[eq + 1..]));
+        if k != name {
+            return None;
+        }
+        let v = v
+            .strip_prefix(b"\"")
+            .and_then(|v| v.strip_suffix(b"\""))
+            .unwrap_or(v);
+        Some(v)
+    })
+}
+
+fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|pair| match pair.split_once('=') {
+            Some((k, v)) if k == name => Some(v),
+            None if pair == name => Some(""),
+            _ => None,
+        })
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(spec: &str, headers: &[(&str, &[u8])], uri: &str, ip: Option<IpAddr>) -> String {
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        let uri: Uri = uri.parse().unwrap();
+        spec.parse::<KeySpec>()
+            .unwrap()
+            .extract(&map, &uri, ip)
+            .into_owned()
+    }
+
+    #[test]
+    fn extracts_each_kind() {
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        assert_eq!(key("global", &[], "/", Some(ip)), "");
+        assert_eq!(key("ip", &[], "/", Some(ip)), "10.1.2.3");
+        assert_eq!(key("ip", &[], "/", None), "");
+        assert_eq!(
+            key("header:x-user", &[("x-user", b"bob")], "/", None),
+            "bob"
+        );
+        assert_eq!(key("header:x-user", &[], "/", None), "");
+        assert_eq!(
+            key(
+                "cookie:sid",
+                &[("cookie", b"a=1; sid=\"xyz\""), ("cookie", b"sid=later")],
+                "/",
+                None
+            ),
+            "xyz"
+        );
+        assert_eq!(key("cookie:sid", &[("cookie", b"sidx=1")], "/", None), "");
+        assert_eq!(key("query:u", &[], "/p?a=1&u=7&u=8", None), "7");
+        assert_eq!(key("query:u", &[], "/p?u", None), "");
+        assert_eq!(key("query:u", &[], "/p", None), "");
+    }
+
+    #[test]
+    fn long_and_binary_values_are_hashed_stably() {
+        let long = vec![b'x'; MAX_KEY_LEN + 1];
+        let a = key("header:k", &[("k", &long)], "/", None);
+        let b = key("header:k", &[("k", &long)], "/", None);
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 33);
+        let exact = vec![b'x'; MAX_KEY_LEN];
+        assert_eq!(
+            key("header:k", &[("k", &exact)], "/", None).len(),
+            MAX_KEY_LEN
+        );
+        assert_ne!(key("header:k", &[("k", &[0x80, 0x81])], "/", None), "");
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        for bad in [
+            "",
+            "ip:",
+            "header:",
+            "header:bad name",
+            "cookie:a;b",
+            "query:a=b",
+            "user",
+        ] {
+            assert!(bad.parse::<KeySpec>().is_err(), "{bad}");
+        }
+        for good in [
+            "global",
+            "ip",
+            "header:x-api-key",
+            "cookie:sid",
+            "query:api_key",
+        ] {
+            assert_eq!(good.parse::<KeySpec>().unwrap().to_string(), good);
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The gateway's metric handles, registered once per policy and route through the `metrics`
+//! facade (install the recorder first: handles taken before it stay no-ops).
+//!
+//! | name | kind | labels |
+//! |------|------|--------|
+//! | `sluice_policy_admitted_total` | counter | `policy` |
+//! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`) |
+//! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
+//! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`) |
+//! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`) |
+
+use metrics::{Counter, Gauge};
+
+use crate::admit::Reason;
+
+/// The handles of one policy.
+#[derive(Debug, Clone)]
+pub(crate) struct PolicyMetrics {
+    pub(crate) admitted: Counter,
+    denied: [Counter; Reason::ALL.len()],
+    pub(crate) waiting: Gauge,
+}
+
+impl PolicyMetrics {
+    pub(crate) fn new(policy: &str) -> PolicyMetrics {
+        let name = policy.to_owned();
+        PolicyMetrics {
+            admitted: metrics::counter!("sluice_policy_admitted_total", "policy" => name.clone()),
+            denied: Reason::ALL.map(|reason| {
+                metrics::counter!("sluice_policy_denied_total", "policy" => name.clone(), "reason" => reason.as_str())
+            }),
+            waiting: metrics::gauge!("sluice_policy_waiting", "policy" => name),
+        }
+    }
+
+    pub(crate) fn denied(&self, reason: Reason) {
+        self.denied[reason as usize].increment(1);
+    }
+}
+
+/// The handles of one route.
+#[derive(Debug, Clone)]
+pub(crate) struct RouteMetrics {
+    status: [Counter; 5],
+    pub(crate) refused: Counter,
+    pub(crate) timeout: Counter,
+    pub(crate) other: Counter,
+}
+
+impl RouteMetrics {
+    pub(crate) fn new(route: &str) -> RouteMetrics {
+        let route = route.to_owned();
+        let error = |e: &'static str| metrics::counter!("sluice_upstream_errors_total", "route" => route.clone(), "error" => e);
+        RouteMetrics {
+            status: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
+                metrics::counter!("sluice_upstream_responses_total", "route" => route.clone(), "status" => class)
+            }),
+            refused: error("refused"),
+            timeout: error("timeout"),
+            other: error("other"),
+        }
+    }
+
+    pub(crate) fn status(&self, status: http::StatusCode) {
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        self.status[class].increment(1);
+    }
+}

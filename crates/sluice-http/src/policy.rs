@@ -1,0 +1,357 @@
+//! A named policy: algorithm and quota, whose bucket a request spends, how many keys are
+//! kept, how long a request may wait, and how many may be in flight.
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice::keyed::Keyed;
+use sluice::store::{MemoryStore, Store};
+use sluice::{AcquireOptions, Error, Pool};
+use sluice_core::{Algorithm, AnyAlgorithm, Decision, Quota};
+
+use crate::backend::Backend;
+use crate::key::KeySpec;
+use crate::metrics::PolicyMetrics;
+
+/// The default cap on keys per policy.
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
+/// How long a request may wait for its turn: at most `depth` waiters per key, each for at
+/// most `max_wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// Waiters per key (and for the concurrency limit).
+    pub depth: usize,
+    /// The longest wait; a request whose predicted wait is longer is denied at once.
+    pub max_wait: Duration,
+}
+
+/// A policy could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// Names are what headers, metrics and the decision API show.
+    #[error("invalid policy name `{0}`: use 1 to 64 of A-Z a-z 0-9 _ - .")]
+    InvalidName(String),
+    /// `concurrency = 0` would admit nothing.
+    #[error("concurrency must be at least 1, got 0")]
+    ZeroConcurrency,
+    /// `max_keys = 0` would keep no bucket.
+    #[error("max_keys must be at least 1, got 0")]
+    ZeroMaxKeys,
+}
+
+/// A named limit. Share it as `Arc<Policy>`: every clone of a service, every route naming it
+/// and every reload that keeps it spends the same buckets.
+pub struct Policy {
+    name: Arc<str>,
+    algorithm: AnyAlgorithm,
+    key: KeySpec,
+    max_keys: usize,
+    queue: Option<QueueSpec>,
+    concurrency: Option<Pool>,
+    backend: Backend,
+    item: String,
+    pub(crate) metrics: PolicyMetrics,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("name", &self.name)
+            .field("algorithm", &self.algorithm.which())
+            .field("quota", &self.algorithm.quota())
+            .field("key", &self.key)
+            .field("max_keys", &self.max_keys)
+            .field("queue", &self.queue)
+            .field("concurrency", &self.concurrency.as_ref().map(Pool::size))
+            .field("backend", &self.backend.kind())
+            .finish()
+    }
+}
+
+/// Builds a [`Policy`]. Start from [`Policy::builder`].
+#[derive(Debug, Clone)]
+pub struct PolicyBuilder {
+    name: String,
+    algorithm: AnyAlgorithm,
+    key: KeySpec,
+    max_keys: usize,
+    queue: Option<QueueSpec>,
+    concurrency: Option<usize>,
+    pool: Option<Pool>,
+    backend: Option<Backend>,
+}
+
+impl Policy {
+    /// Starts a policy named `name` over `algorithm`: global key, 100,000 keys, no queue, no
+    /// concurrency limit, in memory.
+    pub fn builder(name: impl Into<String>, algorithm: AnyAlgorithm) -> PolicyBuilder {
+        PolicyBuilder {
+            name: name.into(),
+            algorithm,
+            key: KeySpec::Global,
+            max_keys: DEFAULT_MAX_KEYS,
+            queue: None,
+            concurrency: None,
+            pool: None,
+            backend: None,
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The algorithm, with its quota.
+    pub fn algorithm(&self) -> &AnyAlgorithm {
+        &self.algorithm
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.algorithm.quota()
+    }
+
+    /// Whose bucket a request spends.
+    pub fn key_spec(&self) -> &KeySpec {
+        &self.key
+    }
+
+    /// The cap on keys.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// The wait queue, if any.
+    pub fn queue(&self) -> Option<QueueSpec> {
+        self.queue
+    }
+
+    /// The concurrency limit, if any.
+    pub fn concurrency(&self) -> Option<&Pool> {
+        self.concurrency.as_ref()
+    }
+
+    /// The store.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// This policy as a member of `RateLimit-Policy`: `"name";q=CAPACITY;w=WINDOW_SECONDS`,
+    /// the window being `capacity × interval` rounded up to whole seconds (at least 1).
+    pub fn policy_item(&self) -> &str {
+        &self.item
+    }
+
+    /// Takes `cost` from `key`'s bucket now if it allows; never waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`].
+    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.backend.check(key, cost).await
+    }
+
+    /// Waits in `key`'s queue until `cost` is admitted (without a queue, as [`Policy::check`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives back its place in the queue.
+    pub async fn acquire(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.backend
+            .acquire(key, cost, AcquireOptions::default())
+            .await
+    }
+
+    /// `key`'s bucket now, consuming nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::peek`].
+    pub async fn peek(&self, key: &str) -> Result<Decision, Error> {
+        self.backend.peek(key).await
+    }
+
+    /// Whether `other`'s buckets can be carried over into a policy configured like this one:
+    /// same name, algorithm, quota, key, key cap, queue and store kind. A reload keeps the
+    /// state of such a policy (see [`PolicyBuilder::reuse`]).
+    pub fn same_buckets(&self, other: &Policy) -> bool {
+        self.name == other.name
+            && self.algorithm == other.algorithm
+            && self.key == other.key
+            && self.max_keys == other.max_keys
+            && self.queue == other.queue
+            && self.backend.kind() == other.backend.kind()
+    }
+}
+
+impl PolicyBuilder {
+    /// Whose bucket a request spends (default: global).
+    pub fn key(mut self, key: KeySpec) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// At most `max_keys` buckets (default 100,000); idle ones are dropped first.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Requests may wait: at most `depth` per key, each for at most `max_wait`.
+    pub fn queue(mut self, depth: usize, max_wait: Duration) -> Self {
+        self.queue = Some(QueueSpec { depth, max_wait });
+        self
+    }
+
+    /// At most `n` admitted requests in flight at once (until their response is sent).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = Some(n);
+        self
+    }
+
+    /// Uses `backend` instead of a new memory store. It must have been built for the same
+    /// algorithm, key cap and queue.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Carries over `old`'s buckets (when [`Policy::same_buckets`] holds for what this builder
+    /// builds) and its concurrency pool (when the size is the same), as a reload does.
+    pub fn reuse(mut self, old: &Policy) -> Self {
+        if self.name == *old.name
+            && self.algorithm == old.algorithm
+            && self.key == old.key
+            && self.max_keys == old.max_keys
+            && self.queue == old.queue
+            && self
+                .backend
+                .as_ref()
+                .is_none_or(|b| b.kind() == old.backend.kind())
+        {
+            self.backend = Some(old.backend.clone());
+        }
+        if let (Some(n), Some(pool)) = (self.concurrency, &old.concurrency) {
+            if pool.size() == n {
+                self.pool = Some(pool.clone());
+            }
+        }
+        self
+    }
+
+    /// The policy.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError`] for a bad name, a zero key cap or a zero concurrency.
+    pub fn build(self) -> Result<Policy, PolicyError> {
+        if !is_valid_name(&self.name) {
+            return Err(PolicyError::InvalidName(self.name));
+        }
+        if self.max_keys == 0 {
+            return Err(PolicyError::ZeroMaxKeys);
+        }
+        let queue = self.queue.filter(|q| q.depth > 0);
+        let concurrency = match (self.pool, self.concurrency) {
+            (Some(pool), _) => Some(pool),
+            (None, Some(n)) => {
+                let size = NonZeroUsize::new(n).ok_or(PolicyError::ZeroConcurrency)?;
+                let (depth, max_wait) =
+                    queue.map_or((0, Duration::ZERO), |q| (q.depth, q.max_wait));
+                Some(Pool::bounded(size, depth, max_wait, &self.name))
+            }
+            (None, None) => None,
+        };
+        let backend = self.backend.unwrap_or_else(|| {
+            let keyed = Keyed::builder(self.algorithm)
+                .max_keys(self.max_keys)
+                .name(self.name.clone());
+            let keyed = match queue {
+                Some(q) => keyed.queue(q.depth, q.max_wait),
+                None => keyed,
+            };
+            Backend::Memory(MemoryStore::from_keyed(keyed.build()))
+        });
+        let quota = self.algorithm.quota();
+        let window = quota
+            .window_ns()
+            .div_ceil(sluice_core::NANOS_PER_SEC)
+            .max(1);
+        let item = format!("\"{}\";q={};w={window}", self.name, quota.capacity());
+        Ok(Policy {
+            metrics: PolicyMetrics::new(&self.name),
+            name: self.name.into(),
+            algorithm: self.algorithm,
+            key: self.key,
+            max_keys: self.max_keys,
+            queue,
+            concurrency,
+            backend,
+            item,
+        })
+    }
+}
+
+/// Whether `name` can name a policy: 1 to 64 of `A-Z a-z 0-9 _ - .` (it is shown in headers,
+/// metrics labels and JSON without escaping).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Kind;
+
+    fn alg(capacity: u64, rate: &str) -> AnyAlgorithm {
+        AnyAlgorithm::new(Kind::TokenBucket, Quota::parse(capacity, rate).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reuse_keeps_buckets_only_when_unchanged() {
+        let old = Policy::builder("api", alg(2, "1/s")).build().unwrap();
+        old.check("k", 2).await.unwrap();
+        let same = Policy::builder("api", alg(2, "1/s"))
+            .reuse(&old)
+            .build()
+            .unwrap();
+        assert!(same.check("k", 1).await.is_err(), "state kept");
+        let changed = Policy::builder("api", alg(3, "1/s"))
+            .reuse(&old)
+            .build()
+            .unwrap();
+        assert!(
+            changed.check("k", 1).await.is_ok(),
+            "new quota, new buckets"
+        );
+    }
+
+    #[test]
+    fn items_and_names() {
+        let p = Policy::builder("api", alg(10, "5/s")).build().unwrap();
+        assert_eq!(p.policy_item(), "\"api\";q=10;w=2");
+        let p = Policy::builder("slow", alg(1, "1/min")).build().unwrap();
+        assert_eq!(p.policy_item(), "\"slow\";q=1;w=60");
+        let p = Policy::builder("fast", alg(1, "1000/s")).build().unwrap();
+        assert_eq!(p.policy_item(), "\"fast\";q=1;w=1");
+        assert!(Policy::builder("a b", alg(1, "1/s")).build().is_err());
+        assert!(Policy::builder("", alg(1, "1/s")).build().is_err());
+        assert!(Policy::builder("a", alg(1, "1/s"))
+            .concurrency(0)
+            .build()
+            .is_err());
+    }
+}

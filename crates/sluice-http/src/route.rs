@@ -1,0 +1,282 @@
+//! The route table: the longest matching `path_prefix` wins, optionally per method, and
+//! every route names an upstream and the policies that must all admit.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::HeaderValue;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Uri};
+
+use crate::metrics::RouteMetrics;
+use crate::policy::Policy;
+
+/// The default time to wait for an upstream's response head.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a route's requests go: `http://host:port[/base]`. The request's path and query are
+/// appended to the base path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    scheme: Scheme,
+    authority: Authority,
+    base: String,
+}
+
+/// An upstream URL that is not `http://host[:port][/path]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid upstream `{value}`: {reason}")]
+pub struct InvalidUpstream {
+    value: String,
+    reason: &'static str,
+}
+
+impl FromStr for Upstream {
+    type Err = InvalidUpstream;
+
+    fn from_str(text: &str) -> Result<Upstream, InvalidUpstream> {
+        let fail = |reason| InvalidUpstream {
+            value: text.to_owned(),
+            reason,
+        };
+        let uri: Uri = text.parse().map_err(|_| fail("not a URL"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => return Err(fail("https upstreams are not supported; use http://")),
+            _ => return Err(fail("expected an http:// URL")),
+        }
+        let authority = uri.authority().cloned().ok_or_else(|| fail("no host"))?;
+        if authority.host().is_empty() {
+            return Err(fail("no host"));
+        }
+        if authority.as_str().contains('@') {
+            return Err(fail("credentials in the URL are not supported"));
+        }
+        if uri.query().is_some() {
+            return Err(fail("a query is not allowed in an upstream URL"));
+        }
+        Ok(Upstream {
+            scheme: Scheme::HTTP,
+            authority,
+            base: uri.path().trim_end_matches('/').to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.base)
+    }
+}
+
+impl Upstream {
+    /// The upstream URI for a request whose path and query are `path_and_query`.
+    pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
+        let pq = path_and_query.map_or("/", PathAndQuery::as_str);
+        let pq = if self.base.is_empty() {
+            PathAndQuery::from_str(pq)
+        } else {
+            PathAndQuery::from_str(&format!("{}{pq}", self.base))
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(pq.unwrap_or_else(|_| PathAndQuery::from_static("/")));
+        Uri::from_parts(parts).unwrap_or_default()
+    }
+
+    /// `host:port`.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+}
+
+/// One route.
+#[derive(Debug)]
+pub struct Route {
+    path_prefix: String,
+    methods: Option<Vec<Method>>,
+    policies: Vec<Arc<Policy>>,
+    upstream: Upstream,
+    queue_max_body: u64,
+    upstream_timeout: Duration,
+    policy_header: Option<HeaderValue>,
+    pub(crate) metrics: RouteMetrics,
+}
+
+impl Route {
+    /// A route for paths starting with `path_prefix` to `upstream`, any method, no policy,
+    /// bodies up to 64 KiB may wait, 30 s upstream timeout.
+    pub fn new(path_prefix: impl Into<String>, upstream: Upstream) -> Route {
+        let path_prefix = path_prefix.into();
+        Route {
+            metrics: RouteMetrics::new(&path_prefix),
+            path_prefix,
+            methods: None,
+            policies: Vec::new(),
+            upstream,
+            queue_max_body: 64 * 1024,
+            upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
+            policy_header: None,
+        }
+    }
+
+    /// Only these methods (an empty list: any).
+    pub fn methods(mut self, methods: Vec<Method>) -> Route {
+        self.methods = if methods.is_empty() {
+            None
+        } else {
+            Some(methods)
+        };
+        self
+    }
+
+    /// The policies that must all admit a request.
+    pub fn policies(mut self, policies: Vec<Arc<Policy>>) -> Route {
+        self.policy_header = crate::headers::policy_header(&policies);
+        self.policies = policies;
+        self
+    }
+
+    /// Request bodies larger than this (or of unknown length) never wait in a queue.
+    pub fn queue_max_body(mut self, bytes: u64) -> Route {
+        self.queue_max_body = bytes;
+        self
+    }
+
+    /// How long to wait for the upstream's response head before answering 504.
+    pub fn upstream_timeout(mut self, timeout: Duration) -> Route {
+        self.upstream_timeout = timeout;
+        self
+    }
+
+    /// The prefix.
+    pub fn path_prefix(&self) -> &str {
+        &self.path_prefix
+    }
+
+    /// The policies.
+    pub fn policy_list(&self) -> &[Arc<Policy>] {
+        &self.policies
+    }
+
+    /// The upstream.
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    /// The body size limit for waiting.
+    pub fn max_queued_body(&self) -> u64 {
+        self.queue_max_body
+    }
+
+    /// The upstream timeout.
+    pub fn timeout(&self) -> Duration {
+        self.upstream_timeout
+    }
+
+    /// The `RateLimit-Policy` value, rendered once.
+    pub fn policy_header(&self) -> Option<&HeaderValue> {
+        self.policy_header.as_ref()
+    }
+
+    fn allows(&self, method: &Method) -> bool {
+        self.methods.as_ref().is_none_or(|m| m.contains(method))
+    }
+}
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Lookup<'a> {
+    /// The route.
+    Found(&'a Arc<Route>),
+    /// Some route's prefix matches, but none of those allows the method.
+    MethodNotAllowed,
+    /// No prefix matches.
+    NotFound,
+}
+
+/// The routes, longest prefix first.
+#[derive(Debug, Clone, Default)]
+pub struct RouteTable {
+    routes: Vec<Arc<Route>>,
+}
+
+impl RouteTable {
+    /// A table of `routes`; among routes of equal prefix, the first listed is tried first.
+    pub fn new(routes: Vec<Route>) -> RouteTable {
+        let mut routes: Vec<Arc<Route>> = routes.into_iter().map(Arc::new).collect();
+        routes.sort_by_key(|r| std::cmp::Reverse(r.path_prefix.len()));
+        RouteTable { routes }
+    }
+
+    /// The route for `method` and `path`.
+    pub fn find(&self, method: &Method, path: &str) -> Lookup<'_> {
+        let mut matched = false;
+        for route in &self.routes {
+            if path.starts_with(route.path_prefix.as_str()) {
+                if route.allows(method) {
+                    return Lookup::Found(route);
+                }
+                matched = true;
+            }
+        }
+        if matched {
+            Lookup::MethodNotAllowed
+        } else {
+            Lookup::NotFound
+        }
+    }
+
+    /// The routes, longest prefix first.
+    pub fn routes(&self) -> &[Arc<Route>] {
+        &self.routes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_wins_then_methods() {
+        let up: Upstream = "http://127.0.0.1:9000".parse().unwrap();
+        let table = RouteTable::new(vec![
+            Route::new("/", up.clone()),
+            Route::new("/api/", up.clone()).methods(vec![Method::GET]),
+            Route::new("/api/admin/", up.clone()).methods(vec![Method::POST]),
+        ]);
+        let prefix = |m: Method, p: &str| match table.find(&m, p) {
+            Lookup::Found(r) => r.path_prefix().to_owned(),
+            Lookup::MethodNotAllowed => "405".into(),
+            Lookup::NotFound => "404".into(),
+        };
+        assert_eq!(prefix(Method::GET, "/api/x"), "/api/");
+        assert_eq!(prefix(Method::POST, "/api/x"), "/");
+        assert_eq!(prefix(Method::POST, "/api/admin/x"), "/api/admin/");
+        assert_eq!(prefix(Method::GET, "/api/admin/x"), "/api/");
+        assert_eq!(prefix(Method::GET, "/other"), "/");
+        let only = RouteTable::new(vec![Route::new("/api/", up).methods(vec![Method::GET])]);
+        assert!(matches!(
+            only.find(&Method::POST, "/api/"),
+            Lookup::MethodNotAllowed
+        ));
+        assert!(matches!(only.find(&Method::GET, "/x"), Lookup::NotFound));
+    }
+
+    #[test]
+    fn upstream_urls() {
+        let up: Upstream = "http://127.0.0.1:9000/base/".parse().unwrap();
+        let pq = PathAndQuery::from_static("/api/x?y=1");
+        assert_eq!(
+            up.uri_for(Some(&pq)),
+            "http://127.0.0.1:9000/base/api/x?y=1"
+        );
+        assert!("https://x".parse::<Upstream>().is_err());
+        assert!("ftp://x".parse::<Upstream>().is_err());
+        assert!("127.0.0.1:9000".parse::<Upstream>().is_err());
+        assert!("http://u:p@x".parse::<Upstream>().is_err());
+    }
+}
