@@ -36,10 +36,10 @@ export function freePort() {
   });
 }
 
-function listen(server) {
+function listen(server, port = 0) {
   return new Promise((resolve, reject) => {
     server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve(server.address().port));
+    server.listen(port, '127.0.0.1', () => resolve(server.address().port));
   });
 }
 
@@ -73,7 +73,7 @@ export function wasmBytes() {
  *   / and /page/...      200 text/html
  *   anything else        404
  */
-export async function startUpstream() {
+export async function startUpstream({ port = 0 } = {}) {
   const hits = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://upstream');
@@ -96,10 +96,10 @@ export async function startUpstream() {
       send(404, 'text/plain', 'not found\n');
     }
   });
-  const port = await listen(server);
+  const bound = await listen(server, port);
   return {
-    url: `http://127.0.0.1:${port}`,
-    port,
+    url: `http://127.0.0.1:${bound}`,
+    port: bound,
     hits,
     /** Hits whose path starts with `prefix`. */
     hitsFor: (prefix) => hits.filter((h) => h.path.startsWith(prefix)),
@@ -126,7 +126,7 @@ export async function startFront({ upstream, config }) {
 }
 
 /** The dev front: what `sluice serve` will do for the browser, minus any limiting. */
-export async function startDevFront({ upstream, config }) {
+export async function startDevFront({ upstream, config, port = 0 }) {
   const script = buildServiceWorker({ wasm: wasmBytes(), config });
   const telemetry = [];
   const server = http.createServer((req, res) => {
@@ -151,9 +151,9 @@ export async function startDevFront({ upstream, config }) {
     if (url.pathname === '/v1/telemetry') return acceptTelemetry(req, res, telemetry);
     return proxy(req, res, upstream);
   });
-  const port = await listen(server);
+  const bound = await listen(server, port);
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://127.0.0.1:${bound}`,
     kind: 'dev',
     telemetry,
     telemetryTotals: async () => sumTelemetry(telemetry),
