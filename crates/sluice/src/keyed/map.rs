@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::Mutex;
-use sluice_core::Decision;
+use sluice_core::{Decision, SavedState, SnapshotError};
 
 use crate::cell::LocalAlgorithm;
 use crate::clock::{Clock, TokioClock};
@@ -93,6 +93,7 @@ where
     pub(crate) algorithm: A,
     pub(crate) clock: C,
     pub(crate) hasher: Hasher,
+    #[allow(clippy::type_complexity)]
     pub(crate) shards: Box<[Padded<Mutex<Shard<K, A::State>>>]>,
     /// Entries one shard can hold without growing its table.
     pub(crate) shard_capacity: usize,
@@ -338,6 +339,59 @@ where
             removed += s.sweep_shard(&mut shard.0.lock(), now);
         }
         removed
+    }
+
+    /// Every key whose state is not idle, saved relative to now: what a snapshot holds
+    /// (the [`FileStore`](crate::store::FileStore) writes it).
+    pub fn export(&self) -> Vec<(K, SavedState)> {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let mut out = Vec::new();
+        for shard in s.shards.iter() {
+            let shard = shard.0.lock();
+            for (k, state) in shard.table.iter() {
+                if s.algorithm.idle_at(state) > now {
+                    out.push((k.clone(), s.algorithm.save(state, now)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Sets `key` to the state `saved` restores to, `elapsed_ns` after it was saved. With
+    /// `replace` false, a key already in the table keeps its state. A restored state that is
+    /// idle is not inserted.
+    ///
+    /// # Errors
+    ///
+    /// As [`Algorithm::restore`](sluice_core::Algorithm::restore); the table is then unchanged.
+    pub fn import(
+        &self,
+        key: K,
+        saved: &SavedState,
+        elapsed_ns: u64,
+        replace: bool,
+    ) -> Result<(), SnapshotError> {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let hash = s.hasher.hash_one(&key);
+        let mut shard = s.shard_of(hash).lock();
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| *k == key) {
+            if replace {
+                *state = s.algorithm.restore(saved, now, elapsed_ns)?;
+            }
+            return Ok(());
+        }
+        let state = s.algorithm.restore(saved, now, elapsed_ns)?;
+        if s.algorithm.idle_at(&state) > now {
+            s.make_room(&mut shard, now);
+            shard
+                .table
+                .insert_unique(hash, (key, state), |(k, _)| s.hasher.hash_one(k));
+            shard.inserted_since_sweep += 1;
+            s.keys.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn waiting_limiter<Q>(&self, key: &Q) -> Limiter<A, C, KeyCell<K, A, C>>

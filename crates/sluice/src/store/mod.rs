@@ -4,10 +4,14 @@
 //! Every store answers the same two questions for one key: [`Store::check`] (one atomic
 //! check-and-update, never waits) and [`Store::acquire`] (waits in that key's queue).
 
+#[cfg(feature = "file")]
+pub mod file;
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+#[cfg(feature = "file")]
+pub use file::{FileStore, FileStoreError, FileStoreOptions};
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::{OnError, RedisConfig, RedisStore, RedisStoreError};

@@ -1,0 +1,745 @@
+//! [`FileStore`]: keyed limits in memory, written back to a local file, restored at start
+//! without a burst.
+//!
+//! # Write-back and D
+//!
+//! The limits live in an in-memory [`Keyed`] table, exactly as in the
+//! [`MemoryStore`](crate::store::MemoryStore). A writer thread replaces the file every D/2
+//! (D = [`FileStoreOptions::write_interval`], default **100 ms**) with a snapshot of every key
+//! that is not idle, atomically: write `<file>.tmp`, fsync it, rename it over the file, fsync
+//! the directory. Each write also renews a **lease**: the store admits only while less than D
+//! has passed since the start of the last completed write; past that (a stalled disk, a full
+//! disk) it refuses with [`Error::Unavailable`] until a write succeeds. The file records the
+//! lease end as `written_at + 2D` (one D of margin for the last in-flight decision and for the
+//! wall clock against the monotonic one). So a crash loses at most the last D of consumption,
+//! and no admission is ever later than the lease end in the file.
+//!
+//! # The restore rule
+//!
+//! At [`FileStore::open`], with `r` the wall-clock time now:
+//!
+//! - **No file**: a fresh start, every key full.
+//! - **Clean file** (written by [`FileStore::close`], or by dropping the last handle): nothing
+//!   was admitted after it was written, so every saved key is restored exactly, its time
+//!   counted from `written_at` to `r`; keys not in it were idle, hence full. (A clean file of
+//!   another algorithm cannot be read key by key; it is treated as a crash at `written_at`.)
+//! - **Any other file** (the process died): every key, **whether in the file or not**, starts
+//!   as if it had spent everything at `e = min(lease_end, r)`, i.e.
+//!   [`Algorithm::exhausted_state`] at `e`, advanced to now. This lasts until `e + W` (W =
+//!   capacity × interval), after which every key is full anyway.
+//!
+//! Why every key: the lost consumption (after the last write) can be any key's, including
+//! keys the file has never seen, and it can be a whole burst in a microsecond. Only the
+//! worst case is safe, and it is the same for all keys. After a crash the saved states add
+//! nothing to it; they are what makes a clean restart exact.
+//!
+//! **The bound.** For the bucket algorithms (token bucket, GCRA, leaky bucket): any window
+//! `[t - T, t]` spanning the restart admits at most `capacity + rate·T`. Before the crash the
+//! algorithm itself admitted at most `capacity + rate·(c - (t - T))` in `[t - T, c]`, where `c ≤
+//! e` is the last admission. After the restart the key starts empty at `e` and admits at most
+//! `rate·(t - e)`. The sum is `capacity + rate·(T - (e - c)) ≤ capacity + rate·T`. For the
+//! window algorithms: nothing is admitted after the restart until the restored window from `e`
+//! drains (sliding log: until `e + W`, so no window of length W holds admissions from both
+//! sides of the crash; fixed and sliding window: their usual bound over any window W, N and
+//! below 2N, with the windows restarted at `e`). A wall clock that jumps forward while the
+//! process is down shortens the wait, as for any snapshot; one that goes back lengthens it.
+//!
+//! # A corrupt or foreign file
+//!
+//! A file that exists but cannot be read (not JSON, another format or version, impossible
+//! values) makes [`FileStore::open`] fail with [`FileStoreError::Corrupt`], naming the file and
+//! the problem: starting full would allow a burst, and starting empty would hide the problem
+//! until someone asks why everything is refused. To start anyway, move the file away: that is a
+//! fresh start (and so, knowingly, a possible burst). One process per file: two would overwrite
+//! each other's writes.
+//!
+//! # Format
+//!
+//! JSON: `{"format": "sluice-file-store", "version": 1, "algorithm", "capacity",
+//! "interval_ns", "write_interval_ms", "written_at_unix_ms", "lease_until_unix_ms", "clean",
+//! "keys": [{"key", "state": <sluice_core::SavedState>}]}`.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+use sluice_core::{Algorithm, AnyAlgorithm, Decision, Kind, Quota, Rate, SavedState};
+
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::keyed::Keyed;
+use crate::limiter::AcquireOptions;
+use crate::store::Store;
+
+const FORMAT: &str = "sluice-file-store";
+const VERSION: u32 = 1;
+
+/// The default write interval D: a crash loses at most this much consumption.
+pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How a [`FileStore`] keeps its table and its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStoreOptions {
+    write_interval: Duration,
+    max_keys: usize,
+    queue_depth: usize,
+    max_wait: Duration,
+}
+
+impl Default for FileStoreOptions {
+    fn default() -> FileStoreOptions {
+        FileStoreOptions {
+            write_interval: DEFAULT_WRITE_INTERVAL,
+            max_keys: 100_000,
+            queue_depth: 0,
+            max_wait: Duration::ZERO,
+        }
+    }
+}
+
+impl FileStoreOptions {
+    /// D: the file is rewritten every D/2, and a crash loses at most D of consumption
+    /// (default 100 ms, at least 2 ms).
+    pub fn write_interval(mut self, d: Duration) -> FileStoreOptions {
+        self.write_interval = d.max(Duration::from_millis(2));
+        self
+    }
+
+    /// The most keys held (default 100,000).
+    pub fn max_keys(mut self, max_keys: usize) -> FileStoreOptions {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Up to `depth` waiters per key, each waiting at most `max_wait`, for
+    /// [`Store::acquire`]. Without it `acquire` does not wait.
+    pub fn queue(mut self, depth: usize, max_wait: Duration) -> FileStoreOptions {
+        self.queue_depth = depth;
+        self.max_wait = max_wait;
+        self
+    }
+}
+
+/// A file store could not open or write its file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileStoreError {
+    /// Reading, writing or renaming the file failed.
+    #[error("limit store file {path}: cannot {action}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The file exists but is not a snapshot this build can use.
+    #[error("limit store file {path} is unusable: {reason}; move it away to start afresh (every key full)")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// What [`FileStore::open`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restored {
+    /// No file: every key full.
+    Fresh,
+    /// A clean file: `keys` keys restored exactly.
+    Clean {
+        /// Keys restored.
+        keys: usize,
+    },
+    /// The last process died: every key starts as spent at this wall-clock time.
+    Crash {
+        /// `e`, in milliseconds since the Unix epoch.
+        exhausted_at_unix_ms: u64,
+    },
+}
+
+/// The file's contents.
+#[derive(Debug, Serialize, Deserialize)]
+struct Image {
+    format: String,
+    version: u32,
+    algorithm: Kind,
+    capacity: u64,
+    interval_ns: u64,
+    write_interval_ms: u64,
+    written_at_unix_ms: u64,
+    lease_until_unix_ms: u64,
+    clean: bool,
+    keys: Vec<Entry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    key: String,
+    state: SavedState,
+}
+
+/// Keyed limits that survive a restart: in memory, written back to a local file every D/2.
+/// Clones share the table and the file.
+///
+/// See the [module documentation](crate::store::file) for D, the restore rule and its bound.
+///
+/// # Examples
+///
+/// ```
+/// use sluice::store::{FileStore, FileStoreOptions, Store};
+/// use sluice_core::{AnyAlgorithm, Kind, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = std::env::temp_dir().join(format!("sluice-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("limits.json");
+/// let alg = AnyAlgorithm::new(Kind::Gcra, Quota::parse(2, "1/min")?);
+/// let store = FileStore::open(&path, alg, FileStoreOptions::default())?;
+/// assert!(store.check("alice", 2).await.is_ok());
+/// store.close()?; // a clean file: the next open restores alice exactly
+///
+/// let store = FileStore::open(&path, alg, FileStoreOptions::default())?;
+/// assert!(store.check("alice", 1).await.is_err()); // still spent: no burst after a restart
+/// # store.close()?;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    keyed: Keyed<String, AnyAlgorithm>,
+    algorithm: AnyAlgorithm,
+    path: PathBuf,
+    write_interval: Duration,
+    /// Real time, for the lease: admissions are allowed while `base.elapsed() < lease_until`.
+    base: Instant,
+    lease_until_ns: AtomicU64,
+    closed: AtomicBool,
+    shadow: Option<Shadow>,
+    restored: Restored,
+    /// One write at a time, and none after the clean one.
+    writing: Mutex<()>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    last_error: Mutex<Option<String>>,
+}
+
+/// After a crash: every key first seen before `e + W` starts as spent at `e`.
+#[derive(Debug)]
+struct Shadow {
+    worst: SavedState,
+    /// The table's clock at open.
+    opened_at: u64,
+    /// Nanoseconds from `e` to the open.
+    since_e_at_open: u64,
+    window: u64,
+    over: AtomicBool,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What to restore, decided from the file (if any) and the wall clock alone.
+#[derive(Debug, PartialEq)]
+enum Plan {
+    Fresh,
+    Clean { elapsed_ms: u64 },
+    Crash { e_unix_ms: u64 },
+}
+
+fn plan(image: Option<&Image>, algorithm: &AnyAlgorithm, now_unix_ms: u64) -> Plan {
+    match image {
+        None => Plan::Fresh,
+        Some(image) if image.clean && image.algorithm == algorithm.kind() => Plan::Clean {
+            elapsed_ms: now_unix_ms.saturating_sub(image.written_at_unix_ms),
+        },
+        // Another algorithm's states cannot be read: their worst case, as of the clean write
+        // (nothing was admitted after it).
+        Some(image) if image.clean => Plan::Crash {
+            e_unix_ms: image.written_at_unix_ms.min(now_unix_ms),
+        },
+        Some(image) => Plan::Crash {
+            e_unix_ms: image.lease_until_unix_ms.min(now_unix_ms),
+        },
+    }
+}
+
+/// Reads and checks the file; `Ok(None)` if there is none.
+fn read(path: &Path) -> Result<Option<Image>, FileStoreError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(FileStoreError::Io {
+                path: path.to_owned(),
+                action: "read it",
+                source,
+            })
+        }
+    };
+    let corrupt = |reason: String| FileStoreError::Corrupt {
+        path: path.to_owned(),
+        reason,
+    };
+    let image: Image =
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not a snapshot: {e}")))?;
+    if image.format != FORMAT {
+        return Err(corrupt(format!(
+            "format `{}`, expected `{FORMAT}`",
+            image.format
+        )));
+    }
+    if image.version != VERSION {
+        return Err(corrupt(format!(
+            "format version {} (this build reads {VERSION})",
+            image.version
+        )));
+    }
+    if image.lease_until_unix_ms < image.written_at_unix_ms {
+        return Err(corrupt(String::from(
+            "its lease ends before it was written",
+        )));
+    }
+    let quota = Rate::from_interval_ns(image.interval_ns)
+        .and_then(|rate| Quota::new(image.capacity, rate))
+        .map_err(|e| corrupt(format!("its quota: {e}")))?;
+    let its_algorithm = AnyAlgorithm::new(image.algorithm, quota);
+    for entry in &image.keys {
+        its_algorithm
+            .restore(&entry.state, 0, 0)
+            .map_err(|e| corrupt(format!("key `{}`: {e}", entry.key)))?;
+    }
+    Ok(Some(image))
+}
+
+/// Replaces `path` by `bytes` atomically and durably.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileStoreError> {
+    let io = |action: &'static str| {
+        move |source| FileStoreError::Io {
+            path: path.to_owned(),
+            action,
+            source,
+        }
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = File::create(&tmp).map_err(io("create its temporary file"))?;
+    file.write_all(bytes)
+        .map_err(io("write its temporary file"))?;
+    file.sync_all().map_err(io("fsync its temporary file"))?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(io("rename the temporary file over it"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync its directory"))?;
+    Ok(())
+}
+
+impl FileStore {
+    /// Opens (or creates) the file at `path` and restores from it by the rule in the
+    /// [module documentation](crate::store::file), then writes it once (so that a crash right
+    /// after this is a crash of this process) and starts the writer thread.
+    ///
+    /// # Errors
+    ///
+    /// [`FileStoreError::Corrupt`] for a file that exists but cannot be used,
+    /// [`FileStoreError::Io`] when it cannot be read or written.
+    pub fn open(
+        path: impl AsRef<Path>,
+        algorithm: AnyAlgorithm,
+        options: FileStoreOptions,
+    ) -> Result<FileStore, FileStoreError> {
+        let path = path.as_ref().to_owned();
+        let image = read(&path)?;
+        let now_unix_ms = unix_ms();
+        let builder = Keyed::builder(algorithm).max_keys(options.max_keys);
+        let builder = if options.queue_depth > 0 {
+            builder.queue(options.queue_depth, options.max_wait)
+        } else {
+            builder
+        };
+        let keyed: Keyed<String, AnyAlgorithm> = builder.build();
+        let opened_at = keyed.shared.clock.now_ns();
+        let window = algorithm.quota().window_ns();
+        let (restored, shadow) = match plan(image.as_ref(), &algorithm, now_unix_ms) {
+            Plan::Fresh => (Restored::Fresh, None),
+            Plan::Clean { elapsed_ms } => {
+                let elapsed = elapsed_ms.saturating_mul(1_000_000);
+                let entries = image.as_ref().map_or(&[][..], |i| &i.keys[..]);
+                for entry in entries {
+                    keyed
+                        .import(entry.key.clone(), &entry.state, elapsed, true)
+                        .map_err(|e| FileStoreError::Corrupt {
+                            path: path.clone(),
+                            reason: format!("key `{}`: {e}", entry.key),
+                        })?;
+                }
+                let keys = entries.len();
+                (Restored::Clean { keys }, None)
+            }
+            Plan::Crash { e_unix_ms } => {
+                let since_e = (now_unix_ms - e_unix_ms).saturating_mul(1_000_000);
+                let shadow = (since_e < window).then(|| Shadow {
+                    worst: algorithm.save(&algorithm.exhausted_state(0), 0),
+                    opened_at,
+                    since_e_at_open: since_e,
+                    window,
+                    over: AtomicBool::new(false),
+                });
+                (
+                    Restored::Crash {
+                        exhausted_at_unix_ms: e_unix_ms,
+                    },
+                    shadow,
+                )
+            }
+        };
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let inner = Arc::new(Inner {
+            keyed,
+            algorithm,
+            path,
+            write_interval: options.write_interval,
+            base: Instant::now(),
+            lease_until_ns: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            shadow,
+            restored,
+            writing: Mutex::new(()),
+            stop: Arc::clone(&stop),
+            writer: Mutex::new(None),
+            last_error: Mutex::new(None),
+        });
+        inner.write(false)?;
+        let weak = Arc::downgrade(&inner);
+        let every = options.write_interval / 2;
+        let handle = std::thread::Builder::new()
+            .name(String::from("sluice-file-store"))
+            .spawn(move || write_back(weak, stop, every))
+            .map_err(|source| FileStoreError::Io {
+                path: inner.path.clone(),
+                action: "start its writer thread",
+                source,
+            })?;
+        *inner.writer.lock() = Some(handle);
+        Ok(FileStore { inner })
+    }
+
+    /// What the open found.
+    pub fn restored(&self) -> Restored {
+        self.inner.restored
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The table.
+    pub fn keyed(&self) -> &Keyed<String, AnyAlgorithm> {
+        &self.inner.keyed
+    }
+
+    /// Why the last write failed, if it did (the store refuses while its lease is out).
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.last_error.lock().clone()
+    }
+
+    /// Writes the file now (and renews the lease).
+    ///
+    /// # Errors
+    ///
+    /// [`FileStoreError::Io`].
+    pub fn flush(&self) -> Result<(), FileStoreError> {
+        self.inner.write(false)
+    }
+
+    /// Stops admitting ([`Error::Closed`] from now on), stops the writer and writes the final,
+    /// clean file that the next open restores exactly. Idempotent. Dropping the last handle
+    /// does the same, ignoring errors.
+    ///
+    /// # Errors
+    ///
+    /// [`FileStoreError::Io`]: the file then stays as last written, unclean, and the next open
+    /// applies the crash rule.
+    pub fn close(&self) -> Result<(), FileStoreError> {
+        self.inner.close()
+    }
+
+    /// The same check, without the future.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`], and [`Error::Unavailable`] while the file cannot be written,
+    /// [`Error::Closed`] after [`FileStore::close`].
+    pub fn check_now(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        inner.worst_case(key);
+        let decision = inner.keyed.try_acquire(key, cost)?;
+        inner.confirm(cost)?;
+        Ok(decision)
+    }
+}
+
+/// The writer thread: a write every `every` until stopped or the store is gone.
+fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Duration) {
+    loop {
+        {
+            let (stopped, wake) = &*stop;
+            let mut stopped = stopped.lock();
+            if !*stopped {
+                wake.wait_for(&mut stopped, every);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if let Err(e) = inner.write(false) {
+            *inner.last_error.lock() = Some(e.to_string());
+        }
+    }
+}
+
+impl Inner {
+    /// After a crash, puts `key` in the table as spent at `e` if it is not there yet.
+    #[inline]
+    fn worst_case(&self, key: &str) {
+        let Some(shadow) = &self.shadow else {
+            return;
+        };
+        if shadow.over.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = self.keyed.shared.clock.now_ns();
+        let since_e = shadow
+            .since_e_at_open
+            .saturating_add(now.saturating_sub(shadow.opened_at));
+        if since_e >= shadow.window {
+            shadow.over.store(true, Ordering::Relaxed);
+            return;
+        }
+        // The saved form of an exhausted state always restores.
+        let _ = self
+            .keyed
+            .import(key.to_owned(), &shadow.worst, since_e, false);
+    }
+
+    /// After the table admitted `cost`: is this admission covered by the file? Checked after
+    /// the update, so that an admission is either in the next write or refused.
+    #[inline]
+    fn confirm(&self, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let now = nanos(self.base.elapsed());
+        if now >= self.lease_until_ns.load(Ordering::Acquire) {
+            return Err(Error::Unavailable {
+                retry_after: self.write_interval,
+            });
+        }
+        Ok(())
+    }
+
+    fn write(&self, clean: bool) -> Result<(), FileStoreError> {
+        let _one = self.writing.lock();
+        if self.closed.load(Ordering::SeqCst) && !clean {
+            return Ok(());
+        }
+        let started = nanos(self.base.elapsed());
+        let written_at_unix_ms = unix_ms();
+        let d = ms(self.write_interval);
+        let quota = self.algorithm.quota();
+        let image = Image {
+            format: String::from(FORMAT),
+            version: VERSION,
+            algorithm: self.algorithm.kind(),
+            capacity: quota.capacity(),
+            interval_ns: quota.interval_ns(),
+            write_interval_ms: d,
+            written_at_unix_ms,
+            lease_until_unix_ms: if clean {
+                written_at_unix_ms
+            } else {
+                written_at_unix_ms.saturating_add(2 * d)
+            },
+            clean,
+            keys: self
+                .keyed
+                .export()
+                .into_iter()
+                .map(|(key, state)| Entry { key, state })
+                .collect(),
+        };
+        let bytes = serde_json::to_vec(&image).map_err(|e| FileStoreError::Io {
+            path: self.path.clone(),
+            action: "encode it",
+            source: io::Error::other(e),
+        })?;
+        write_atomic(&self.path, &bytes)?;
+        if !clean {
+            self.lease_until_ns
+                .store(started + nanos(self.write_interval), Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn close(&self) -> Result<(), FileStoreError> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        {
+            let (stopped, wake) = &*self.stop;
+            *stopped.lock() = true;
+            wake.notify_all();
+        }
+        if let Some(handle) = self.writer.lock().take() {
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+        self.write(true)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+impl Store for FileStore {
+    async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.check_now(key, cost)
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        inner.worst_case(key);
+        let decision = inner.keyed.acquire(key, cost, options).await?;
+        inner.confirm(cost)?;
+        Ok(decision)
+    }
+
+    async fn peek(&self, key: &str) -> Result<Decision, Error> {
+        self.inner.worst_case(key);
+        Ok(self.inner.keyed.peek(key))
+    }
+
+    fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
+        self.inner.keyed.hottest(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(clean: bool, kind: Kind) -> Image {
+        Image {
+            format: String::from(FORMAT),
+            version: VERSION,
+            algorithm: kind,
+            capacity: 10,
+            interval_ns: 1_000_000_000,
+            write_interval_ms: 100,
+            written_at_unix_ms: 1_000_000,
+            lease_until_unix_ms: 1_000_200,
+            clean,
+            keys: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_plan_follows_the_documented_rule() {
+        let gcra = AnyAlgorithm::new(Kind::Gcra, Quota::parse(10, "1/s").unwrap());
+        assert_eq!(plan(None, &gcra, 5), Plan::Fresh);
+        assert_eq!(
+            plan(Some(&image(true, Kind::Gcra)), &gcra, 1_003_000),
+            Plan::Clean { elapsed_ms: 3_000 }
+        );
+        // A crash: spent at the lease end, or now if that is earlier.
+        assert_eq!(
+            plan(Some(&image(false, Kind::Gcra)), &gcra, 1_003_000),
+            Plan::Crash {
+                e_unix_ms: 1_000_200
+            }
+        );
+        assert_eq!(
+            plan(Some(&image(false, Kind::Gcra)), &gcra, 1_000_050),
+            Plan::Crash {
+                e_unix_ms: 1_000_050
+            }
+        );
+        // A clean file of another algorithm: spent when it was written.
+        assert_eq!(
+            plan(Some(&image(true, Kind::SlidingWindow)), &gcra, 1_003_000),
+            Plan::Crash {
+                e_unix_ms: 1_000_000
+            }
+        );
+    }
+
+    #[test]
+    fn the_worst_case_of_every_algorithm_restores_to_spent() {
+        for kind in Kind::ALL {
+            let alg = AnyAlgorithm::new(kind, Quota::parse(4, "2/s").unwrap());
+            let worst = alg.save(&alg.exhausted_state(0), 0);
+            let mut state = alg.restore(&worst, 5_000, 0).unwrap();
+            let d = alg.check(&mut state, 5_000, 1).unwrap();
+            assert!(!d.allowed, "{kind}: spent at e admits nothing at e");
+            let mut later = alg.restore(&worst, 5_000, 2_000_000_000).unwrap();
+            assert!(
+                alg.check(&mut later, 5_000, 4).unwrap().allowed,
+                "{kind}: full one window after e"
+            );
+        }
+    }
+}

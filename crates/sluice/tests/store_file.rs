@@ -1,0 +1,260 @@
+//! The file store: a clean restart restores exactly, a kill -9 restarts without a burst above
+//! the documented bound, a corrupt file is refused with the file and the problem named, a
+//! store that cannot write its file stops admitting.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use sluice::store::{FileStore, FileStoreOptions, Store};
+use sluice::Error;
+use sluice_core::{AnyAlgorithm, Kind, Quota};
+use support::process::{helper, lines_with, role, unix_ns};
+use support::redis::TempDir;
+
+fn gcra(capacity: u64, rate: &str) -> AnyAlgorithm {
+    AnyAlgorithm::new(Kind::Gcra, Quota::parse(capacity, rate).unwrap())
+}
+
+fn options() -> FileStoreOptions {
+    FileStoreOptions::default()
+}
+
+#[tokio::test]
+async fn a_clean_restart_restores_every_key_exactly() {
+    let dir = TempDir::new("file-clean");
+    let path = dir.path().join("limits.json");
+    let alg = gcra(5, "1/min");
+    let store = FileStore::open(&path, alg, options()).unwrap();
+    assert_eq!(store.restored(), sluice::store::file::Restored::Fresh);
+    store.check("alice", 5).await.unwrap();
+    store.check("bob", 2).await.unwrap();
+    store.close().unwrap();
+    assert!(matches!(store.check("carol", 1).await, Err(Error::Closed)));
+
+    let store = FileStore::open(&path, alg, options()).unwrap();
+    assert_eq!(
+        store.restored(),
+        sluice::store::file::Restored::Clean { keys: 2 }
+    );
+    assert!(
+        store.check("alice", 1).await.is_err(),
+        "alice is still spent"
+    );
+    assert_eq!(store.peek("bob").await.unwrap().remaining, 3);
+    assert_eq!(
+        store.peek("carol").await.unwrap().remaining,
+        5,
+        "unknown keys are full"
+    );
+    // The open already marked the file unclean: a crash now is a crash of this process.
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"clean\":false"), "{text}");
+    drop(store); // dropping the last handle closes cleanly too
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"clean\":true"), "{text}");
+}
+
+#[tokio::test]
+async fn after_an_unclean_stop_every_key_starts_spent() {
+    let dir = TempDir::new("file-unclean");
+    let path = dir.path().join("limits.json");
+    let alg = gcra(3, "1/min");
+    let store = FileStore::open(&path, alg, options()).unwrap();
+    store.check("known", 1).await.unwrap();
+    store.flush().unwrap();
+    // Simulate the crash: keep the unclean file, and forget the store without closing it.
+    let unclean = std::fs::read(&path).unwrap();
+    std::mem::forget(store);
+    std::fs::write(&path, &unclean).unwrap();
+
+    let store = FileStore::open(&path, alg, options()).unwrap();
+    assert!(matches!(
+        store.restored(),
+        sluice::store::file::Restored::Crash { .. }
+    ));
+    for key in ["known", "never-seen"] {
+        let err = store.check(key, 1).await.unwrap_err();
+        let Error::Limited { retry_after, .. } = err else {
+            panic!("{key}: {err:?}")
+        };
+        // Spent at most 2D ago: a token is 20 s away, less what passed since.
+        assert!(
+            retry_after > Duration::from_secs(19),
+            "{key}: {retry_after:?}"
+        );
+    }
+    store.close().unwrap();
+}
+
+#[tokio::test]
+async fn a_corrupt_file_is_refused_naming_the_file_and_the_problem() {
+    let dir = TempDir::new("file-corrupt");
+    let path = dir.path().join("limits.json");
+    for (content, problem) in [
+        ("{not json", "not a snapshot"),
+        (
+            r#"{"format":"other","version":1,"algorithm":"gcra","capacity":1,"interval_ns":1,"write_interval_ms":100,"written_at_unix_ms":1,"lease_until_unix_ms":2,"clean":true,"keys":[]}"#,
+            "format `other`",
+        ),
+        (
+            r#"{"format":"sluice-file-store","version":9,"algorithm":"gcra","capacity":1,"interval_ns":1,"write_interval_ms":100,"written_at_unix_ms":1,"lease_until_unix_ms":2,"clean":true,"keys":[]}"#,
+            "version 9",
+        ),
+        (
+            r#"{"format":"sluice-file-store","version":1,"algorithm":"gcra","capacity":1,"interval_ns":1000,"write_interval_ms":100,"written_at_unix_ms":1,"lease_until_unix_ms":2,"clean":true,"keys":[{"key":"k","state":{"form":"window","ends_in_ns":1,"count":1}}]}"#,
+            "key `k`",
+        ),
+    ] {
+        std::fs::write(&path, content).unwrap();
+        let err = FileStore::open(&path, gcra(1, "1/s"), options()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(path.to_str().unwrap()), "{text}");
+        assert!(text.contains(problem), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_write_its_file_stops_admitting() {
+    let dir = TempDir::new("file-unwritable");
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let path = sub.join("limits.json");
+    let d = Duration::from_millis(20);
+    let store = FileStore::open(&path, gcra(1000, "1000/s"), options().write_interval(d)).unwrap();
+    store.check("k", 1).await.unwrap();
+    std::fs::remove_dir_all(&sub).unwrap();
+    tokio::time::sleep(4 * d).await;
+    assert!(matches!(
+        store.check("k", 1).await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(store.last_error().unwrap().contains("limits.json"));
+    std::fs::create_dir(&sub).unwrap();
+    tokio::time::sleep(4 * d).await;
+    store.check("k", 1).await.unwrap();
+    store.close().unwrap();
+}
+
+// === kill -9 ===
+
+const CAPACITY: u64 = 20;
+const RATE: &str = "10/s";
+const INTERVAL_NS: u64 = 100_000_000;
+
+/// The helper: opens the store at `SLUICE_FILE`, hammers key `a` (and, on cue, bursts `b`),
+/// printing every admission as `ADMIT <key> <unix ns>`.
+#[test]
+fn helper_file_hammer() {
+    let Some(role) = role() else {
+        return;
+    };
+    let path = std::env::var("SLUICE_FILE").unwrap();
+    let run_ms: u64 = std::env::var("SLUICE_RUN_MS").unwrap().parse().unwrap();
+    let burst_at_ms: Option<u64> = std::env::var("SLUICE_BURST_AT_MS")
+        .ok()
+        .map(|v| v.parse().unwrap());
+    let store = FileStore::open(&path, gcra(CAPACITY, RATE), options()).unwrap();
+    println!("RESTORED {:?}", store.restored());
+    let start = Instant::now();
+    let mut burst_done = false;
+    let mut out = std::io::stdout().lock();
+    use std::io::Write;
+    while start.elapsed() < Duration::from_millis(run_ms) {
+        for key in ["a", "b"] {
+            if key == "b" && role == "first" {
+                // The first process touches `b` once, with a whole burst, then gets killed.
+                match burst_at_ms {
+                    Some(at) if !burst_done && start.elapsed() >= Duration::from_millis(at) => {}
+                    _ => continue,
+                }
+                burst_done = true;
+                let mut n = 0;
+                while store.check_now("b", 1).is_ok() {
+                    writeln!(out, "ADMIT b {}", unix_ns()).unwrap();
+                    n += 1;
+                }
+                writeln!(out, "BURST {n}").unwrap();
+                out.flush().unwrap();
+                continue;
+            }
+            if store.check_now(key, 1).is_ok() {
+                writeln!(out, "ADMIT {key} {}", unix_ns()).unwrap();
+                out.flush().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    store.close().unwrap();
+}
+
+/// Every window between two admissions of one key holds at most capacity + rate·T (+1 for
+/// timestamps taken just after the decisions, on another process's clock).
+fn assert_bound(key: &str, times: &mut [u64]) {
+    times.sort_unstable();
+    for i in 0..times.len() {
+        for j in i..times.len() {
+            let span = times[j] - times[i];
+            let count = (j - i + 1) as u64;
+            let bound = CAPACITY + span / INTERVAL_NS + 1;
+            assert!(
+                count <= bound,
+                "key {key}: {count} admissions within {span} ns, above the bound {bound}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kill_9_then_restart_admits_no_burst_above_the_bound() {
+    let dir = TempDir::new("file-kill");
+    let path = dir.path().join("limits.json");
+    let mut first = helper("helper_file_hammer", "first")
+        .env("SLUICE_FILE", &path)
+        .env("SLUICE_RUN_MS", "60000")
+        .env("SLUICE_BURST_AT_MS", "1500")
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    let reader = BufReader::new(first.stdout.take().unwrap());
+    for line in reader.lines() {
+        let line = line.unwrap();
+        let burst = line.starts_with("BURST");
+        lines.push(line);
+        if burst {
+            // SIGKILL right after `b`'s burst, before the next write can record it.
+            first.kill().unwrap();
+            break;
+        }
+    }
+    let _ = first.wait();
+    let second = helper("helper_file_hammer", "second")
+        .env("SLUICE_FILE", &path)
+        .env("SLUICE_RUN_MS", "3000")
+        .output()
+        .unwrap();
+    assert!(second.status.success());
+    let second = String::from_utf8(second.stdout).unwrap();
+    assert!(second.contains("RESTORED Crash"), "{second}");
+    let all: Vec<String> = lines
+        .iter()
+        .map(String::as_str)
+        .chain(second.lines())
+        .map(String::from)
+        .collect();
+    let text = all.join("\n");
+    for key in ["a", "b"] {
+        let mut times: Vec<u64> = lines_with(&text, &format!("ADMIT {key} "))
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let after: usize = lines_with(&second, &format!("ADMIT {key} ")).count();
+        assert!(
+            after >= 5,
+            "key {key}: the restarted process admitted only {after} in 3 s"
+        );
+        assert_bound(key, &mut times);
+    }
+    let burst: u64 = lines_with(&text, "BURST ").next().unwrap().parse().unwrap();
+    assert_eq!(burst, CAPACITY, "the first process spent all of b at once");
+}
