@@ -209,6 +209,21 @@ mutex_cell!(
     FixedWindow
 );
 
+/// Keeps a hot atomic on a cache line of its own (two lines, for adjacent-line prefetch), so
+/// that compare-and-swaps on it do not evict the read-mostly fields beside it.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Lets the core's queue drive a shared cell.
 pub(crate) struct Access<'a, C>(pub(crate) &'a C);
 

@@ -82,7 +82,7 @@ impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X> {
         let max_wait = max_wait.min(inner.queue.config().max_wait_ns);
         let offer = inner.queue.offer_with_max_wait(
             &s.algorithm,
-            &mut Access(&s.cell),
+            &mut Access(&*s.cell),
             now,
             self.cost,
             self.options.priority,

@@ -95,7 +95,7 @@ impl<A: LocalAlgorithm, C: Clock> Builder<A, C> {
                 name: self.name,
                 algorithm: self.algorithm,
                 clock: self.clock,
-                cell,
+                cell: crate::cell::CachePadded(cell),
                 waiting: Default::default(),
                 closed: Default::default(),
                 inner: parking_lot::Mutex::new(Inner {

@@ -23,7 +23,7 @@ pub(crate) async fn drive<A: LocalAlgorithm, C: Clock, X: StateCell<A>>(
             let Inner { queue, done, .. } = &mut *inner;
             let next = queue.poll_with(
                 &shared.algorithm,
-                &mut Access(&shared.cell),
+                &mut Access(&*shared.cell),
                 now,
                 |ticket, outcome, waker| {
                     done.insert(ticket.id(), Finished { outcome, at: now });

@@ -72,7 +72,7 @@ pub(crate) struct Shared<A: LocalAlgorithm, C, X> {
     pub(crate) name: String,
     pub(crate) algorithm: A,
     pub(crate) clock: C,
-    pub(crate) cell: X,
+    pub(crate) cell: crate::cell::CachePadded<X>,
     /// Live waiters; zero lets `try_acquire` skip the queue lock.
     pub(crate) waiting: AtomicUsize,
     pub(crate) closed: AtomicBool,
@@ -176,7 +176,7 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
         }
         let wait = inner.queue.peek_wait(
             &s.algorithm,
-            &Access(&s.cell),
+            &Access(&*s.cell),
             now,
             cost,
             Priority::Normal,
