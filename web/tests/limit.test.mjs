@@ -57,7 +57,7 @@ test('three tabs at 20 req/s for 10 s: upstream sees at most capacity + rate*t (
 
     const perTab = results.map((tab) => tab.filter((r) => r.status === 200).length);
     t.diagnostic(
-      `# upstream ${hits.length} (first 10 s: ${inWindow}, bound ${CAPACITY + PER_SECOND * 10 + 1}); ` +
+      `upstream ${hits.length} (first 10 s: ${inWindow}, bound ${CAPACITY + PER_SECOND * 10 + 1}); ` +
         `200: ${ok.length} per tab ${perTab.join('/')}; 429: ${limited.length}; slowest 200: ${Math.round(slowest)} ms; ` +
         `closest to the bound: ${worst.toFixed(2)}; telemetry batches ${totals.batches}`,
     );
