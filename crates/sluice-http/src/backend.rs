@@ -1,7 +1,7 @@
 //! Where a policy's buckets live: one enum over the stores, because
 //! [`Store`] returns `impl Future` and cannot be a trait object.
 
-use sluice::store::{MemoryStore, Store};
+use sluice::store::{MemoryStore, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
 use sluice_core::Decision;
 
@@ -11,6 +11,9 @@ use sluice_core::Decision;
 pub enum Backend {
     /// In this process's memory (`backend = "memory"`).
     Memory(MemoryStore),
+    /// In Redis, shared by every gateway using the same Redis and prefix
+    /// (`backend = "redis"`).
+    Redis(RedisStore),
 }
 
 impl Backend {
@@ -18,6 +21,7 @@ impl Backend {
     pub fn kind(&self) -> &'static str {
         match self {
             Backend::Memory(_) => "memory",
+            Backend::Redis(_) => "redis",
         }
     }
 }
@@ -33,6 +37,7 @@ impl Store for Backend {
     async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
         match self {
             Backend::Memory(s) => s.check_now(key, cost),
+            Backend::Redis(s) => s.check(key, cost).await,
         }
     }
 
@@ -44,18 +49,27 @@ impl Store for Backend {
     ) -> Result<Decision, Error> {
         match self {
             Backend::Memory(s) => s.acquire(key, cost, options).await,
+            Backend::Redis(s) => s.acquire(key, cost, options).await,
         }
     }
 
     async fn peek(&self, key: &str) -> Result<Decision, Error> {
         match self {
             Backend::Memory(s) => s.peek(key).await,
+            Backend::Redis(s) => s.peek(key).await,
         }
     }
 
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
         match self {
             Backend::Memory(s) => s.hottest(n),
+            Backend::Redis(s) => s.hottest(n),
         }
+    }
+}
+
+impl From<RedisStore> for Backend {
+    fn from(store: RedisStore) -> Backend {
+        Backend::Redis(store)
     }
 }

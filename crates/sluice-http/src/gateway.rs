@@ -65,11 +65,21 @@ pub struct Handled {
 }
 
 /// Routes, policies and the proxy, as one request handler.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Gateway<B = Incoming> {
     routes: RouteTable,
     trusted: TrustedProxies,
     proxy: Proxy<B>,
+}
+
+impl<B> Clone for Gateway<B> {
+    fn clone(&self) -> Self {
+        Gateway {
+            routes: self.routes.clone(),
+            trusted: self.trusted.clone(),
+            proxy: self.proxy.clone(),
+        }
+    }
 }
 
 impl<B> Gateway<B>

@@ -225,21 +225,25 @@ impl PolicyBuilder {
         self
     }
 
-    /// Carries over `old`'s buckets (when [`Policy::same_buckets`] holds for what this builder
-    /// builds) and its concurrency pool (when the size is the same), as a reload does.
+    /// Carries over `old`'s store, and so its buckets, when [`Policy::same_buckets`] would
+    /// hold for what this builder builds (the store is `old`'s, whatever its kind: to move
+    /// to another kind of store, do not reuse), and its concurrency pool when the size is the
+    /// same. This is what a reload does.
     pub fn reuse(mut self, old: &Policy) -> Self {
         if self.name == *old.name
             && self.algorithm == old.algorithm
             && self.key == old.key
             && self.max_keys == old.max_keys
-            && self.queue == old.queue
-            && self
-                .backend
-                .as_ref()
-                .is_none_or(|b| b.kind() == old.backend.kind())
+            && self.queue.filter(|q| q.depth > 0) == old.queue
         {
             self.backend = Some(old.backend.clone());
         }
+        self.reuse_pool(old)
+    }
+
+    /// Carries over `old`'s concurrency pool (its slots in use included) when this builder
+    /// asks for the same size.
+    pub fn reuse_pool(mut self, old: &Policy) -> Self {
         if let (Some(n), Some(pool)) = (self.concurrency, &old.concurrency) {
             if pool.size() == n {
                 self.pool = Some(pool.clone());

@@ -26,9 +26,17 @@ pub enum ProxyError {
 }
 
 /// Forwards requests to upstreams over pooled HTTP/1.1 connections. Clones share the pool.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Proxy<B = Incoming> {
     client: Client<HttpConnector, B>,
+}
+
+impl<B> Clone for Proxy<B> {
+    fn clone(&self) -> Self {
+        Proxy {
+            client: self.client.clone(),
+        }
+    }
 }
 
 impl<B> Default for Proxy<B>

@@ -1,0 +1,879 @@
+//! The gateway configuration: TOML with every error reported at once, with its line.
+//!
+//! [`parse`] reads the document with spans (`toml::de::DeTable`), walks it by hand and
+//! collects every problem (unknown keys included, as `deny_unknown_fields` would, but all of
+//! them rather than the first) before anything is built. The keys are documented in the
+//! crate's README.
+
+pub mod units;
+mod walk;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::Method;
+use ipnet::IpNet;
+use sluice_core::{Kind, Quota, Rate};
+use sluice_http::policy::{is_valid_name, QueueSpec};
+use sluice_http::{KeySpec, Upstream};
+use toml::de::{DeTable, DeValue};
+
+pub use walk::ConfigError;
+use walk::{Errors, Fields};
+
+/// The embedded defaults used by `sluice serve` without `--config`.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+/// The name shown for the embedded defaults.
+pub const DEFAULT_SOURCE: &str = "<embedded defaults>";
+
+/// The most policies one route may name.
+pub const MAX_POLICIES_PER_ROUTE: usize = 16;
+
+/// A valid configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it was read from.
+    pub source: String,
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[store]`.
+    pub store: StoreConfig,
+    /// `[[policy]]`, in file order.
+    pub policies: Vec<PolicyConfig>,
+    /// `[[route]]`, in file order.
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Proxied traffic.
+    pub listen: SocketAddr,
+    /// Decision API, metrics, health.
+    pub admin_listen: SocketAddr,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// How long SIGTERM waits for requests in flight.
+    pub shutdown_timeout: Duration,
+    /// How long a client may take to send its request head.
+    pub header_read_timeout: Duration,
+    /// The largest request head accepted (431 above).
+    pub max_header_bytes: usize,
+}
+
+/// `store.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// In memory.
+    Memory,
+    /// A local file.
+    File,
+    /// Redis.
+    Redis,
+}
+
+/// `store.on_error`: what a Redis store does when Redis does not answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Admit.
+    Allow,
+    /// Deny (503).
+    Deny,
+    /// Decide with a local in-memory limit.
+    Local,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    /// `memory | file | redis`.
+    pub backend: BackendKind,
+    /// The state file (`file`).
+    pub path: Option<PathBuf>,
+    /// Redis URLs (`redis`); several mean a cluster.
+    pub urls: Vec<String>,
+    /// What to do when Redis fails.
+    pub on_error: OnError,
+    /// How long to wait for Redis.
+    pub timeout: Duration,
+    /// Prefix of every Redis key.
+    pub prefix: String,
+}
+
+/// `[[policy]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    /// `name`.
+    pub name: String,
+    /// `algorithm`.
+    pub algorithm: Kind,
+    /// `capacity` and `rate`.
+    pub quota: Quota,
+    /// `key`.
+    pub key: KeySpec,
+    /// `max_keys`.
+    pub max_keys: usize,
+    /// `queue`.
+    pub queue: Option<QueueSpec>,
+    /// `concurrency`.
+    pub concurrency: Option<usize>,
+    /// The line of its `name`, for errors found when it is built.
+    pub line: usize,
+}
+
+/// `route.upstream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamConfig {
+    /// An `http://` URL.
+    Url(Upstream),
+    /// `builtin:demo`: the in-process demo upstream.
+    BuiltinDemo,
+}
+
+/// `[[route]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    /// `path_prefix`.
+    pub path_prefix: String,
+    /// `methods` (empty: any).
+    pub methods: Vec<Method>,
+    /// `policies`, by name.
+    pub policies: Vec<String>,
+    /// `upstream`.
+    pub upstream: UpstreamConfig,
+    /// `queue_max_body`.
+    pub queue_max_body: u64,
+    /// `upstream_timeout`.
+    pub upstream_timeout: Duration,
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// It could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is invalid; every error is listed.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<ConfigError>),
+}
+
+/// Reads and validates the file at `path`.
+///
+/// # Errors
+///
+/// [`LoadError::Read`], or [`LoadError::Invalid`] with every problem found.
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let offset = e.utf8_error().valid_up_to();
+            let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            let mut errors = Errors::new(&shown, &text);
+            errors.at(offset, "(file)", "the file is not valid UTF-8");
+            return Err(LoadError::Invalid(errors.list));
+        }
+    };
+    parse(&text, &shown).map_err(LoadError::Invalid)
+}
+
+/// The embedded defaults.
+pub fn defaults() -> Config {
+    match parse(DEFAULT_CONFIG, DEFAULT_SOURCE) {
+        Ok(config) => config,
+        // A test checks the embedded file; this is unreachable in a tested build.
+        Err(errors) => panic!("the embedded default config is invalid: {errors:?}"),
+    }
+}
+
+/// Validates `text`, read from `file`.
+///
+/// # Errors
+///
+/// Every problem, in file order.
+pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut errors = Errors::new(file, text);
+    let (document, syntax) = DeTable::parse_recoverable(text);
+    for e in &syntax {
+        let offset = e.span().map_or(0, |s| s.start);
+        errors.at(offset, "(syntax)", e.message().trim().to_owned());
+    }
+    if !syntax.is_empty() {
+        errors.list.sort_by_key(|e| (e.line, e.column));
+        return Err(errors.list);
+    }
+    let root = document.get_ref();
+    let mut top = Fields::new(root, "");
+    let server = match top.table("server", &mut errors) {
+        Some((t, _)) => server(t, &mut errors),
+        None => server(&DeTable::default(), &mut errors),
+    };
+    let store = match top.table("store", &mut errors) {
+        Some((t, at)) => store(t, at, &mut errors),
+        None => store(&DeTable::default(), 0, &mut errors),
+    };
+    let mut policies = Vec::new();
+    // Names first, so that a route naming a policy with an error elsewhere is not also
+    // told the policy does not exist.
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let items = top.array("policy", &mut errors).unwrap_or_default();
+    for (i, item) in items.iter().enumerate() {
+        let Some(DeValue::String(name)) = item.get_ref().get("name").map(|v| v.get_ref()) else {
+            continue;
+        };
+        let at = item.get_ref().get("name").map_or(0, |v| v.span().start);
+        match names.get(name.as_ref()) {
+            Some(first) => {
+                let first_line = line_of(text, *first);
+                errors.at(
+                    at,
+                    &format!("policy[{i}].name"),
+                    format!("duplicate policy name `{name}` (first defined on line {first_line})"),
+                );
+            }
+            None => {
+                names.insert(name.to_string(), at);
+            }
+        }
+    }
+    for (i, item) in items.into_iter().enumerate() {
+        let field = format!("policy[{i}]");
+        let DeValue::Table(t) = item.get_ref() else {
+            errors.value(item, &field, "expected a table ([[policy]])");
+            continue;
+        };
+        if let Some((p, at)) = policy(t, &field, &mut errors) {
+            if names.get(&p.name) == Some(&at) {
+                policies.push(p);
+            }
+        }
+    }
+    let mut routes: Vec<(RouteConfig, usize)> = Vec::new();
+    if let Some(items) = top.array("route", &mut errors) {
+        for (i, item) in items.into_iter().enumerate() {
+            let field = format!("route[{i}]");
+            let DeValue::Table(t) = item.get_ref() else {
+                errors.value(item, &field, "expected a table ([[route]])");
+                continue;
+            };
+            if let Some((r, at)) = route(t, &field, &names, &mut errors) {
+                let clash = routes.iter().find(|(other, _)| {
+                    other.path_prefix == r.path_prefix
+                        && (other.methods.is_empty()
+                            || r.methods.is_empty()
+                            || other.methods.iter().any(|m| r.methods.contains(m)))
+                });
+                if let Some((_, first)) = clash {
+                    let first_line = line_of(text, *first);
+                    errors.at(at, &format!("{field}.path_prefix"), format!("duplicate route for `{}` and the same methods (first defined on line {first_line})", r.path_prefix));
+                } else {
+                    routes.push((r, at));
+                }
+            }
+        }
+    }
+    if routes.is_empty() && errors.list.is_empty() {
+        errors.at(
+            0,
+            "route",
+            "no [[route]]: the gateway would answer 404 to everything",
+        );
+    }
+    top.finish(&mut errors);
+    if server.admin_listen == server.listen {
+        errors.at(0, "server.admin_listen", "must differ from server.listen");
+    }
+    if errors.list.is_empty() {
+        Ok(Config {
+            source: file.to_owned(),
+            server,
+            store,
+            policies,
+            routes: routes.into_iter().map(|(r, _)| r).collect(),
+        })
+    } else {
+        errors.list.sort_by_key(|e| (e.line, e.column));
+        Err(errors.list)
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+fn duration(
+    fields: &mut Fields<'_, '_>,
+    key: &'static str,
+    default: Duration,
+    errors: &mut Errors<'_>,
+) -> Duration {
+    match fields.str(key, errors) {
+        Some((text, at)) => match units::parse_duration(text) {
+            Ok(d) => d,
+            Err(message) => {
+                errors.at(at, &fields.path(key), message);
+                default
+            }
+        },
+        None => default,
+    }
+}
+
+fn size(
+    fields: &mut Fields<'_, '_>,
+    key: &'static str,
+    default: u64,
+    errors: &mut Errors<'_>,
+) -> u64 {
+    let Some(value) = fields.get(key) else {
+        return default;
+    };
+    let field = fields.path(key);
+    match value.get_ref() {
+        DeValue::String(text) => units::parse_size(text).unwrap_or_else(|message| {
+            errors.value(value, &field, message);
+            default
+        }),
+        DeValue::Integer(_) => walk::uint_value(value, &field, errors).unwrap_or(default),
+        other => {
+            errors.value(
+                value,
+                &field,
+                format!(
+                    "expected a size such as `64KiB`, found {}",
+                    other.type_str()
+                ),
+            );
+            default
+        }
+    }
+}
+
+fn socket_addr(
+    fields: &mut Fields<'_, '_>,
+    key: &'static str,
+    default: &str,
+    errors: &mut Errors<'_>,
+) -> SocketAddr {
+    let fallback: SocketAddr = default
+        .parse()
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+    match fields.str(key, errors) {
+        Some((text, at)) => text.parse().unwrap_or_else(|_| {
+            errors.at(at, &fields.path(key), format!("cannot read `{text}` as an address: expected IP:PORT such as `127.0.0.1:8080` or `[::1]:8080`"));
+            fallback
+        }),
+        None => fallback,
+    }
+}
+
+fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
+    let mut f = Fields::new(t, "server");
+    let listen = socket_addr(&mut f, "listen", "127.0.0.1:8080", errors);
+    let admin_listen = socket_addr(&mut f, "admin_listen", "127.0.0.1:8081", errors);
+    let mut trusted_proxies = Vec::new();
+    for (text, at) in f.strings("trusted_proxies", errors).unwrap_or_default() {
+        let net = text
+            .parse::<IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
+        match net {
+            Ok(net) => trusted_proxies.push(net),
+            Err(_) => errors.at(at, "server.trusted_proxies", format!("cannot read `{text}` as a network: expected a CIDR such as `10.0.0.0/8` or an address")),
+        }
+    }
+    let shutdown_timeout = duration(&mut f, "shutdown_timeout", Duration::from_secs(30), errors);
+    let header_read_timeout = duration(
+        &mut f,
+        "header_read_timeout",
+        Duration::from_secs(10),
+        errors,
+    );
+    if header_read_timeout.is_zero() {
+        errors.at(0, "server.header_read_timeout", "must be greater than zero");
+    }
+    let at = t.get("max_header_bytes").map_or(0, |v| v.span().start);
+    let max_header_bytes = size(&mut f, "max_header_bytes", 16 * 1024, errors);
+    if !(8192..=1 << 20).contains(&max_header_bytes) {
+        errors.at(
+            at,
+            "server.max_header_bytes",
+            format!("must be between 8KiB and 1MiB, got {max_header_bytes} bytes"),
+        );
+    }
+    f.finish(errors);
+    ServerConfig {
+        listen,
+        admin_listen,
+        trusted_proxies,
+        shutdown_timeout,
+        header_read_timeout,
+        max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(16 * 1024),
+    }
+}
+
+fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConfig {
+    let mut f = Fields::new(t, "store");
+    let backend = match f.str("backend", errors) {
+        None => BackendKind::Memory,
+        Some(("memory", _)) => BackendKind::Memory,
+        Some(("file", _)) => BackendKind::File,
+        Some(("redis", _)) => BackendKind::Redis,
+        Some((other, at)) => {
+            errors.at(
+                at,
+                "store.backend",
+                format!("unknown backend `{other}`: expected memory, file or redis"),
+            );
+            BackendKind::Memory
+        }
+    };
+    let path = f.str("path", errors).map(|(p, at)| {
+        if p.is_empty() {
+            errors.at(at, "store.path", "must not be empty");
+        }
+        PathBuf::from(p)
+    });
+    let mut urls = Vec::new();
+    if let Some(value) = f.get("url") {
+        let list: Vec<(&str, usize)> = match value.get_ref() {
+            DeValue::String(s) => vec![(s.as_ref(), value.span().start)],
+            DeValue::Array(items) => items
+                .iter()
+                .filter_map(|item| match item.get_ref() {
+                    DeValue::String(s) => Some((s.as_ref(), item.span().start)),
+                    other => {
+                        errors.value(
+                            item,
+                            "store.url",
+                            format!("expected a string, found {}", other.type_str()),
+                        );
+                        None
+                    }
+                })
+                .collect(),
+            other => {
+                errors.value(
+                    value,
+                    "store.url",
+                    format!(
+                        "expected a URL or a list of URLs, found {}",
+                        other.type_str()
+                    ),
+                );
+                Vec::new()
+            }
+        };
+        for (url, at) in list {
+            let rest = url
+                .strip_prefix("redis://")
+                .or_else(|| url.strip_prefix("rediss://"))
+                .or_else(|| url.strip_prefix("redis+unix://"))
+                .or_else(|| url.strip_prefix("unix://"));
+            match rest {
+                Some(rest) if !rest.is_empty() => urls.push(url.to_owned()),
+                _ => errors.at(
+                    at,
+                    "store.url",
+                    format!("cannot read `{url}` as a Redis URL: expected redis://HOST:PORT"),
+                ),
+            }
+        }
+    }
+    let on_error = match f.str("on_error", errors) {
+        None | Some(("local", _)) => OnError::Local,
+        Some(("allow", _)) => OnError::Allow,
+        Some(("deny", _)) => OnError::Deny,
+        Some((other, at)) => {
+            errors.at(
+                at,
+                "store.on_error",
+                format!("unknown on_error `{other}`: expected allow, deny or local"),
+            );
+            OnError::Local
+        }
+    };
+    let timeout = duration(&mut f, "timeout", Duration::from_millis(50), errors);
+    let prefix = f
+        .str("prefix", errors)
+        .map_or("sluice", |(p, _)| p)
+        .to_owned();
+    f.finish(errors);
+    match backend {
+        BackendKind::File if path.is_none() => {
+            errors.at(table_at, "store.path", "backend = \"file\" needs a path")
+        }
+        BackendKind::Redis if urls.is_empty() => {
+            errors.at(table_at, "store.url", "backend = \"redis\" needs a url")
+        }
+        _ => {}
+    }
+    StoreConfig {
+        backend,
+        path,
+        urls,
+        on_error,
+        timeout,
+        prefix,
+    }
+}
+
+fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(PolicyConfig, usize)> {
+    let before = errors.list.len();
+    let mut f = Fields::new(t, field);
+    let name = f.str("name", errors);
+    if let Some((n, at)) = name {
+        if !is_valid_name(n) {
+            errors.at(
+                at,
+                &f.path("name"),
+                format!("invalid policy name `{n}`: use 1 to 64 of A-Z a-z 0-9 _ - ."),
+            );
+        }
+    }
+    let algorithm = match f.str("algorithm", errors) {
+        None => Some(Kind::TokenBucket),
+        Some((text, at)) => match text.parse::<Kind>() {
+            Ok(kind) => Some(kind),
+            Err(e) => {
+                errors.at(at, &f.path("algorithm"), e.to_string());
+                None
+            }
+        },
+    };
+    let capacity = f.uint("capacity", errors);
+    let rate = match f.str("rate", errors) {
+        Some((text, at)) => match text.parse::<Rate>() {
+            Ok(rate) => Some(rate),
+            Err(e) => {
+                errors.at(at, &f.path("rate"), e.to_string());
+                None
+            }
+        },
+        None => None,
+    };
+    let quota = match (capacity, rate) {
+        (Some((capacity, at)), Some(rate)) => match Quota::new(capacity, rate) {
+            Ok(q) => Some(q),
+            Err(e) => {
+                errors.at(at, &f.path("capacity"), e.to_string());
+                None
+            }
+        },
+        _ => None,
+    };
+    let key = match f.str("key", errors) {
+        None => Some(KeySpec::Global),
+        Some((text, at)) => match text.parse::<KeySpec>() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                errors.at(at, &f.path("key"), e.to_string());
+                None
+            }
+        },
+    };
+    let max_keys = match f.uint("max_keys", errors) {
+        None => 100_000,
+        Some((0, at)) => {
+            errors.at(at, &f.path("max_keys"), "must be at least 1");
+            1
+        }
+        Some((n, at)) => usize::try_from(n).unwrap_or_else(|_| {
+            errors.at(at, &f.path("max_keys"), "is too large");
+            1
+        }),
+    };
+    let queue = match f.table("queue", errors) {
+        None => None,
+        Some((q, _)) => {
+            let mut qf = Fields::new(q, f.path("queue"));
+            let depth = qf.uint("depth", errors);
+            let max_wait = duration(&mut qf, "max_wait", Duration::from_secs(10), errors);
+            qf.finish(errors);
+            match depth {
+                Some((depth, at)) => Some(QueueSpec {
+                    depth: usize::try_from(depth).unwrap_or_else(|_| {
+                        errors.at(at, &format!("{field}.queue.depth"), "is too large");
+                        0
+                    }),
+                    max_wait,
+                }),
+                None => {
+                    if !q.contains_key("depth") {
+                        errors.at(q.iter().next().map_or(0, |(k, _)| k.span().start), &format!("{field}.queue.depth"), "a queue needs a depth, as in queue = { depth = 100, max_wait = \"10s\" }");
+                    }
+                    None
+                }
+            }
+        }
+    };
+    let concurrency = match f.uint("concurrency", errors) {
+        None => None,
+        Some((0, at)) => {
+            errors.at(
+                at,
+                &f.path("concurrency"),
+                "must be at least 1 (omit it for no limit)",
+            );
+            None
+        }
+        Some((n, _)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
+    if name.is_none() {
+        errors.at(table_at, &f.path("name"), "a policy needs a name");
+    }
+    if capacity.is_none() && !t.contains_key("capacity") {
+        errors.at(table_at, &f.path("capacity"), "a policy needs a capacity");
+    }
+    if rate.is_none() && !t.contains_key("rate") {
+        errors.at(
+            table_at,
+            &f.path("rate"),
+            "a policy needs a rate, such as \"5/s\"",
+        );
+    }
+    f.finish(errors);
+    if errors.list.len() > before {
+        return None;
+    }
+    let (name, at) = name?;
+    Some((
+        PolicyConfig {
+            name: name.to_owned(),
+            algorithm: algorithm?,
+            quota: quota?,
+            key: key?,
+            max_keys,
+            queue,
+            concurrency,
+            line: errors.line_of(at),
+        },
+        at,
+    ))
+}
+
+fn route(
+    t: &DeTable<'_>,
+    field: &str,
+    names: &HashMap<String, usize>,
+    errors: &mut Errors<'_>,
+) -> Option<(RouteConfig, usize)> {
+    let before = errors.list.len();
+    let mut f = Fields::new(t, field);
+    let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
+    let prefix = f.str("path_prefix", errors);
+    if let Some((p, at)) = prefix {
+        if !p.starts_with('/') {
+            errors.at(
+                at,
+                &f.path("path_prefix"),
+                format!("`{p}` must start with `/`"),
+            );
+        }
+    } else if !t.contains_key("path_prefix") {
+        errors.at(
+            table_at,
+            &f.path("path_prefix"),
+            "a route needs a path_prefix, such as \"/api/\"",
+        );
+    }
+    let mut methods = Vec::new();
+    for (text, at) in f.strings("methods", errors).unwrap_or_default() {
+        let upper = text.to_ascii_uppercase();
+        if text != upper && Method::from_bytes(upper.as_bytes()).is_ok() {
+            errors.at(
+                at,
+                &f.path("methods"),
+                format!("methods are case-sensitive: `{text}` (did you mean `{upper}`?)"),
+            );
+            continue;
+        }
+        match Method::from_bytes(text.as_bytes()) {
+            Ok(m) => methods.push(m),
+            Err(_) => errors.at(
+                at,
+                &f.path("methods"),
+                format!("`{text}` is not an HTTP method"),
+            ),
+        }
+    }
+    let mut policies: Vec<String> = Vec::new();
+    for (name, at) in f.strings("policies", errors).unwrap_or_default() {
+        if !names.contains_key(name) {
+            let known: Vec<&str> = names.keys().map(String::as_str).collect();
+            errors.at(
+                at,
+                &f.path("policies"),
+                format!(
+                    "unknown policy `{name}`; defined: {}",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            );
+        } else if policies.iter().any(|p| p == name) {
+            errors.at(
+                at,
+                &f.path("policies"),
+                format!("policy `{name}` is listed twice"),
+            );
+        } else {
+            policies.push(name.to_owned());
+        }
+    }
+    if policies.len() > MAX_POLICIES_PER_ROUTE {
+        errors.at(
+            table_at,
+            &f.path("policies"),
+            format!("at most {MAX_POLICIES_PER_ROUTE} policies per route"),
+        );
+    }
+    let upstream = match f.str("upstream", errors) {
+        Some(("builtin:demo", _)) => Some(UpstreamConfig::BuiltinDemo),
+        Some((url, at)) => match url.parse::<Upstream>() {
+            Ok(u) => Some(UpstreamConfig::Url(u)),
+            Err(e) => {
+                errors.at(
+                    at,
+                    &f.path("upstream"),
+                    format!("{e} (or use \"builtin:demo\")"),
+                );
+                None
+            }
+        },
+        None => {
+            if !t.contains_key("upstream") {
+                errors.at(
+                    table_at,
+                    &f.path("upstream"),
+                    "a route needs an upstream, such as \"http://127.0.0.1:9000\"",
+                );
+            }
+            None
+        }
+    };
+    let queue_max_body = size(&mut f, "queue_max_body", 64 * 1024, errors);
+    let upstream_timeout = duration(&mut f, "upstream_timeout", Duration::from_secs(30), errors);
+    if upstream_timeout.is_zero() {
+        errors.at(
+            table_at,
+            &f.path("upstream_timeout"),
+            "must be greater than zero",
+        );
+    }
+    f.finish(errors);
+    if errors.list.len() > before {
+        return None;
+    }
+    let (prefix, at) = prefix?;
+    Some((
+        RouteConfig {
+            path_prefix: prefix.to_owned(),
+            methods,
+            policies,
+            upstream: upstream?,
+            queue_max_body,
+            upstream_timeout,
+        },
+        at,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_defaults_are_valid() {
+        let c = defaults();
+        assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.policies[0].quota, Quota::parse(10, "5/s").unwrap());
+        assert_eq!(c.routes[0].upstream, UpstreamConfig::BuiltinDemo);
+    }
+
+    #[test]
+    fn every_error_is_listed_with_its_line() {
+        let text = r#"
+[server]
+listen = "nowhere"
+colour = "blue"
+
+[[policy]]
+name = "api"
+capacity = 0
+rate = "5/s"
+
+[[policy]]
+name = "api2"
+capacity = 10
+rate = "NaN/s"
+key = "body:x"
+queue = { depth = -1, max_wait = "forever" }
+
+[[policy]]
+name = "api2"
+capacity = 1.5
+rate = "1/s"
+
+[[route]]
+path_prefix = "api"
+policies = ["api", "nope"]
+upstream = "https://x"
+queue_max_body = "64 parsecs"
+"#;
+        let errors = parse(text, "t.toml").unwrap_err();
+        let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let expect = [
+            ("t.toml:3:", "server.listen"),
+            ("t.toml:4:", "server.colour"),
+            ("t.toml:8:", "policy[0].capacity"),
+            ("t.toml:14:", "policy[1].rate"),
+            ("t.toml:15:", "policy[1].key"),
+            ("t.toml:16:", "policy[1].queue.depth"),
+            ("t.toml:16:", "policy[1].queue.max_wait"),
+            ("t.toml:19:", "policy[2].name"),
+            ("t.toml:20:", "policy[2].capacity"),
+            ("t.toml:24:", "route[0].path_prefix"),
+            ("t.toml:25:", "route[0].policies"),
+            ("t.toml:26:", "route[0].upstream"),
+            ("t.toml:27:", "route[0].queue_max_body"),
+        ];
+        assert_eq!(shown.len(), expect.len(), "{}", shown.join("\n"));
+        assert!(shown.iter().any(|s| s.contains("unknown policy `nope`")));
+        assert!(!shown.iter().any(|s| s.contains("unknown policy `api`")));
+        for (line, field) in expect {
+            assert!(
+                shown
+                    .iter()
+                    .any(|s| s.starts_with(line) && s.contains(&format!(" {field}: "))),
+                "missing {line} {field} in\n{}",
+                shown.join("\n")
+            );
+        }
+    }
+
+    #[test]
+    fn duplicates_and_syntax() {
+        let text = "[[policy]]\nname = \"a\"\ncapacity = 1\nrate = \"1/s\"\n[[policy]]\nname = \"a\"\ncapacity = 1\nrate = \"1/s\"\n[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:1\"\n";
+        let errors = parse(text, "d.toml").unwrap_err();
+        assert!(errors[0].to_string().starts_with("d.toml:6:"), "{errors:?}");
+        assert!(errors[0].message.contains("first defined on line 2"));
+        let errors = parse("[server\nlisten = 1", "s.toml").unwrap_err();
+        assert_eq!(errors[0].line, 1);
+    }
+}

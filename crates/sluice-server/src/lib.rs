@@ -1,0 +1,36 @@
+//! # sluice-server
+//!
+//! The `sluice` binary as a library: [`cli`] parses the command line, [`config`] reads and
+//! validates the gateway configuration (every error, with its file, line and field), and
+//! [`serve`] runs the gateway: the main listener proxying to upstreams through the policies
+//! of [`sluice_http`], and the admin listener with the decision API, `/metrics` and
+//! `/healthz`. `main.rs` only calls [`cli::run`].
+//!
+//! Subcommands live in their own modules (`serve`, `check-config`, `default-config`; later
+//! `simulate` and `stress`) and share [`config`].
+//!
+//! ```
+//! let config = sluice_server::config::parse(
+//!     r#"
+//!     [[policy]]
+//!     name = "api"
+//!     capacity = 10
+//!     rate = "5/s"
+//!     key = "ip"
+//!
+//!     [[route]]
+//!     path_prefix = "/api/"
+//!     policies = ["api"]
+//!     upstream = "http://127.0.0.1:9000"
+//!     "#,
+//!     "sluice.toml",
+//! )
+//! .unwrap();
+//! assert_eq!(config.policies[0].quota.capacity(), 10);
+//! assert_eq!(config.server.listen.port(), 8080);
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod serve;
