@@ -156,7 +156,8 @@ fn helper_file_hammer() {
         .ok()
         .map(|v| v.parse().unwrap());
     let store = FileStore::open(&path, gcra(CAPACITY, RATE), options()).unwrap();
-    println!("RESTORED {:?}", store.restored());
+    // A line of its own: libtest prints the test's name without a line break.
+    println!("\nRESTORED {:?}", store.restored());
     let start = Instant::now();
     let mut burst_done = false;
     let mut out = std::io::stdout().lock();

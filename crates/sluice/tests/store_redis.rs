@@ -152,3 +152,471 @@ async fn sliding_log_and_huge_windows_are_refused_with_a_reason() {
     assert_eq!("local".parse::<OnError>().unwrap(), OnError::Local);
     assert!("sometimes".parse::<OnError>().is_err());
 }
+
+// === several processes share one limit ===
+
+/// The helper: hammers `SLUICE_KEYS` keys through Redis from `SLUICE_START_MS` (Unix ms) for
+/// `SLUICE_RUN_MS`, with 4 tasks, and prints `ADMITTED <key> <count>` per key.
+#[test]
+fn helper_redis_hammer() {
+    let Some(_role) = role() else {
+        return;
+    };
+    let env = |k: &str| std::env::var(k).unwrap();
+    let urls: Vec<String> = env("SLUICE_REDIS_URLS")
+        .split(',')
+        .map(String::from)
+        .collect();
+    let keys: Vec<String> = (0..env("SLUICE_KEYS").parse::<usize>().unwrap())
+        .map(|i| format!("{}-{i}", env("SLUICE_KEY_PREFIX")))
+        .collect();
+    let capacity: u64 = env("SLUICE_CAPACITY").parse().unwrap();
+    let rate = env("SLUICE_RATE");
+    let start_ms: u64 = env("SLUICE_START_MS").parse().unwrap();
+    let run_ms: u64 = env("SLUICE_RUN_MS").parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let config = if urls.len() > 1 {
+            RedisConfig::cluster(urls)
+        } else {
+            RedisConfig::new(urls[0].clone())
+        };
+        // Deny when Redis is slow: every admission counted here is Redis's.
+        let config = config
+            .on_error(OnError::Deny)
+            .timeout(Duration::from_secs(2));
+        let store = RedisStore::connect(algorithm(Kind::Gcra, capacity, &rate), config)
+            .await
+            .unwrap();
+        let start = std::time::UNIX_EPOCH + Duration::from_millis(start_ms);
+        let end = start + Duration::from_millis(run_ms);
+        if let Ok(wait) = start.duration_since(std::time::SystemTime::now()) {
+            tokio::time::sleep(wait).await;
+        }
+        let keys = std::sync::Arc::new(keys);
+        let mut tasks = Vec::new();
+        for t in 0..4 {
+            let store = store.clone();
+            let keys = keys.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted: HashMap<String, u64> = HashMap::new();
+                let mut unavailable = 0u64;
+                let mut i = t;
+                while std::time::SystemTime::now() < end {
+                    let key = &keys[i % keys.len()];
+                    i += 1;
+                    match store.check(key, 1).await {
+                        Ok(_) => *admitted.entry(key.clone()).or_default() += 1,
+                        Err(Error::Limited { retry_after, .. }) if keys.len() == 1 => {
+                            tokio::time::sleep(retry_after.min(Duration::from_millis(2))).await
+                        }
+                        Err(Error::Limited { .. }) => tokio::task::yield_now().await,
+                        Err(Error::Unavailable { .. }) => unavailable += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                (admitted, unavailable)
+            }));
+        }
+        let mut total: HashMap<String, u64> = HashMap::new();
+        let mut unavailable = 0;
+        for task in tasks {
+            let (admitted, u) = task.await.unwrap();
+            unavailable += u;
+            for (k, n) in admitted {
+                *total.entry(k).or_default() += n;
+            }
+        }
+        // A line of its own first: libtest prints the test's name without a line break.
+        println!();
+        for (k, n) in total {
+            println!("ADMITTED {k} {n}");
+        }
+        println!("UNAVAILABLE {unavailable}");
+    });
+}
+
+/// Runs `processes` hammer helpers together and sums what they admitted, per key.
+fn hammer(
+    processes: usize,
+    urls: &[String],
+    keys: usize,
+    capacity: u64,
+    rate: &str,
+    run_ms: u64,
+) -> (HashMap<String, u64>, u64) {
+    let prefix = format!("hammer-{}", unix_ns());
+    // Start together, once every process is up (a debug build takes a moment to start).
+    let start_ms = unix_ns() / 1_000_000 + 1_500;
+    let children: Vec<_> = (0..processes)
+        .map(|i| {
+            helper("helper_redis_hammer", &format!("hammer-{i}"))
+                .env("SLUICE_REDIS_URLS", urls.join(","))
+                .env("SLUICE_KEYS", keys.to_string())
+                .env("SLUICE_KEY_PREFIX", &prefix)
+                .env("SLUICE_CAPACITY", capacity.to_string())
+                .env("SLUICE_RATE", rate)
+                .env("SLUICE_START_MS", start_ms.to_string())
+                .env("SLUICE_RUN_MS", run_ms.to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut per_key: HashMap<String, u64> = HashMap::new();
+    let mut unavailable = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a hammer process failed");
+        let out = String::from_utf8(out.stdout).unwrap();
+        for line in lines_with(&out, "ADMITTED ") {
+            let (k, n) = line.rsplit_once(' ').unwrap();
+            *per_key.entry(k.to_string()).or_default() += n.parse::<u64>().unwrap();
+        }
+        unavailable += lines_with(&out, "UNAVAILABLE ")
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum::<u64>();
+    }
+    (per_key, unavailable)
+}
+
+#[test]
+fn processes_sharing_one_redis_admit_the_limit_between_them() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (capacity, per_second, secs) = (50u64, 100u64, 10u64);
+    let (per_key, unavailable) = hammer(3, &[server.url()], 1, capacity, "100/s", secs * 1000);
+    let total: u64 = per_key.values().sum();
+    let bound = capacity + per_second * secs;
+    eprintln!("3 processes, one key, {secs} s: admitted {total} of at most {bound} (+1)");
+    assert!(total <= bound + 1, "admitted {total}, above {bound} + 1");
+    assert!(
+        total * 100 >= bound * 95,
+        "admitted {total}, below 95% of {bound}: false denials"
+    );
+    assert_eq!(unavailable, 0);
+}
+
+#[test]
+fn processes_sharing_a_redis_cluster_admit_each_keys_limit() {
+    let Some(cluster) = RedisCluster::start(3) else {
+        return;
+    };
+    let (keys, capacity, per_second, secs) = (300usize, 5u64, 10u64, 10u64);
+    let (per_key, unavailable) = hammer(2, &cluster.urls(), keys, capacity, "10/s", secs * 1000);
+    let spread = cluster.keys_per_node();
+    let bound = capacity + per_second * secs;
+    let total: u64 = per_key.values().sum();
+    eprintln!(
+        "2 processes, {keys} keys on a 3-master cluster (keys per node {spread:?}), {secs} s: admitted {total} of at most {}",
+        bound * keys as u64
+    );
+    assert_eq!(per_key.len(), keys, "every key was admitted something");
+    for (k, n) in &per_key {
+        assert!(*n <= bound + 1, "{k}: admitted {n}, above {bound} + 1");
+    }
+    assert!(
+        total * 100 >= bound * keys as u64 * 95,
+        "admitted {total}, below 95% of {}",
+        bound * keys as u64
+    );
+    assert!(
+        spread.iter().all(|&n| n > 0),
+        "keys on every master: {spread:?}"
+    );
+    assert_eq!(unavailable, 0);
+}
+
+// === Redis dies and comes back ===
+
+/// Load while Redis is killed and restarted: each request asks twice for a new key (capacity
+/// 1 per minute), so every first ask goes to Redis (no cached denial), and the second tells a
+/// limit (refused) from no limit (admitted). Checks what the policy decides meanwhile and how
+/// soon Redis decides again.
+async fn outage(policy: OnError) {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let config = RedisConfig::new(server.url())
+        .on_error(policy)
+        .timeout(Duration::from_millis(50))
+        .retry_interval(Duration::from_millis(250));
+    let store = RedisStore::connect(algorithm(Kind::Gcra, 1, "1/min"), config)
+        .await
+        .unwrap();
+    let load = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut log = Vec::new();
+            let start = Instant::now();
+            let mut i = 0u64;
+            while start.elapsed() < Duration::from_millis(3_500) {
+                let key = format!("k{i}");
+                i += 1;
+                let sent = Instant::now();
+                let first = store.check(&key, 1).await;
+                let second = store.check(&key, 1).await;
+                log.push((sent, sent.elapsed(), first, second));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            log
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(store.is_using_redis());
+    let killed = Instant::now();
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        !store.is_using_redis(),
+        "{policy}: still using a dead Redis"
+    );
+    server.restart();
+    let answering = Instant::now();
+    while !store.is_using_redis() || server.script_calls() == 0 {
+        assert!(
+            answering.elapsed() < Duration::from_secs(1),
+            "{policy}: decisions did not go back to Redis within 1 s of it answering"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let back_after = answering.elapsed();
+    let log = load.await.expect("the load task did not panic");
+    let limited = |r: &Result<_, Error>| matches!(r, Err(Error::Limited { .. }));
+    let unavailable = |r: &Result<_, Error>| matches!(r, Err(Error::Unavailable { .. }));
+    // (Those sent well before the kill: one in flight at the kill gets the policy.)
+    let before: Vec<_> = log
+        .iter()
+        .filter(|(sent, ..)| *sent + Duration::from_millis(100) < killed)
+        .collect();
+    assert!(
+        before.iter().all(|(_, _, a, b)| a.is_ok() && limited(b)),
+        "{policy}: Redis decides before the outage"
+    );
+    // While Redis was down (from a little after the kill to its restart), the policy decided.
+    let down: Vec<_> = log
+        .iter()
+        .filter(|(sent, ..)| *sent > killed + Duration::from_millis(100) && *sent < answering)
+        .collect();
+    assert!(
+        down.len() > 50,
+        "{policy}: only {} requests during the outage",
+        down.len()
+    );
+    let slowest = down.iter().map(|(_, took, ..)| *took).max().unwrap();
+    assert!(
+        slowest < Duration::from_millis(300),
+        "{policy}: two requests took {slowest:?} during the outage"
+    );
+    type Answer = Result<sluice_core::Decision, Error>;
+    let what = |f: &dyn Fn(&Answer, &Answer) -> bool| down.iter().all(|(_, _, a, b)| f(a, b));
+    match policy {
+        OnError::Allow => assert!(
+            what(&|a, b| a.is_ok() && b.is_ok()),
+            "allow admits everything"
+        ),
+        OnError::Deny => assert!(
+            what(&|a, b| unavailable(a) && unavailable(b)),
+            "deny refuses everything with Unavailable"
+        ),
+        OnError::Local => assert!(
+            what(&|a, b| a.is_ok() && limited(b)),
+            "local keeps the limit in this process"
+        ),
+    }
+    // Once back, Redis decides again.
+    let after: Vec<_> = log
+        .iter()
+        .filter(|(sent, ..)| *sent > answering + back_after)
+        .collect();
+    assert!(!after.is_empty());
+    assert!(
+        after.iter().all(|(_, _, a, b)| a.is_ok() && limited(b)),
+        "{policy}: after recovery Redis decides"
+    );
+    eprintln!(
+        "{policy}: {} requests while down, slowest {slowest:?}; back to Redis {back_after:?} after it answered",
+        down.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_then_back_with_policy_allow() {
+    outage(OnError::Allow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_then_back_with_policy_deny() {
+    outage(OnError::Deny).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_then_back_with_policy_local() {
+    outage(OnError::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_made_while_redis_is_down_starts_using_it_when_it_answers() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    server.kill();
+    let config = RedisConfig::new(server.url())
+        .on_error(OnError::Deny)
+        .retry_interval(Duration::from_millis(100));
+    let store = RedisStore::new(algorithm(Kind::Gcra, 5, "1/s"), config).unwrap();
+    assert!(matches!(
+        store.check("k", 1).await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(RedisStore::connect(
+        algorithm(Kind::Gcra, 5, "1/s"),
+        RedisConfig::new(server.url())
+    )
+    .await
+    .unwrap_err()
+    .to_string()
+    .contains(&server.url().replace("redis://", "")));
+    server.restart();
+    let answering = Instant::now();
+    while store.check("k", 1).await.is_err() {
+        assert!(answering.elapsed() < Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(store.is_using_redis());
+}
+
+// === the denial cache, TTLs, waiting ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_denied_key_costs_no_round_trip_until_redis_would_admit_it() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(
+        algorithm(Kind::Gcra, 2, "4/s"),
+        RedisConfig::new(server.url()),
+    )
+    .await
+    .unwrap();
+    store.check("hot", 2).await.unwrap();
+    let Err(Error::Limited { retry_after, .. }) = store.check("hot", 1).await else {
+        panic!("the key is spent")
+    };
+    let calls = server.script_calls();
+    for _ in 0..10_000 {
+        assert!(store.check("hot", 1).await.is_err());
+        assert!(
+            store.check("hot", 2).await.is_err(),
+            "a larger cost is refused too"
+        );
+    }
+    assert_eq!(server.script_calls(), calls, "denials came from the cache");
+    assert_eq!(store.hottest(5)[0].0, "hot");
+    // A smaller cost, or a peek, still asks Redis; and at the time Redis gave, it admits.
+    store.peek("hot").await.unwrap();
+    assert_eq!(server.script_calls(), calls + 1);
+    tokio::time::sleep(retry_after).await;
+    store.check("hot", 1).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_when_full_again() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    for (kind, family) in [
+        (Kind::Gcra, "gcra"),
+        (Kind::SlidingWindow, "sw"),
+        (Kind::FixedWindow, "fw"),
+    ] {
+        let store = RedisStore::connect(
+            algorithm(kind, 10, "1/s"),
+            RedisConfig::new(server.url()).prefix("ttl"),
+        )
+        .await
+        .unwrap();
+        let d = store.check("k", 3).await.unwrap();
+        let ttl: i64 = server
+            .cli(&["PTTL", &format!("ttl:{family}:{{k}}")])
+            .trim()
+            .parse()
+            .unwrap();
+        // Full again after reset_after; the key lives that long plus the documented second.
+        let want = d.reset_after_ns.div_ceil(1_000_000) as i64 + 1_000;
+        assert!(
+            ttl <= want && ttl > want - 500,
+            "{kind}: PTTL {ttl}, reset_after + 1 s = {want}"
+        );
+        // A denial writes nothing.
+        store.check("k", 10).await.unwrap_err();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_waits_in_a_fifo_queue_and_asks_again_when_redis_said() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let config = RedisConfig::new(server.url()).queue(3, Duration::from_secs(1));
+    let store = RedisStore::connect(algorithm(Kind::Gcra, 1, "10/s"), config)
+        .await
+        .unwrap();
+    store.check("q", 1).await.unwrap();
+    let start = Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let store = store.clone();
+        let tx = tx.clone();
+        waiters.push(tokio::spawn(async move {
+            store
+                .acquire("q", 1, AcquireOptions::default())
+                .await
+                .unwrap();
+            tx.send((i, start.elapsed())).unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The queue is full now.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(matches!(
+        store.acquire("q", 1, AcquireOptions::default()).await,
+        Err(Error::QueueFull { .. })
+    ));
+    for w in waiters {
+        w.await.unwrap();
+    }
+    drop(tx);
+    let mut order = Vec::new();
+    while let Some((i, at)) = rx.recv().await {
+        order.push((i, at));
+    }
+    assert_eq!(
+        order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "FIFO"
+    );
+    // One token every 100 ms after the first: at about 100, 200, 300 ms.
+    for (n, (_, at)) in order.iter().enumerate() {
+        let want = Duration::from_millis(100 * (n as u64 + 1));
+        assert!(
+            *at >= want - Duration::from_millis(15) && *at < want + Duration::from_millis(150),
+            "waiter {n} at {at:?}"
+        );
+    }
+    // A wait beyond max_wait is refused at once.
+    let short = AcquireOptions {
+        max_wait: Some(Duration::from_millis(10)),
+        ..AcquireOptions::default()
+    };
+    store.check("q", 1).await.ok();
+    assert!(matches!(
+        store.acquire("q", 1, short).await,
+        Err(Error::Timeout { .. })
+    ));
+}
