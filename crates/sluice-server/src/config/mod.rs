@@ -572,6 +572,14 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
                 None
             }
         },
+        (Some((0, at)), None) => {
+            errors.at(
+                at,
+                &f.path("capacity"),
+                "capacity must be at least 1, got 0",
+            );
+            None
+        }
         _ => None,
     };
     let key = match f.str("key", errors) {

@@ -108,7 +108,7 @@ pub async fn handle(
             decision = %handled.outcome,
             policy,
             reason,
-            ms = started.elapsed().as_secs_f64() * 1e3,
+            ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
         );
     }
     response
