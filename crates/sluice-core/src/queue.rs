@@ -206,6 +206,8 @@ struct Waiter<P> {
     /// When the queue expected to admit it; an admission at another time invalidates the
     /// cached tail prediction.
     predicted: u64,
+    /// When it was offered.
+    since: u64,
     /// The caller's data for this waiter (a waker, a promise index...).
     payload: P,
 }
@@ -346,6 +348,8 @@ pub struct WaitQueue<S, P = ()> {
     deadlines: BinaryHeap<Reverse<(u64, u64)>>,
     tail: Option<Tail<S>>,
     closed: bool,
+    /// The moment of the latest admission made through the queue.
+    last_admission: u64,
 }
 
 impl<S: Clone> WaitQueue<S, ()> {
@@ -366,6 +370,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             deadlines: BinaryHeap::new(),
             tail: None,
             closed: false,
+            last_admission: 0,
         }
     }
 
@@ -446,7 +451,10 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         }
         if !self.blocks(priority) {
             match cell.check(algorithm, now, cost) {
-                Ok(decision) if decision.allowed => return Offer::Admitted(decision),
+                Ok(decision) if decision.allowed => {
+                    self.last_admission = self.last_admission.max(now);
+                    return Offer::Admitted(decision);
+                }
                 Ok(decision) => {
                     if self.config.depth == 0 {
                         return Offer::Rejected(Rejection::Limited { decision });
@@ -542,50 +550,84 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         C: StateAccess<A>,
         F: FnMut(Ticket, Outcome, P),
     {
+        self.poll_timed(algorithm, cell, now, |t, o, p, _| emit(t, o, p))
+    }
+
+    /// [`WaitQueue::poll_with`], also passing the moment each outcome took effect.
+    ///
+    /// A waiter is admitted at the moment its turn came, which may be before `now` when the
+    /// caller's timer fired late: the decisions then stay exactly those of a perfect timer,
+    /// and a timer coarser than the interval between tokens costs no throughput. That moment
+    /// is what [`Algorithm::refund`] needs if the admission is handed back.
+    pub fn poll_timed<A, C, F>(
+        &mut self,
+        algorithm: &A,
+        cell: &mut C,
+        now: u64,
+        mut emit: F,
+    ) -> Option<u64>
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+        F: FnMut(Ticket, Outcome, P, u64),
+    {
         let mut admit_at = None;
         while let Some((level, id)) = self.head() {
-            let (cost, flow, deadline, predicted) = {
+            let (cost, flow, deadline, predicted, since) = {
                 let w = &self.levels[level].waiters[&id];
-                (w.cost, w.flow, w.deadline, w.predicted)
+                (w.cost, w.flow, w.deadline, w.predicted, w.since)
             };
-            if deadline < now {
-                self.expire(algorithm, cell, now, &mut emit);
-                if let Some(w) = self.levels[level].waiters.remove(&id) {
-                    // Its deadline entry was lost; never spin on it.
-                    self.len -= 1;
-                    self.tail = None;
-                    emit(
-                        Ticket { id, flow },
-                        Outcome::TimedOut { retry_after_ns: 0 },
-                        w.payload,
-                    );
+            // Replay time from when this waiter could first have gone: never before it came,
+            // never before the previous admission, never after now.
+            let mut at = since.max(self.last_admission).min(now);
+            let mut outcome = None;
+            for _ in 0..8 {
+                if at > deadline {
+                    break;
                 }
-                continue;
+                match cell.check(algorithm, at, cost) {
+                    Ok(decision) if decision.allowed => {
+                        outcome = Some(Outcome::Admitted(decision));
+                        break;
+                    }
+                    Ok(decision) => {
+                        let next = at.saturating_add(decision.retry_after_ns.max(1));
+                        if next > now {
+                            admit_at = Some(next);
+                            break;
+                        }
+                        at = next;
+                    }
+                    Err(_) => {
+                        // Unreachable for costs checked at the door; never leave it stuck.
+                        outcome = Some(Outcome::Closed);
+                        break;
+                    }
+                }
             }
-            match cell.check(algorithm, now, cost) {
-                Ok(decision) if decision.allowed => {
+            if outcome.is_none() && admit_at.is_none() && at <= deadline && deadline >= now {
+                // The checks did not settle (a state shared with others): look again soon.
+                admit_at = Some(at.max(now.saturating_add(1)));
+            }
+            match outcome {
+                Some(outcome) => {
                     let popped = self.levels[level].pop_head(id);
                     self.len -= 1;
-                    if predicted != now || self.len == 0 {
+                    self.last_admission = self.last_admission.max(at);
+                    if predicted != at || self.len == 0 || !matches!(outcome, Outcome::Admitted(_))
+                    {
                         self.tail = None;
                     }
                     if let Some(w) = popped {
-                        emit(Ticket { id, flow }, Outcome::Admitted(decision), w.payload);
+                        emit(Ticket { id, flow }, outcome, w.payload, at);
                     }
                 }
-                Ok(decision) => {
-                    admit_at = Some(now.saturating_add(decision.retry_after_ns.max(1)));
-                    break;
+                None if at > deadline || deadline < now => {
+                    // Its turn would come after its deadline.
+                    admit_at = None;
+                    self.expire_one(algorithm, cell, now, level, id, &mut emit);
                 }
-                Err(_) => {
-                    // Unreachable for costs checked at the door; never leave it stuck.
-                    let popped = self.levels[level].pop_head(id);
-                    self.len -= 1;
-                    self.tail = None;
-                    if let Some(w) = popped {
-                        emit(Ticket { id, flow }, Outcome::Closed, w.payload);
-                    }
-                }
+                None => break,
             }
         }
         self.expire(algorithm, cell, now.saturating_add(1), &mut emit);
@@ -672,6 +714,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
                 flow,
                 deadline,
                 predicted: now,
+                since: now,
                 payload: P::default(),
             },
         );
@@ -784,7 +827,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     where
         A: Algorithm<State = S>,
         C: StateAccess<A>,
-        F: FnMut(Ticket, Outcome, P),
+        F: FnMut(Ticket, Outcome, P, u64),
     {
         let now = cutoff.saturating_sub(1);
         let mut expired = Vec::new();
@@ -819,10 +862,38 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         for ticket in expired {
             if let Some(w) = self.remove(ticket) {
                 let retry_after_ns = predicted.get(&ticket.id).map_or(0, |at| at - now);
-                emit(ticket, Outcome::TimedOut { retry_after_ns }, w.payload);
+                emit(ticket, Outcome::TimedOut { retry_after_ns }, w.payload, now);
             }
         }
         self.tail = None;
+    }
+
+    /// Times out the head `id` of `level`, whose turn would come after its deadline.
+    fn expire_one<A, C, F>(
+        &mut self,
+        algorithm: &A,
+        cell: &C,
+        now: u64,
+        level: usize,
+        id: u64,
+        emit: &mut F,
+    ) where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+        F: FnMut(Ticket, Outcome, P, u64),
+    {
+        if let Some(w) = self.levels[level].pop_head(id) {
+            self.len -= 1;
+            self.tail = None;
+            let mut state = cell.load();
+            let retry_after_ns = simulate_one(algorithm, &mut state, now, w.cost) - now;
+            emit(
+                Ticket { id, flow: w.flow },
+                Outcome::TimedOut { retry_after_ns },
+                w.payload,
+                now,
+            );
+        }
     }
 
     fn next_deadline(&mut self) -> Option<u64> {

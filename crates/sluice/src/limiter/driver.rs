@@ -21,12 +21,12 @@ pub(crate) async fn drive<A: LocalAlgorithm, C: Clock, X: StateCell<A>>(
             let mut inner = shared.inner.lock();
             let now = shared.clock.now_ns();
             let Inner { queue, done, .. } = &mut *inner;
-            let next = queue.poll_with(
+            let next = queue.poll_timed(
                 &shared.algorithm,
                 &mut Access(&*shared.cell),
                 now,
-                |ticket, outcome, waker| {
-                    done.insert(ticket.id(), Finished { outcome, at: now });
+                |ticket, outcome, waker, at| {
+                    done.insert(ticket.id(), Finished { outcome, at });
                     wakers.extend(waker);
                 },
             );
