@@ -1186,4 +1186,27 @@ mod tests {
             })
         ));
     }
+
+    #[test]
+    fn a_late_poll_admits_everyone_whose_turn_came_at_their_turn() {
+        // One token per millisecond, capacity 1: a timer that fires 20 ms late must not lose
+        // the 19 tokens a naive check at "now" would cap away.
+        const MS: u64 = 1_000_000;
+        let alg = Gcra::new(Quota::new(1, crate::Rate::from_interval_ns(MS).unwrap()).unwrap());
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(100, 10));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        for _ in 0..30 {
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        }
+        let mut at = Vec::new();
+        let wake = q.poll_timed(&alg, &mut Owned(&mut st), 20 * MS, |_, o, _, t| {
+            assert!(matches!(o, Outcome::Admitted(_)));
+            at.push(t);
+        });
+        assert_eq!(at, (1..=20).map(|k| k * MS).collect::<Vec<_>>());
+        assert_eq!(wake, Some(21 * MS));
+        // The 21st waiter is not early: still denied at 20 ms.
+        assert_eq!(q.len(), 10);
+    }
 }
