@@ -380,7 +380,8 @@ async fn outage(policy: OnError) {
     while !store.is_using_redis() || server.script_calls() == 0 {
         assert!(
             answering.elapsed() < Duration::from_secs(1),
-            "{policy}: decisions did not go back to Redis within 1 s of it answering"
+            "{policy}: decisions did not go back to Redis within 1 s of it answering (last error: {:?})",
+            store.last_error()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -522,6 +523,27 @@ async fn a_hot_denied_key_costs_no_round_trip_until_redis_would_admit_it() {
     assert_eq!(server.script_calls(), calls + 1);
     tokio::time::sleep(retry_after).await;
     store.check("hot", 1).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_is_loaded_again() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(
+        algorithm(Kind::Gcra, 5, "1/s"),
+        RedisConfig::new(server.url()),
+    )
+    .await
+    .unwrap();
+    store.check("k", 1).await.unwrap();
+    assert!(server.cli(&["SCRIPT", "FLUSH"]).contains("OK"));
+    assert_eq!(
+        store.check("k", 1).await.unwrap().remaining,
+        3,
+        "NOSCRIPT, loaded, run"
+    );
+    assert!(store.is_using_redis());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

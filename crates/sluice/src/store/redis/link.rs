@@ -3,10 +3,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use redis::aio::ConnectionLike;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisError, RedisResult, ScriptInvocation};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, Value};
 
 use crate::store::redis::config::{RedisConfig, RedisStoreError};
 
@@ -44,25 +45,41 @@ impl Conn {
         }
     }
 
-    /// Runs one script invocation; on a dropped connection, once more on the fresh one the
-    /// manager started (the caller bounds the whole by its timeout).
-    pub(crate) async fn run(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
-        match self.run_once(invocation).await {
-            Err(e) if is_connection_error(&e) => self.run_once(invocation).await,
+    /// Runs one `EVALSHA` of `script`: on `NOSCRIPT` (a restarted or new server) loads the
+    /// script and runs it again; on a dropped connection, runs it once more on the fresh one
+    /// the manager started. The caller bounds the whole by its timeout.
+    pub(crate) async fn run(&self, cmd: &Cmd, script: &Script) -> RedisResult<Value> {
+        match self.query(cmd).await {
+            Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                self.load(script).await?;
+                self.query(cmd).await
+            }
+            Err(e) if is_connection_error(&e) => match self.query(cmd).await {
+                Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                    self.load(script).await?;
+                    self.query(cmd).await
+                }
+                other => other,
+            },
             other => other,
         }
     }
 
-    async fn run_once(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
-        match self {
-            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+    async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let reply = match self {
+            Conn::Single(c) => c.clone().req_packed_command(cmd).await?,
+            Conn::Cluster(c) => c.clone().req_packed_command(cmd).await?,
+        };
+        // A server error (`NOSCRIPT`, a script error) comes back as a value.
+        match reply {
+            Value::ServerError(e) => Err(e.into()),
+            reply => Ok(reply),
         }
     }
 
     /// Loads `script` into the server (every master of a Cluster), so the first `EVALSHA`
     /// finds it.
-    pub(crate) async fn load(&self, script: &redis::Script) -> RedisResult<()> {
+    pub(crate) async fn load(&self, script: &Script) -> RedisResult<()> {
         let _sha: String = match self {
             Conn::Single(c) => script.prepare_invoke().load_async(&mut c.clone()).await?,
             Conn::Cluster(c) => script.prepare_invoke().load_async(&mut c.clone()).await?,

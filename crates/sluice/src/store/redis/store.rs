@@ -198,12 +198,14 @@ impl RedisStore {
     pub async fn check_at(&self, key: &str, cost: u64, unix_ns: u64) -> Result<Decision, Error> {
         self.inner.ensure_cost(cost)?;
         let inner = &*self.inner;
-        let redis_key = inner.program.redis_key(&inner.config.prefix, key);
-        let invocation = inner.program.invocation(&redis_key, cost, Some(unix_ns));
+        let cmd = inner
+            .program
+            .command(&inner.config.prefix, key, cost, Some(unix_ns));
         let conn = inner.health.conn.get().ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })?;
-        let reply = tokio::time::timeout(inner.config.timeout, conn.run(&invocation)).await;
+        let run = conn.run(&cmd, inner.program.script());
+        let reply = tokio::time::timeout(inner.config.timeout, run).await;
         match reply {
             Ok(Ok(reply)) => inner.program.decision(&reply).ok_or(Error::Unavailable {
                 retry_after: inner.config.retry_interval,
@@ -297,10 +299,10 @@ impl Inner {
             health: &self.health,
             armed: probe,
         };
-        let redis_key = self.program.redis_key(&self.config.prefix, key);
-        let invocation = self.program.invocation(&redis_key, cost, None);
+        let cmd = self.program.command(&self.config.prefix, key, cost, None);
         self.metrics.round_trips.increment(1);
-        let reply = tokio::time::timeout(self.config.timeout, conn.run(&invocation)).await;
+        let run = conn.run(&cmd, self.program.script());
+        let reply = tokio::time::timeout(self.config.timeout, run).await;
         guard.armed = false;
         let error = match reply {
             Ok(Ok(reply)) => match self.program.decision(&reply) {
