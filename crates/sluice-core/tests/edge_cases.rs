@@ -10,7 +10,8 @@ use proptest::test_runner::TestCaseError;
 use sluice_core::algorithm::MAX_TIME_NS;
 use sluice_core::{
     Algorithm, AnyAlgorithm, AnyState, CheckError, Decision, Kind, Quota, QuotaError, Rate,
-    SavedState, Snapshot, SnapshotError, FORMAT_VERSION, MAX_SPAN_NS, NANOS_PER_SEC,
+    SavedState, Snapshot, SnapshotError, TokenBucket, TokenBucketState, FORMAT_VERSION,
+    MAX_SPAN_NS, NANOS_PER_SEC,
 };
 
 const MS: u64 = 1_000_000;
@@ -822,6 +823,44 @@ proptest! {
                 "{} at #{}", kind, i
             );
         }
+    }
+}
+
+// === Hand-built states ===
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
+
+    /// The token bucket's check (written as debt, for speed) is the textbook step — refill by
+    /// the elapsed time, cap at the capacity, take the cost — on any state a caller can build,
+    /// including levels above the capacity and times past `MAX_TIME_NS`.
+    #[test]
+    fn token_bucket_check_is_refill_then_take_on_any_state(
+        q in any_quota(),
+        level in prop_oneof![any::<u64>(), 0u64..=1_000],
+        last in any_time(),
+        now in any_time(),
+        raw_cost in any::<u64>(),
+    ) {
+        let tb = TokenBucket::new(q);
+        let (n, interval, tau) = (q.capacity(), q.interval_ns(), q.window_ns());
+        let cost = raw_cost % (n + 1);
+        let mut state = TokenBucketState { level_ns: level, last_ns: last };
+        let got = tb.check(&mut state, now, cost).unwrap();
+
+        let now = now.min(MAX_TIME_NS).max(last);
+        let level = level.saturating_add(now - last).min(tau);
+        let need = cost * interval;
+        let (allowed, left) = if level >= need { (true, level - need) } else { (false, level) };
+        let want = Decision {
+            allowed,
+            limit: n,
+            remaining: left / interval,
+            retry_after_ns: if allowed { 0 } else { need - level },
+            reset_after_ns: tau - left,
+        };
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(state, TokenBucketState { level_ns: left, last_ns: now });
     }
 }
 

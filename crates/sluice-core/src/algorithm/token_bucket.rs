@@ -98,27 +98,34 @@ impl Algorithm for TokenBucket {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         ensure_cost(&self.quota, cost)?;
-        let (level, now) = self.refill(state, now);
+        // The same arithmetic as `refill`, counted as debt (tau − level) so that the path from
+        // the clock read to the decision is short: debt = owed − elapsed, both saturating.
+        let now = clamp_time(now).max(state.last_ns);
+        let owed = self.tau.saturating_sub(state.level_ns);
+        let debt = owed.saturating_sub(now - state.last_ns);
+        // cost ≤ capacity, so need ≤ tau ≤ 2^62 and the sum cannot overflow.
         let need = cost * self.interval;
+        let ahead = debt + need;
         let limit = self.quota.capacity();
-        let decision = if level >= need {
-            let level = level - need;
+        let decision = if ahead <= self.tau {
+            let level = self.tau - ahead;
             state.level_ns = level;
             Decision {
                 allowed: true,
                 limit,
                 remaining: level / self.interval,
                 retry_after_ns: 0,
-                reset_after_ns: self.tau - level,
+                reset_after_ns: ahead,
             }
         } else {
+            let level = self.tau - debt;
             state.level_ns = level;
             Decision {
                 allowed: false,
                 limit,
                 remaining: level / self.interval,
-                retry_after_ns: need - level,
-                reset_after_ns: self.tau - level,
+                retry_after_ns: ahead - self.tau,
+                reset_after_ns: debt,
             }
         };
         state.last_ns = now;
