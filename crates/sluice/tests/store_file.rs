@@ -2,6 +2,8 @@
 //! the documented bound, a corrupt file is refused with the file and the problem named, a
 //! store that cannot write its file stops admitting.
 
+#![cfg(feature = "file")]
+
 mod support;
 
 use std::io::{BufRead, BufReader};

@@ -4,6 +4,8 @@
 //!
 //! Real time is needed here (Redis has its own clock): the tests assert bounds, not exact times.
 
+#![cfg(feature = "redis")]
+
 mod support;
 
 use std::collections::HashMap;
