@@ -617,8 +617,10 @@ impl Inner {
         })?;
         write_atomic(&self.path, &bytes)?;
         if !clean {
-            self.lease_until_ns
-                .store(started + nanos(self.write_interval), Ordering::Release);
+            self.lease_until_ns.store(
+                started.saturating_add(nanos(self.write_interval)),
+                Ordering::Release,
+            );
         }
         Ok(())
     }

@@ -241,11 +241,12 @@ async fn connect_until_done(inner: Weak<Inner>) {
                 strong.health.connected(conn);
                 return;
             }
-            Ok(Err(e)) => strong
-                .health
-                .not_connected(now + nanos(config.retry_interval), e.to_string()),
+            Ok(Err(e)) => strong.health.not_connected(
+                now.saturating_add(nanos(config.retry_interval)),
+                e.to_string(),
+            ),
             Err(_) => strong.health.not_connected(
-                now + nanos(config.retry_interval),
+                now.saturating_add(nanos(config.retry_interval)),
                 format!("no answer within {:?}", config.connect_timeout),
             ),
         }
@@ -316,7 +317,10 @@ impl Inner {
             Err(_) => format!("no answer within {:?}", self.config.timeout),
         };
         self.metrics.errors.increment(1);
-        let retry_at_ns = self.clock.now_ns() + nanos(self.config.retry_interval);
+        let retry_at_ns = self
+            .clock
+            .now_ns()
+            .saturating_add(nanos(self.config.retry_interval));
         self.health.failure(probe, retry_at_ns, error);
         Err(Unanswered { retry_at_ns })
     }
