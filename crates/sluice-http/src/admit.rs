@@ -87,10 +87,10 @@ impl fmt::Display for Reason {
 }
 
 /// One policy's state after a decision, for the `RateLimit` header.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
-    /// The policy.
-    pub policy: Arc<Policy>,
+    /// The policy's position in the list given to [`admit`].
+    pub index: usize,
     /// Whole tokens left.
     pub remaining: u64,
     /// Nanoseconds until the bucket is full again.
@@ -98,9 +98,10 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn new(policy: &Arc<Policy>, decision: &Decision) -> Verdict {
+    /// The verdict of policy `index` from `decision`.
+    pub fn new(index: usize, decision: &Decision) -> Verdict {
         Verdict {
-            policy: Arc::clone(policy),
+            index,
             remaining: decision.remaining,
             reset_after_ns: decision.reset_after_ns,
         }
@@ -120,8 +121,8 @@ pub struct Admission {
 /// A request some policy denied.
 #[derive(Debug, Clone)]
 pub struct Denial {
-    /// The policy that denied it.
-    pub policy: Arc<Policy>,
+    /// The position of the policy that denied it in the list given to [`admit`].
+    pub index: usize,
     /// Why.
     pub reason: Reason,
     /// When the same request could be admitted, as far as the policy can tell.
@@ -131,6 +132,11 @@ pub struct Denial {
 }
 
 impl Denial {
+    /// The policy that denied it, from the list given to [`admit`].
+    pub fn policy<'a>(&self, policies: &'a [Arc<Policy>]) -> &'a Policy {
+        &policies[self.index]
+    }
+
     /// `retry_after` in whole seconds, rounded up and at least 1 (a `Retry-After: 0` would
     /// invite an immediate retry storm).
     pub fn retry_after_secs(&self) -> u64 {
@@ -206,14 +212,11 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
                 Err(_) => true,
             };
             if short {
-                let decision = decide(policy, &key, ask.cost, false)
-                    .await
-                    .map_err(|e| (policy, e));
-                let decision = match decision {
+                let decision = match decide(policy, &key, ask.cost, false).await {
                     Ok(d) => d,
-                    Err((p, e)) => return Err(deny(p, &key, e, admission.verdicts).await),
+                    Err(e) => return Err(deny(i, policy, &key, e, admission.verdicts).await),
                 };
-                admission.verdicts.push(Verdict::new(policy, &decision));
+                admission.verdicts.push(Verdict::new(i, &decision));
                 done[i] = true;
             }
         }
@@ -225,12 +228,12 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
             }
             let key = ask.key(policy);
             match decide(policy, &key, ask.cost, waiting).await {
-                Ok(decision) => admission.verdicts.push(Verdict::new(policy, &decision)),
-                Err(e) => return Err(deny(policy, &key, e, admission.verdicts).await),
+                Ok(decision) => admission.verdicts.push(Verdict::new(i, &decision)),
+                Err(e) => return Err(deny(i, policy, &key, e, admission.verdicts).await),
             }
         }
     }
-    for policy in policies {
+    for (i, policy) in policies.iter().enumerate() {
         let Some(pool) = policy.concurrency() else {
             continue;
         };
@@ -254,7 +257,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
                 policy.metrics.denied(reason);
                 // The slots have no bucket to show: the verdicts are the rates' ones.
                 return Err(Denial {
-                    policy: Arc::clone(policy),
+                    index: i,
                     reason,
                     retry_after,
                     verdicts: admission.verdicts,
@@ -263,7 +266,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
         }
     }
     for verdict in &admission.verdicts {
-        verdict.policy.metrics.admitted.increment(1);
+        policies[verdict.index].metrics.admitted.increment(1);
     }
     Ok(admission)
 }
@@ -279,7 +282,13 @@ async fn decide(policy: &Policy, key: &str, cost: u64, wait: bool) -> Result<Dec
     }
 }
 
-async fn deny(policy: &Arc<Policy>, key: &str, error: Error, mut verdicts: Vec<Verdict>) -> Denial {
+async fn deny(
+    index: usize,
+    policy: &Policy,
+    key: &str,
+    error: Error,
+    mut verdicts: Vec<Verdict>,
+) -> Denial {
     let (reason, retry_after, decision) = match error {
         Error::Limited {
             retry_after,
@@ -296,9 +305,9 @@ async fn deny(policy: &Arc<Policy>, key: &str, error: Error, mut verdicts: Vec<V
         None => policy.peek(key).await.ok(),
     };
     let verdict = match decision {
-        Some(d) => Verdict::new(policy, &d),
+        Some(d) => Verdict::new(index, &d),
         None => Verdict {
-            policy: Arc::clone(policy),
+            index,
             remaining: 0,
             reset_after_ns: u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX),
         },
@@ -306,7 +315,7 @@ async fn deny(policy: &Arc<Policy>, key: &str, error: Error, mut verdicts: Vec<V
     verdicts.push(verdict);
     policy.metrics.denied(reason);
     Denial {
-        policy: Arc::clone(policy),
+        index,
         reason,
         retry_after,
         verdicts,
@@ -358,7 +367,7 @@ mod tests {
         assert!(admit(&route, &ask(&headers, &uri)).await.is_ok());
         for _ in 0..5 {
             let denial = admit(&route, &ask(&headers, &uri)).await.unwrap_err();
-            assert_eq!(denial.policy.name(), "narrow");
+            assert_eq!(denial.policy(&route).name(), "narrow");
             assert_eq!(denial.reason, Reason::Limit);
             assert!(denial.retry_after_secs() >= 59);
         }

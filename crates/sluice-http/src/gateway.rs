@@ -2,12 +2,10 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use crate::admit::{admit, Ask, Reason};
 use crate::body::Body;
@@ -18,13 +16,13 @@ use crate::route::{Lookup, Route, RouteTable};
 
 /// What happened to a request, for the access log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<'a> {
     /// Admitted (or unlimited) and answered by the upstream.
     Admitted,
     /// Denied by `policy` for `reason`.
     Denied {
         /// The policy's name.
-        policy: Arc<str>,
+        policy: &'a str,
         /// Why.
         reason: Reason,
     },
@@ -38,7 +36,7 @@ pub enum Outcome {
     UpstreamTimeout,
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for Outcome<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Admitted => f.write_str("admitted"),
@@ -53,48 +51,30 @@ impl fmt::Display for Outcome {
 
 /// A handled request: the response and what happened.
 #[derive(Debug)]
-pub struct Handled {
+pub struct Handled<'a> {
     /// The response.
     pub response: Response<Body>,
     /// The route that matched.
-    pub route: Option<Arc<Route>>,
+    pub route: Option<&'a Route>,
     /// The client address the policies saw.
     pub client_ip: IpAddr,
     /// What happened.
-    pub outcome: Outcome,
+    pub outcome: Outcome<'a>,
 }
 
-/// Routes, policies and the proxy, as one request handler.
-#[derive(Debug)]
-pub struct Gateway<B = Incoming> {
+/// Routes and policies as one request handler, forwarding through a [`Proxy`] given per
+/// call (so that each worker thread can keep its own connection pool, and the pools outlive
+/// reloads).
+#[derive(Debug, Clone)]
+pub struct Gateway {
     routes: RouteTable,
     trusted: TrustedProxies,
-    proxy: Proxy<B>,
 }
 
-impl<B> Clone for Gateway<B> {
-    fn clone(&self) -> Self {
-        Gateway {
-            routes: self.routes.clone(),
-            trusted: self.trusted.clone(),
-            proxy: self.proxy.clone(),
-        }
-    }
-}
-
-impl<B> Gateway<B>
-where
-    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`, forwarding
-    /// through `proxy` (share one proxy across reloads to keep its connection pool).
-    pub fn new(routes: RouteTable, trusted: TrustedProxies, proxy: Proxy<B>) -> Gateway<B> {
-        Gateway {
-            routes,
-            trusted,
-            proxy,
-        }
+impl Gateway {
+    /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`.
+    pub fn new(routes: RouteTable, trusted: TrustedProxies) -> Gateway {
+        Gateway { routes, trusted }
     }
 
     /// The routes.
@@ -112,10 +92,19 @@ where
     /// # Cancel safety
     ///
     /// Dropping the future leaves any queue and drops the upstream request.
-    pub async fn handle(&self, request: Request<B>, peer: SocketAddr) -> Handled {
+    pub async fn handle<B>(
+        &self,
+        proxy: &Proxy<B>,
+        request: Request<B>,
+        peer: SocketAddr,
+    ) -> Handled<'_>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
-        let route = match self.routes.find(request.method(), request.uri().path()) {
-            Lookup::Found(route) => Arc::clone(route),
+        let route: &Route = match self.routes.find(request.method(), request.uri().path()) {
+            Lookup::Found(route) => route,
             Lookup::NotFound => {
                 return Handled {
                     response: headers::problem(StatusCode::NOT_FOUND, "no route matches this path")
@@ -148,11 +137,13 @@ where
         let admission = match admit(route.policy_list(), &ask).await {
             Ok(admission) => admission,
             Err(denial) => {
+                let policies = route.policy_list();
                 let outcome = Outcome::Denied {
-                    policy: denial.policy.name().into(),
+                    policy: denial.policy(policies).name(),
                     reason: denial.reason,
                 };
-                let response = headers::denied(&denial, route.policy_header()).map(Body::from);
+                let response =
+                    headers::denied(&denial, policies, route.policy_header()).map(Body::from);
                 return Handled {
                     response,
                     route: Some(route),
@@ -161,7 +152,7 @@ where
                 };
             }
         };
-        let (response, outcome) = match self.proxy.forward(request, &route, peer.ip()).await {
+        let (response, outcome) = match proxy.forward(request, route, peer.ip()).await {
             Ok(response) => {
                 route.metrics.status(response.status());
                 let response = response.map(|body| Body::upstream(body, admission.permits));
@@ -193,6 +184,7 @@ where
         headers::insert(
             response.headers_mut(),
             route.policy_header(),
+            route.policy_list(),
             &admission.verdicts,
         );
         Handled {

@@ -55,15 +55,18 @@ pub fn policy_header(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
     HeaderValue::from_str(&text).ok()
 }
 
-/// The `RateLimit` value for these verdicts, or `None` without any.
-pub fn ratelimit_header(verdicts: &[Verdict]) -> Option<HeaderValue> {
-    let mut text = String::with_capacity(24 * verdicts.len());
+/// The `RateLimit` value for these verdicts about `policies`, or `None` without any.
+pub fn ratelimit_header(policies: &[Arc<Policy>], verdicts: &[Verdict]) -> Option<HeaderValue> {
+    let mut text = String::with_capacity(32 * verdicts.len());
     for v in verdicts {
+        let Some(policy) = policies.get(v.index) else {
+            continue;
+        };
         if !text.is_empty() {
             text.push_str(", ");
         }
         let t = v.reset_after_ns.div_ceil(sluice_core::NANOS_PER_SEC);
-        let _ = write!(text, "\"{}\";r={};t={t}", v.policy.name(), v.remaining);
+        let _ = write!(text, "\"{}\";r={};t={t}", policy.name(), v.remaining);
     }
     if text.is_empty() {
         return None;
@@ -72,11 +75,16 @@ pub fn ratelimit_header(verdicts: &[Verdict]) -> Option<HeaderValue> {
 }
 
 /// Adds `RateLimit-Policy` (when given) and `RateLimit` to `headers`.
-pub fn insert(headers: &mut HeaderMap, policy: Option<&HeaderValue>, verdicts: &[Verdict]) {
+pub fn insert(
+    headers: &mut HeaderMap,
+    policy: Option<&HeaderValue>,
+    policies: &[Arc<Policy>],
+    verdicts: &[Verdict],
+) {
     if let Some(policy) = policy {
         headers.insert(RATELIMIT_POLICY.clone(), policy.clone());
     }
-    if let Some(value) = ratelimit_header(verdicts) {
+    if let Some(value) = ratelimit_header(policies, verdicts) {
         headers.insert(RATELIMIT.clone(), value);
     }
 }
@@ -92,14 +100,19 @@ pub fn insert(headers: &mut HeaderMap, policy: Option<&HeaderValue>, verdicts: &
 /// # use sluice_core::{AnyAlgorithm, Kind, Quota};
 /// # use sluice_http::{headers, Denial, Policy, Reason};
 /// let policy = Arc::new(Policy::builder("api", AnyAlgorithm::new(Kind::Gcra, Quota::parse(10, "5/s")?)).build()?);
-/// let denial = Denial { policy: policy.clone(), reason: Reason::Limit, retry_after: Duration::from_millis(200), verdicts: vec![] };
-/// let response = headers::denied(&denial, headers::policy_header(&[policy]).as_ref());
+/// let policies = [policy];
+/// let denial = Denial { index: 0, reason: Reason::Limit, retry_after: Duration::from_millis(200), verdicts: vec![] };
+/// let response = headers::denied(&denial, &policies, headers::policy_header(&policies).as_ref());
 /// assert_eq!(response.status(), 429);
 /// assert_eq!(response.headers()["retry-after"], "1");
 /// assert_eq!(response.headers()["ratelimit-policy"], r#""api";q=10;w=2"#);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn denied(denial: &Denial, policy: Option<&HeaderValue>) -> Response<Full<Bytes>> {
+pub fn denied(
+    denial: &Denial,
+    policies: &[Arc<Policy>],
+    policy: Option<&HeaderValue>,
+) -> Response<Full<Bytes>> {
     let status = denial.reason.status();
     let detail = match denial.reason {
         crate::Reason::Limit => "the rate limit of this policy is exhausted",
@@ -112,7 +125,7 @@ pub fn denied(denial: &Denial, policy: Option<&HeaderValue>) -> Response<Full<By
         "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{detail}\",\"policy\":\"{}\",\"reason\":\"{}\",\"retry_after_ms\":{}}}\n",
         status.canonical_reason().unwrap_or(""),
         status.as_u16(),
-        denial.policy.name(),
+        denial.policy(policies).name(),
         denial.reason.as_str(),
         denial.retry_after_ms(),
     );
@@ -123,7 +136,7 @@ pub fn denied(denial: &Denial, policy: Option<&HeaderValue>) -> Response<Full<By
     if denial.reason != crate::Reason::Capacity {
         headers.insert(RETRY_AFTER, HeaderValue::from(denial.retry_after_secs()));
     }
-    insert(headers, policy, &denial.verdicts);
+    insert(headers, policy, policies, &denial.verdicts);
     response
 }
 
@@ -192,18 +205,18 @@ mod tests {
         assert_eq!(header, "\"a\";q=10;w=2, \"b\";q=100;w=6000");
         let verdicts = [
             Verdict {
-                policy: a,
+                index: 0,
                 remaining: 7,
                 reset_after_ns: 600_000_000,
             },
             Verdict {
-                policy: b,
+                index: 1,
                 remaining: 0,
                 reset_after_ns: 0,
             },
         ];
         assert_eq!(
-            ratelimit_header(&verdicts).unwrap(),
+            ratelimit_header(&[a, b], &verdicts).unwrap(),
             "\"a\";r=7;t=1, \"b\";r=0;t=0"
         );
         assert!(policy_header(&[]).is_none());

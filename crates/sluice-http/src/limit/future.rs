@@ -72,7 +72,11 @@ where
                     }),
                     Err(denial) => {
                         this.state.set(State::Done);
-                        let response = headers::denied(&denial, this.shared.policy_header.as_ref());
+                        let response = headers::denied(
+                            &denial,
+                            &this.shared.policies,
+                            this.shared.policy_header.as_ref(),
+                        );
                         return Poll::Ready(Ok(response.map(Either::Right)));
                     }
                 },
@@ -84,6 +88,7 @@ where
                     headers::insert(
                         response.headers_mut(),
                         this.shared.policy_header.as_ref(),
+                        &this.shared.policies,
                         &admission.verdicts,
                     );
                     return Poll::Ready(Ok(response));

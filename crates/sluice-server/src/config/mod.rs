@@ -62,6 +62,9 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// The largest request head accepted (431 above).
     pub max_header_bytes: usize,
+    /// Gateway worker threads, each with its own event loop, listening socket
+    /// (`SO_REUSEPORT`) and upstream connection pool.
+    pub workers: usize,
 }
 
 /// `store.backend`.
@@ -413,6 +416,19 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
             format!("must be between 8KiB and 1MiB, got {max_header_bytes} bytes"),
         );
     }
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let workers = match f.uint("workers", errors) {
+        None => cores,
+        Some((n, at)) if n == 0 || n > 1024 => {
+            errors.at(
+                at,
+                "server.workers",
+                format!("must be between 1 and 1024, got {n}"),
+            );
+            cores
+        }
+        Some((n, _)) => n as usize,
+    };
     f.finish(errors);
     ServerConfig {
         listen,
@@ -420,6 +436,7 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         trusted_proxies,
         shutdown_timeout,
         header_read_timeout,
+        workers,
         max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(16 * 1024),
     }
 }

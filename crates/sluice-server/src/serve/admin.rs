@@ -7,8 +7,6 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | 200 `ok` |
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -28,7 +26,7 @@ use crate::serve::state::Shared;
 pub const MAX_CHECK_BODY: usize = 64 * 1024;
 
 /// The admin routes.
-pub fn router(shared: Arc<Shared>) -> Router {
+pub fn router(shared: &'static Shared) -> Router {
     Router::new()
         .route("/v1/check", post(check))
         .route("/metrics", get(metrics))
@@ -56,7 +54,7 @@ fn problem(status: StatusCode, detail: &str) -> Response {
     headers::problem(status, detail).into_response()
 }
 
-async fn check(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn check(State(shared): State<&'static Shared>, body: Bytes) -> Response {
     let request: CheckRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return problem(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
@@ -110,12 +108,13 @@ async fn check(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         );
     }
     let policy_header = HeaderValue::from_str(policy.policy_item()).ok();
-    let verdict = Verdict {
-        policy: Arc::clone(policy),
-        remaining: decision.remaining,
-        reset_after_ns: decision.reset_after_ns,
-    };
-    headers::insert(h, policy_header.as_ref(), &[verdict]);
+    let verdict = Verdict::new(0, &decision);
+    headers::insert(
+        h,
+        policy_header.as_ref(),
+        std::slice::from_ref(policy),
+        &[verdict],
+    );
     response
 }
 
@@ -130,7 +129,7 @@ fn answer(d: &Decision) -> String {
     )
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+async fn metrics(State(shared): State<&'static Shared>) -> Response {
     let mut response = shared.prometheus.render().into_response();
     response.headers_mut().insert(
         CONTENT_TYPE,

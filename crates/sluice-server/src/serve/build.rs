@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use sluice::store::{RedisConfig, RedisStore};
 use sluice_core::AnyAlgorithm;
-use sluice_http::proxy::Proxy;
 use sluice_http::{Backend, Gateway, Policy, Route, RouteTable, TrustedProxies, Upstream};
 
 use crate::config::{BackendKind, Config, OnError, PolicyConfig, UpstreamConfig};
@@ -50,7 +49,6 @@ pub fn build(
     config: Config,
     old: Option<&Runtime>,
     demo: Option<SocketAddr>,
-    proxy: Proxy,
 ) -> Result<Runtime, BuildError> {
     let mut policies = HashMap::new();
     let mut kept = Vec::new();
@@ -88,7 +86,6 @@ pub fn build(
     let gateway = Gateway::new(
         RouteTable::new(routes),
         TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
-        proxy,
     );
     Ok(Runtime {
         config,

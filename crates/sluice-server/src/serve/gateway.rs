@@ -6,7 +6,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
@@ -18,6 +17,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
+use sluice_http::proxy::Proxy;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -27,14 +27,116 @@ use crate::serve::state::Shared;
 /// `X-Request-Id`.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// The gateway's worker threads: each runs its own single-threaded event loop with its own
+/// listening socket (`SO_REUSEPORT`, so the kernel spreads connections) and its own upstream
+/// connection pool, as nginx's workers do. A request never changes thread, and nothing on
+/// its path is shared with the other workers but the policies' buckets.
+#[derive(Debug)]
+pub struct Workers {
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Binds `server.workers` sockets to `server.listen` and starts a thread on each. The
+    /// threads stop accepting when `stop` turns true (their sockets close, so new
+    /// connections are refused), drain their connections for at most
+    /// `server.shutdown_timeout`, and end.
+    ///
+    /// # Errors
+    ///
+    /// When the address cannot be bound or a thread cannot start.
+    pub fn start(
+        server: &ServerConfig,
+        shared: &'static Shared,
+        stop: &watch::Receiver<bool>,
+    ) -> std::io::Result<Workers> {
+        let mut listeners = Vec::with_capacity(server.workers);
+        let mut addr = server.listen;
+        for _ in 0..server.workers.max(1) {
+            let listener = reuseport_listener(addr)?;
+            // With port 0, every socket joins the port the first one got.
+            addr = listener.local_addr()?;
+            listeners.push(listener);
+        }
+        let mut threads = Vec::with_capacity(listeners.len());
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let server = server.clone();
+            let stop = stop.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("sluice-worker-{i}"))
+                .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            tracing::error!(error = %e, "worker runtime failed to start");
+                            return;
+                        }
+                    };
+                    runtime.block_on(worker(listener, shared, server, stop));
+                })?;
+            threads.push(thread);
+        }
+        Ok(Workers { threads })
+    }
+
+    /// Waits for every worker to finish draining.
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+async fn worker(
+    listener: std::net::TcpListener,
+    shared: &'static Shared,
+    server: ServerConfig,
+    stop: watch::Receiver<bool>,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "worker could not register its socket");
+            return;
+        }
+    };
+    // One pool per worker for the life of the process: requests borrow it, reloads keep it.
+    let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new()));
+    let graceful = accept_loop(listener, shared, &server, stop, proxy).await;
+    if tokio::time::timeout(server.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout = ?server.shutdown_timeout,
+            "shutdown timeout: dropping the requests still in flight"
+        );
+    }
+}
+
 /// Accepts connections on `listener` until `stop` turns true, then stops accepting (the
 /// listener is closed, so new connections are refused) and returns the connections in
 /// flight, to be drained.
-pub async fn accept_loop(
+async fn accept_loop(
     listener: TcpListener,
-    shared: Arc<Shared>,
-    server: ServerConfig,
+    shared: &'static Shared,
+    server: &ServerConfig,
     mut stop: watch::Receiver<bool>,
+    proxy: &'static Proxy,
 ) -> GracefulShutdown {
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
@@ -59,10 +161,8 @@ pub async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(&shared);
-        let service = service_fn(move |req: Request<Incoming>| {
-            let shared = Arc::clone(&shared);
-            async move { Ok::<_, Infallible>(handle(&shared, req, peer).await) }
+        let service = service_fn(move |req: Request<Incoming>| async move {
+            Ok::<_, Infallible>(handle(shared, proxy, req, peer).await)
         });
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let watched = graceful.watch(connection);
@@ -79,6 +179,7 @@ pub async fn accept_loop(
 /// One request on the main listener.
 pub async fn handle(
     shared: &Shared,
+    proxy: &Proxy,
     mut req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
@@ -87,14 +188,14 @@ pub async fn handle(
     let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
     let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let runtime = shared.current();
-    let handled = runtime.gateway.handle(req, peer).await;
+    let handled = runtime.gateway.handle(proxy, req, peer).await;
     let mut response = handled.response;
     response
         .headers_mut()
         .insert(X_REQUEST_ID.clone(), id.clone());
     if let Some((method, path)) = head {
         let (policy, reason) = match &handled.outcome {
-            Outcome::Denied { policy, reason } => (Some(policy.as_ref()), Some(reason.as_str())),
+            Outcome::Denied { policy, reason } => (Some(*policy), Some(reason.as_str())),
             _ => (None, None),
         };
         tracing::info!(
@@ -103,7 +204,7 @@ pub async fn handle(
             client = %handled.client_ip,
             method = %method,
             path = %path,
-            route = handled.route.as_ref().map(|r| r.path_prefix()),
+            route = handled.route.map(|r| r.path_prefix()),
             status = response.status().as_u16(),
             decision = %handled.outcome,
             policy,
@@ -123,7 +224,7 @@ fn request_id(shared: &Shared, req: &mut Request<Incoming>) -> HeaderValue {
             return v.clone();
         }
     }
-    let id = HeaderValue::from_str(&shared.ids.next()).unwrap_or(HeaderValue::from_static("0"));
+    let id = shared.ids.next();
     req.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
     id
 }

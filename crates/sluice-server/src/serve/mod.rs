@@ -21,7 +21,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use sluice_http::proxy::Proxy;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
@@ -83,28 +82,26 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     } else {
         None
     };
-    let proxy = Proxy::new();
     let server = config.server.clone();
     let source = config.source.clone();
-    let runtime =
-        build(config, None, demo, proxy.clone()).map_err(|e| ServeError::Config(e.to_string()))?;
-    let listener = TcpListener::bind(server.listen)
-        .await
-        .with_context(|| format!("binding server.listen {}", server.listen))?;
+    let runtime = build(config, None, demo).map_err(|e| ServeError::Config(e.to_string()))?;
     let admin_listener = TcpListener::bind(server.admin_listen)
         .await
         .with_context(|| format!("binding server.admin_listen {}", server.admin_listen))?;
-    let shared = Arc::new(Shared {
+    // Lives as long as the process: every request borrows it instead of counting references.
+    let shared: &'static Shared = Box::leak(Box::new(Shared {
         runtime: ArcSwap::from_pointee(runtime),
         prometheus,
-        ids: RequestIds::default(),
-    });
+        ids: RequestIds,
+    }));
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let workers = gateway::Workers::start(&server, shared, &stop_rx)
+        .with_context(|| format!("binding server.listen {}", server.listen))?;
     let admin = {
-        let router = admin::router(Arc::clone(&shared));
+        let router = admin::router(shared);
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let stopped = async move {
@@ -115,15 +112,11 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
                 .await
         })
     };
-    let main_loop = tokio::spawn(gateway::accept_loop(
-        listener,
-        Arc::clone(&shared),
-        server.clone(),
-        stop_rx,
-    ));
+    drop(stop_rx);
     tracing::info!(
         listen = %server.listen,
         admin_listen = %server.admin_listen,
+        workers = server.workers,
         config = %source,
         "sluice serving"
     );
@@ -131,29 +124,21 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: draining"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: draining"); break; }
-            _ = hup.recv() => reload(&shared, path.as_ref(), demo, &proxy),
+            _ = hup.recv() => reload(shared, path.as_ref(), demo),
         }
     }
     let _ = stop_tx.send(true);
-    let graceful = main_loop.await.context("the accept loop failed")?;
-    match tokio::time::timeout(server.shutdown_timeout, graceful.shutdown()).await {
-        Ok(()) => tracing::info!("drained"),
-        Err(_) => tracing::warn!(
-            timeout = ?server.shutdown_timeout,
-            "shutdown timeout: dropping the requests still in flight"
-        ),
-    }
+    // The workers drain (each bounded by shutdown_timeout) on their own threads.
+    tokio::task::spawn_blocking(move || workers.join())
+        .await
+        .context("joining the workers")?;
+    tracing::info!("drained");
     let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
     Ok(())
 }
 
 /// SIGHUP: reload, keeping the buckets of unchanged policies; refuse an invalid config.
-fn reload(
-    shared: &Shared,
-    path: Option<&PathBuf>,
-    demo: Option<std::net::SocketAddr>,
-    proxy: &Proxy,
-) {
+fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::SocketAddr>) {
     let Some(path) = path else {
         tracing::warn!("SIGHUP: running on the embedded defaults, nothing to reload");
         return;
@@ -183,7 +168,7 @@ fn reload(
         tracing::error!("SIGHUP: builtin:demo needs a restart (the demo upstream was not started); config refused");
         return;
     }
-    match build(config, Some(&old), demo, proxy.clone()) {
+    match build(config, Some(&old), demo) {
         Ok(new) => {
             tracing::info!(
                 config = %path.display(),
@@ -205,5 +190,5 @@ fn reload(
 ///
 /// As [`build`].
 pub fn dry_run(config: Config) -> Result<Runtime, build::BuildError> {
-    build(config, None, None, Proxy::new())
+    build(config, None, None)
 }

@@ -1,7 +1,6 @@
 //! What the listeners share: the current runtime (swapped whole on reload), the metrics
 //! handle and the request-id source.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -27,31 +26,32 @@ impl Shared {
     }
 }
 
-/// Request ids: a per-process random prefix and a counter, 16 hex digits.
-#[derive(Debug)]
-pub struct RequestIds {
-    prefix: u32,
-    next: AtomicU64,
-}
+/// Request ids: 16 hex digits, from a per-thread counter that starts at a random point (no
+/// shared atomic on the request path).
+#[derive(Debug, Default)]
+pub struct RequestIds;
 
-impl Default for RequestIds {
-    fn default() -> RequestIds {
-        RequestIds {
-            prefix: rand_prefix(),
-            next: AtomicU64::new(1),
-        }
-    }
+thread_local! {
+    static NEXT_ID: std::cell::Cell<u64> = std::cell::Cell::new(random_start());
 }
 
 impl RequestIds {
     /// A new id.
-    pub fn next(&self) -> String {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        format!("{:08x}{:08x}", self.prefix, n & 0xffff_ffff)
+    pub fn next(&self) -> http::HeaderValue {
+        let word = NEXT_ID.with(|n| {
+            let v = n.get();
+            n.set(v.wrapping_add(1));
+            v
+        });
+        let mut hex = [0u8; 16];
+        for (i, b) in hex.iter_mut().enumerate() {
+            *b = b"0123456789abcdef"[((word >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        http::HeaderValue::from_bytes(&hex).unwrap_or(http::HeaderValue::from_static("0"))
     }
 }
 
-fn rand_prefix() -> u32 {
+fn random_start() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -60,5 +60,6 @@ fn rand_prefix() -> u32 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.write_u32(std::process::id());
-    h.finish() as u32
+    // The counter's low bits move; keep them clear so ids of one thread stay apart.
+    h.finish() & !0xff_ffff
 }
