@@ -2,7 +2,7 @@
 # Decisions per second against one local Redis with 50 concurrent callers: sluice's RedisStore
 # beside rate-limiter-flexible (RateLimiterRedis over ioredis), on the same Redis, in one run.
 #
-#   scripts/bench-redis.sh [seconds per run, default 5] [rounds, default 3]
+#   scripts/bench-redis.sh [seconds per run, default 5] [rounds, default 5]
 #
 # Two scenarios, the same quotas on both sides:
 #   random  every request a new random key (1000 per second each): every decision allowed
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds="${1:-5}"
-rounds="${2:-3}"
+rounds="${2:-5}"
 
 command -v redis-server >/dev/null || { echo "redis-server is not installed" >&2; exit 1; }
 command -v node >/dev/null || { echo "node is not installed" >&2; exit 1; }
