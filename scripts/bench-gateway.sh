@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Gateway benchmark: `sluice serve` against nginx `limit_req`, same upstream, same run.
+#
+#   scripts/bench-gateway.sh [DURATION_SECONDS] [CONNECTIONS]
+#
+# Runs (wrk, --latency, 2 threads):
+#   direct     wrk -> upstream (nginx `return 200`)
+#   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy
+#   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
+#   sluice-429 every request denied (capacity 1, 1/h): answered 429 by sluice
+#   nginx-429  every request denied (rate 1r/m, no burst): answered 429 by nginx
+# and the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
+# count is compared with burst + rate x duration.
+#
+# Everything listens on 127.0.0.1 ports chosen at start; nginx runs as this user with a
+# temporary prefix. Prints a Markdown section on stdout (raw wrk output goes to $OUT).
+set -euo pipefail
+
+DURATION=${1:-10}
+CONNS=${2:-64}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d /tmp/sluice-bench-XXXXXX)
+OUT=${OUT:-$WORK/raw.txt}
+NGINX=${NGINX:-/usr/sbin/nginx}
+WRK=${WRK:-wrk}
+PIDS=()
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK/nginx-"*
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_port() {
+  for _ in $(seq 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "port $1 never opened" >&2
+  exit 1
+}
+
+start_nginx() { # name conf-body -> starts nginx with its own prefix
+  local name=$1 body=$2 dir="$WORK/nginx-$1"
+  mkdir -p "$dir/logs" "$dir/tmp"
+  cat > "$dir/nginx.conf" <<CONF
+worker_processes auto;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  $body
+}
+CONF
+  "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" &
+  PIDS+=($!)
+}
+
+start_sluice() { # name config-body port admin
+  local name=$1 body=$2 port=$3 admin=$4
+  cat > "$WORK/$name.toml" <<CONF
+[server]
+listen = "127.0.0.1:$port"
+admin_listen = "127.0.0.1:$admin"
+$body
+CONF
+  SLUICE_LOG=warn "$ROOT/target/release/sluice" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+  PIDS+=($!)
+  wait_port "$port"
+}
+
+# wrk -> "req/s p50 p99 total non2xx seconds"
+run_wrk() {
+  local label=$1 url=$2 secs=$3
+  local out
+  out=$("$WRK" -t2 -c"$CONNS" -d"${secs}s" --latency "$url" 2>&1)
+  { echo "=== $label ($url)"; echo "$out"; } >> "$OUT"
+  local rps p50 p99 total non2xx took
+  rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  total=$(awk '/requests in/ {print $1}' <<<"$out")
+  took=$(awk '/requests in/ {gsub(/s,/,"",$4); print $4}' <<<"$out")
+  non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
+  echo "$rps $p50 $p99 $total ${non2xx:-0} $took"
+}
+
+to_ms() { # wrk latency (e.g. 812.00us, 1.20ms, 2.00s) -> milliseconds
+  awk -v v="$1" 'BEGIN {
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
+    if (u == "us") n /= 1000; else if (u == "s") n *= 1000;
+    printf "%.3f", n }'
+}
+
+echo "building sluice (release)..." >&2
+(cd "$ROOT" && cargo build --release -q -p sluice-server)
+
+UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
+SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
+SLACC=$(free_port); SLACCA=$(free_port)
+
+start_nginx upstream "server { listen 127.0.0.1:$UP; keepalive_requests 1000000; location / { return 200 \"ok\\n\"; } }"
+wait_port "$UP"
+PROXY_COMMON="upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 1000000; }
+  limit_req_status 429;"
+start_nginx proxy "$PROXY_COMMON
+  limit_req_zone \$binary_remote_addr zone=open:10m rate=1000000r/s;
+  server { listen 127.0.0.1:$NG; keepalive_requests 1000000;
+    location / { limit_req zone=open burst=1000000 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+start_nginx proxy429 "$PROXY_COMMON
+  limit_req_zone \$binary_remote_addr zone=shut:10m rate=1r/m;
+  server { listen 127.0.0.1:$NG429; keepalive_requests 1000000;
+    location / { limit_req zone=shut; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+start_nginx proxyacc "$PROXY_COMMON
+  limit_req_zone \$binary_remote_addr zone=acc:10m rate=100r/s;
+  server { listen 127.0.0.1:$NGACC; keepalive_requests 1000000;
+    location / { limit_req zone=acc burst=20 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+wait_port "$NG"; wait_port "$NG429"; wait_port "$NGACC"
+
+route() { printf '[[route]]\npath_prefix = "/"\npolicies = ["%s"]\nupstream = "http://127.0.0.1:%s"\n' "$1" "$UP"; }
+start_sluice open "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SL" "$SLA"
+start_sluice shut "$(printf '[[policy]]\nname = "shut"\nalgorithm = "gcra"\ncapacity = 1\nrate = "1/h"\nkey = "ip"\n'; route shut)" "$SL429" "$SL429A"
+start_sluice acc "$(printf '[[policy]]\nname = "acc"\nalgorithm = "gcra"\ncapacity = 20\nrate = "100/s"\nkey = "ip"\n'; route acc)" "$SLACC" "$SLACCA"
+
+# Warm up every path once (connections, pools, caches).
+for port in $UP $NG $SL $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+
+declare -A R
+for pair in "direct:$UP" "sluice:$SL" "nginx:$NG" "sluice-429:$SL429" "nginx-429:$NG429"; do
+  label=${pair%%:*}; port=${pair##*:}
+  R[$label]=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION")
+  echo "$label: ${R[$label]}" >&2
+done
+
+# Accuracy: flood for 10 s; admitted = total - non-2xx; expected = burst + rate x duration.
+ACC_S=$(run_wrk "sluice-accuracy" "http://127.0.0.1:$SLACC/" 10)
+ACC_N=$(run_wrk "nginx-accuracy" "http://127.0.0.1:$NGACC/" 10)
+
+row() { # label
+  read -r rps p50 p99 total non2xx took <<<"${R[$1]}"
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$rps" "$(to_ms "$p50")" "$(to_ms "$p99")" "$total" "$non2xx"
+}
+field() { awk -v i="$2" '{print $i}' <<<"${R[$1]}"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
+acc_line() { # label result burst
+  read -r rps p50 p99 total non2xx took <<<"$2"
+  local admitted=$((total - non2xx))
+  local expected
+  expected=$(awk -v b="$3" -v t="$took" 'BEGIN { printf "%.1f", b + 100 * t }')
+  printf '| %s | %s | %s | %s s | %s |\n' "$1" "$total" "$admitted" "$took" "$expected"
+}
+
+D_P99=$(to_ms "$(field direct 3)")
+S_P99=$(to_ms "$(field sluice 3)"); N_P99=$(to_ms "$(field nginx 3)")
+S4_P99=$(to_ms "$(field sluice-429 3)"); N4_P99=$(to_ms "$(field nginx-429 3)")
+
+cat <<MD
+
+## Gateway: sluice serve vs nginx limit_req
+
+Command: \`scripts/bench-gateway.sh $DURATION $CONNS\` ($(date -u +%Y-%m-%d), $(nproc) cores, wrk -t2 -c$CONNS -d${DURATION}s --latency,
+nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), sluice release build, access logs off on both). Upstream: nginx \`return 200\`
+(1 worker per core), the same process for every run. sluice: \`key = "ip"\`, GCRA; nginx: \`limit_req_zone \$binary_remote_addr\`,
+\`limit_req_status 429\`, upstream keepalive 256.
+
+| run | req/s | p50 ms | p99 ms | requests | non-2xx |
+|---|---|---|---|---|---|
+$(row direct)
+$(row sluice)
+$(row nginx)
+$(row sluice-429)
+$(row nginx-429)
+
+- Proxying (unlimited policy): sluice / nginx throughput = **$(ratio "$(field sluice 1)" "$(field nginx 1)")**; added p99 over direct:
+  sluice $(minus "$S_P99" "$D_P99") ms, nginx $(minus "$N_P99" "$D_P99") ms (target: sluice <= nginx + 0.5 ms).
+- Denying (every request 429): sluice / nginx throughput = **$(ratio "$(field sluice-429 1)" "$(field nginx-429 1)")**;
+  p99 sluice $S4_P99 ms, nginx $N4_P99 ms.
+
+Low rate: 100/s with a burst of 20, flooded for 10 s (wrk -c$CONNS). Expected admitted = burst + 100 x measured duration
+(nginx's burst admits burst + 1 at once: its first request does not count against the burst).
+
+| gateway | requests | admitted | duration | expected |
+|---|---|---|---|---|
+$(acc_line sluice "$ACC_S" 20)
+$(acc_line nginx "$ACC_N" 21)
+MD
+echo "raw wrk output: $OUT" >&2
