@@ -16,7 +16,16 @@
 //!
 //! The three bucket algorithms admit exactly alike (the core documents it), so they share the
 //! GCRA script and its one value per key. Every write sets the key's TTL to the time until the
-//! limit is full again, so idle keys vanish by themselves; a denial writes nothing.
+//! limit is full again, so idle keys vanish by themselves; a denial writes nothing. (Plus one
+//! second: Redis sets expiries from a cached clock that was measured to lag by several
+//! milliseconds, and a key that vanished while it still held debt would give tokens away.)
+//!
+//! Times inside the scripts are (seconds, nanoseconds) pairs, because a Lua number holds
+//! integers exactly only below 2^53; the scripts therefore take windows up to 2^52 ns (52 days)
+//! and, for the window algorithms, capacities up to 94 million ([`RedisStoreError::Unsupported`]
+//! otherwise). The tests run random schedules through the core and through Redis, with the
+//! script's clock overridden (the optional last argument, which only tests send), and compare
+//! every decision field by field.
 //!
 //! Keys are `<prefix>:<family>:{<key>}`: the braces are a Redis Cluster hash tag, so every script
 //! touches one slot. Give each limit that shares a Redis its own prefix.
