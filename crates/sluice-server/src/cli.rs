@@ -43,6 +43,11 @@ pub enum Command {
     },
     /// Print the embedded default configuration (a starting point for your own).
     DefaultConfig,
+    /// Replay a policy of a config against a trace or a synthetic pattern, on a virtual
+    /// clock with the gateway's own algorithm and queue code, and report what it admits.
+    Simulate(crate::simulate::Args),
+    /// Send load to a URL at a fixed rate and summarise status codes and latencies.
+    Stress(crate::stress::Args),
 }
 
 /// Parses the command line and runs it.
@@ -55,6 +60,8 @@ pub fn run() -> ExitCode {
             print!("{}", config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
         }
+        Command::Simulate(args) => crate::simulate::run(args),
+        Command::Stress(args) => crate::stress::run(args),
     }
 }
 

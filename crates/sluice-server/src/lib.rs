@@ -33,4 +33,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 pub mod serve;
+pub mod simulate;
+pub mod stress;

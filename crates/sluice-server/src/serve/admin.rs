@@ -31,6 +31,8 @@ pub fn router(shared: &'static Shared) -> Router {
         .route("/v1/check", post(check))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/dashboard", get(crate::dashboard::page::page))
+        .route("/v1/stats", get(crate::dashboard::page::stats))
         .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such admin endpoint") })
         .layer(DefaultBodyLimit::max(MAX_CHECK_BODY))
         .with_state(shared)

@@ -1,0 +1,220 @@
+//! `GET /v1/stats`: one JSON snapshot of everything the dashboard shows.
+//!
+//! Counters are cumulative (the page takes rates from two snapshots), read back from the
+//! same Prometheus text `/metrics` serves. Bucket levels come from the stores
+//! ([`Store::hottest`]); keys that may be secrets (header, cookie and query keys) are shown
+//! masked.
+//!
+//! ```json
+//! {
+//!   "v": 1, "now_ms": 1732950000000, "config": "sluice.toml",
+//!   "policies": [{
+//!     "name": "api", "algorithm": "token_bucket", "capacity": 10, "rate": "5/s",
+//!     "rate_per_s": 5.0, "key": "ip", "store": "memory",
+//!     "queue": {"depth": 20, "max_wait_ms": 2000}, "concurrency": null, "in_flight": null,
+//!     "admitted": 59, "denied": {"limit": 41, "queue_full": 0, "timeout": 0, "capacity": 0, "unavailable": 0},
+//!     "waiting": 0, "queue_wait_ms": {"p50": 0.0, "p99": 180.0, "count": 12},
+//!     "hottest": [{"key": "127.0.0.1", "tokens": 0.4, "remaining": 0, "limit": 10,
+//!                  "level": 0.04, "reset_after_ms": 1920, "retry_after_ms": 120}]
+//!   }],
+//!   "routes": [{"route": "/api/", "responses": {"2xx": 59}, "errors": {}}],
+//!   "browser": [{"name": "sluice_browser_admitted_total", "labels": {}, "value": 12}]
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use serde_json::{json, Map, Value};
+use sluice::store::Store;
+use sluice_core::{Algorithm, Decision, Kind};
+use sluice_http::admit::Reason;
+use sluice_http::{KeySpec, Policy};
+
+use crate::dashboard::prom::{self, Sample};
+use crate::serve::build::Runtime;
+
+/// Keys listed per policy.
+pub const HOTTEST: usize = 10;
+
+/// The snapshot of `runtime`, with the counters of `metrics` (Prometheus text).
+pub fn snapshot(runtime: &Runtime, metrics: &str, now_ms: u64) -> Value {
+    let samples = prom::parse(metrics);
+    let find = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        samples
+            .iter()
+            .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+            .map(|s| s.value)
+    };
+    let policies: Vec<Value> = runtime
+        .config
+        .policies
+        .iter()
+        .filter_map(|p| runtime.policies.get(&p.name))
+        .map(|policy| {
+            let name = policy.name();
+            let denied: Map<String, Value> = Reason::ALL
+                .iter()
+                .map(|r| {
+                    let n = find(
+                        "sluice_policy_denied_total",
+                        &[("policy", name), ("reason", r.as_str())],
+                    );
+                    (r.as_str().to_owned(), json!(n.unwrap_or(0.0)))
+                })
+                .collect();
+            let quantile = |q: &str| {
+                find(
+                    "sluice_queue_wait_seconds",
+                    &[("limiter", name), ("quantile", q)],
+                )
+                .filter(|v| v.is_finite())
+                .map(|v| v * 1e3)
+            };
+            let wait_count = find("sluice_queue_wait_seconds_count", &[("limiter", name)]);
+            let queue_wait = wait_count.map(|count| {
+                json!({ "p50": quantile("0.5"), "p99": quantile("0.99"), "count": count })
+            });
+            let quota = policy.quota();
+            json!({
+                "name": name,
+                "algorithm": policy.algorithm().which().name(),
+                "capacity": quota.capacity(),
+                "rate": quota.rate().to_string(),
+                "rate_per_s": quota.rate().per_second_f64(),
+                "key": policy.key_spec().to_string(),
+                "store": policy.backend().kind(),
+                "queue": policy.queue().map(|q| json!({
+                    "depth": q.depth,
+                    "max_wait_ms": q.max_wait.as_secs_f64() * 1e3,
+                })),
+                "concurrency": policy.concurrency().map(|p| p.size()),
+                "in_flight": policy.concurrency().map(|p| p.in_flight()),
+                "admitted": find("sluice_policy_admitted_total", &[("policy", name)]).unwrap_or(0.0),
+                "denied": denied,
+                "waiting": find("sluice_policy_waiting", &[("policy", name)]).unwrap_or(0.0),
+                "queue_wait_ms": queue_wait,
+                "hottest": hottest(policy),
+            })
+        })
+        .collect();
+    let mut routes: Vec<Value> = Vec::new();
+    for r in &runtime.config.routes {
+        let route = r.path_prefix.as_str();
+        let by = |metric: &str, label: &str| -> Map<String, Value> {
+            samples
+                .iter()
+                .filter(|s| s.name == metric && s.label("route") == Some(route))
+                .filter_map(|s| Some((s.label(label)?.to_owned(), json!(s.value))))
+                .collect()
+        };
+        routes.push(json!({
+            "route": route,
+            "policies": r.policies,
+            "responses": by("sluice_upstream_responses_total", "status"),
+            "errors": by("sluice_upstream_errors_total", "error"),
+        }));
+    }
+    let browser: Vec<Value> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("sluice_browser_"))
+        .map(|s: &Sample| {
+            let labels: BTreeMap<&str, &str> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            json!({ "name": s.name, "labels": labels, "value": finite(s.value) })
+        })
+        .collect();
+    json!({
+        "v": 1,
+        "now_ms": now_ms,
+        "config": runtime.config.source,
+        "policies": policies,
+        "routes": routes,
+        "browser": browser,
+    })
+}
+
+fn finite(v: f64) -> Value {
+    if v.is_finite() {
+        json!(v)
+    } else {
+        Value::Null
+    }
+}
+
+/// The keys with the fewest tokens, with their levels.
+fn hottest(policy: &Policy) -> Vec<Value> {
+    let algorithm = policy.algorithm();
+    let quota = algorithm.quota();
+    policy
+        .backend()
+        .hottest(HOTTEST)
+        .into_iter()
+        .map(|(key, d)| {
+            let tokens = tokens(algorithm.which(), &quota, &d);
+            json!({
+                "key": shown_key(policy.key_spec(), &key),
+                "tokens": (tokens * 100.0).round() / 100.0,
+                "remaining": d.remaining,
+                "limit": d.limit,
+                "level": if d.limit == 0 { 0.0 } else { tokens / d.limit as f64 },
+                "reset_after_ms": d.reset_after_ms_ceil(),
+                "retry_after_ms": d.retry_after_ms_ceil(),
+            })
+        })
+        .collect()
+}
+
+/// Tokens available: fractional for the bucket algorithms (`capacity - reset_after / interval`),
+/// whole for the window ones.
+fn tokens(kind: Kind, quota: &sluice_core::Quota, d: &Decision) -> f64 {
+    let cap = quota.capacity() as f64;
+    match kind {
+        Kind::TokenBucket | Kind::Gcra | Kind::LeakyBucket => {
+            (cap - d.reset_after_ns as f64 / quota.interval_ns() as f64).clamp(0.0, cap)
+        }
+        _ => d.remaining as f64,
+    }
+}
+
+/// A key as the dashboard shows it: IPs whole; header, cookie and query values (often API
+/// keys or session ids) as their first few characters and a fingerprint, so that a
+/// screenshot does not leak them.
+pub fn shown_key(spec: &KeySpec, key: &str) -> String {
+    match spec {
+        KeySpec::Global => "(global)".to_owned(),
+        _ if key.is_empty() => "(none)".to_owned(),
+        KeySpec::Ip => key.to_owned(),
+        // Already a digest (a long or binary value).
+        _ if key.starts_with('~') => key.to_owned(),
+        _ => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            key.hash(&mut h);
+            let shown: String = key.chars().take((key.chars().count() / 3).min(4)).collect();
+            format!("{shown}…#{:06x}", h.finish() & 0xff_ffff)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_masked_unless_ips() {
+        assert_eq!(shown_key(&KeySpec::Ip, "10.0.0.1"), "10.0.0.1");
+        assert_eq!(shown_key(&KeySpec::Global, ""), "(global)");
+        let spec: KeySpec = "header:X-Api-Key".parse().unwrap();
+        assert_eq!(shown_key(&spec, ""), "(none)");
+        let masked = shown_key(&spec, "sk-live-0123456789");
+        assert!(masked.starts_with("sk-l…#"), "{masked}");
+        assert!(!masked.contains("0123"));
+        assert_eq!(masked, shown_key(&spec, "sk-live-0123456789"), "stable");
+        assert_ne!(masked, shown_key(&spec, "sk-live-0123456780"));
+        assert!(shown_key(&spec, "k1").starts_with("…#"));
+        assert_eq!(shown_key(&spec, "~00ff"), "~00ff");
+    }
+}
