@@ -115,7 +115,8 @@ impl Summary {
         (self.span_ns > 0).then(|| n as f64 / secs(self.span_ns))
     }
 
-    /// The report for a terminal. `title` names the policy, `load` the trace or pattern.
+    /// The report for a terminal. `title` names the policy, `load` the trace or pattern; a
+    /// `keyed` policy with more than one key gets a table per key.
     pub fn text(&self, title: &str, load: &str, keyed: bool) -> String {
         let mut out = String::new();
         let pct = |n: u64| {
@@ -160,7 +161,7 @@ impl Summary {
             "\nqueue wait of admitted requests ({} of {} waited):\n  p50 {p50}   p90 {p90}   p99 {p99}   max {max}",
             self.waited, self.admitted
         );
-        if keyed {
+        if keyed && self.keys.len() > 1 {
             let keys = match self.keys.len() {
                 1 => "1 key".to_owned(),
                 n => format!("{n} keys"),
@@ -254,7 +255,13 @@ fn trim(x: f64) -> String {
 
 /// Nanoseconds as milliseconds for a person: `0 ms`, `12.5 ms`, `2000 ms`.
 fn ms(ns: u64) -> String {
-    format!("{} ms", trim(ns as f64 / 1e6))
+    let v = ns as f64 / 1e6;
+    if v >= 100.0 {
+        let s = format!("{v:.1}");
+        format!("{} ms", s.trim_end_matches('0').trim_end_matches('.'))
+    } else {
+        format!("{} ms", trim(v))
+    }
 }
 
 #[cfg(test)]

@@ -136,14 +136,14 @@ impl Summary {
             self.sent as f64 / self.duration_s.max(1e-9),
             secs(self.elapsed_s)
         );
-        let _ = writeln!(out, "status     count");
+        let _ = writeln!(out, "status       count");
         for (code, n) in &self.statuses {
-            let _ = writeln!(out, "  {code:<5} {n:>8}  {:5.1}%", pct(*n));
+            let _ = writeln!(out, "  {code:<7} {n:>8}  {:5.1}%", pct(*n));
         }
         for (kind, n) in &self.errors {
             let _ = writeln!(
                 out,
-                "  {:<5} {n:>8}  {:5.1}%  (no response)",
+                "  {:<7} {n:>8}  {:5.1}%  (no response)",
                 kind.as_str(),
                 pct(*n)
             );
