@@ -1,7 +1,7 @@
 //! Where a policy's buckets live: one enum over the stores, because
 //! [`Store`] returns `impl Future` and cannot be a trait object.
 
-use sluice::store::{MemoryStore, RedisStore, Store};
+use sluice::store::{FileStore, MemoryStore, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
 use sluice_core::Decision;
 
@@ -14,6 +14,9 @@ pub enum Backend {
     /// In Redis, shared by every gateway using the same Redis and prefix
     /// (`backend = "redis"`).
     Redis(RedisStore),
+    /// In memory, written back to a local file and restored at start without a burst
+    /// (`backend = "file"`).
+    File(FileStore),
 }
 
 impl Backend {
@@ -22,6 +25,7 @@ impl Backend {
         match self {
             Backend::Memory(_) => "memory",
             Backend::Redis(_) => "redis",
+            Backend::File(_) => "file",
         }
     }
 }
@@ -38,6 +42,7 @@ impl Store for Backend {
         match self {
             Backend::Memory(s) => s.check_now(key, cost),
             Backend::Redis(s) => s.check(key, cost).await,
+            Backend::File(s) => s.check_now(key, cost),
         }
     }
 
@@ -50,6 +55,7 @@ impl Store for Backend {
         match self {
             Backend::Memory(s) => s.acquire(key, cost, options).await,
             Backend::Redis(s) => s.acquire(key, cost, options).await,
+            Backend::File(s) => s.acquire(key, cost, options).await,
         }
     }
 
@@ -57,6 +63,7 @@ impl Store for Backend {
         match self {
             Backend::Memory(s) => s.peek(key).await,
             Backend::Redis(s) => s.peek(key).await,
+            Backend::File(s) => s.peek(key).await,
         }
     }
 
@@ -64,6 +71,7 @@ impl Store for Backend {
         match self {
             Backend::Memory(s) => s.hottest(n),
             Backend::Redis(s) => s.hottest(n),
+            Backend::File(s) => s.hottest(n),
         }
     }
 }
@@ -71,5 +79,11 @@ impl Store for Backend {
 impl From<RedisStore> for Backend {
     fn from(store: RedisStore) -> Backend {
         Backend::Redis(store)
+    }
+}
+
+impl From<FileStore> for Backend {
+    fn from(store: FileStore) -> Backend {
+        Backend::File(store)
     }
 }

@@ -130,3 +130,34 @@ async fn sighup_reloads_keeping_state_and_refuses_invalid_configs() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("ratelimit-policy"), Some(r#""api";q=3;w=180"#));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_store_keeps_buckets_across_a_restart() {
+    let up = Upstream::start().await;
+    let dir = common::TempDir::new();
+    let state = dir.0.join("state");
+    let text = format!(
+        "[store]\nbackend = \"file\"\npath = \"{}\"\n{}",
+        state.display(),
+        config(&up.url(), 2, false)
+    );
+    let mut gw = Gateway::start("", &text).await;
+    for _ in 0..2 {
+        assert_eq!(get(&gw.url("/api/x")).await.unwrap().status, StatusCode::OK);
+    }
+    assert_eq!(
+        get(&gw.url("/api/x")).await.unwrap().status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    gw.signal("TERM");
+    assert!(gw.wait_exit(Duration::from_secs(10)).await.success());
+    assert!(dir.0.join("state.api").exists(), "one file per policy");
+    // Same config, new process: the bucket is still empty.
+    let again = Gateway::start("", &text).await;
+    assert_eq!(
+        get(&again.url("/api/x")).await.unwrap().status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "restored, not refilled: {}",
+        again.log_text()
+    );
+}

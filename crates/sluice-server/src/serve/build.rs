@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use sluice::store::{RedisConfig, RedisStore};
+use sluice::store::{FileStore, FileStoreOptions, RedisConfig, RedisStore};
 use sluice_core::AnyAlgorithm;
 use sluice_http::{Backend, Gateway, Policy, Route, RouteTable, TrustedProxies, Upstream};
 
@@ -50,11 +50,26 @@ pub fn build(
     old: Option<&Runtime>,
     demo: Option<SocketAddr>,
 ) -> Result<Runtime, BuildError> {
+    build_with(config, old, demo, false)
+}
+
+/// [`build`]; with `dry`, file-backed policies are checked but get a memory store, so that
+/// validating a config creates no file.
+///
+/// # Errors
+///
+/// As [`build`].
+pub fn build_with(
+    config: Config,
+    old: Option<&Runtime>,
+    demo: Option<SocketAddr>,
+    dry: bool,
+) -> Result<Runtime, BuildError> {
     let mut policies = HashMap::new();
     let mut kept = Vec::new();
     for p in &config.policies {
         let previous = old.and_then(|o| o.policies.get(&p.name));
-        let (policy, reused) = build_policy(&config, p, previous)?;
+        let (policy, reused) = build_policy(&config, p, previous, dry)?;
         if reused {
             kept.push(p.name.clone());
         }
@@ -99,6 +114,7 @@ fn build_policy(
     config: &Config,
     p: &PolicyConfig,
     previous: Option<&Arc<Policy>>,
+    dry: bool,
 ) -> Result<(Policy, bool), BuildError> {
     let fail = |message: String| BuildError {
         file: config.source.clone(),
@@ -152,11 +168,26 @@ fn build_policy(
                 let redis = RedisStore::new(algorithm, rc).map_err(|e| fail(e.to_string()))?;
                 builder = builder.backend(Backend::Redis(redis));
             }
+            // Validating a config creates no file: a memory store stands in.
+            BackendKind::File if dry => {}
             BackendKind::File => {
-                return Err(fail(
-                    "backend \"file\" is not built into this version yet; use memory or redis"
-                        .to_owned(),
-                ))
+                let path = file_path(config, &p.name);
+                // A changed policy reopens its file: close the old store first, so that it
+                // stops writing (its last, clean write is of the old limits; the new store
+                // restores from it by the file store's rule).
+                if let Some(sluice_http::Backend::File(old)) = previous.map(|o| o.backend()) {
+                    if let Err(e) = old.close() {
+                        tracing::warn!(error = %e, policy = %p.name, "closing the old file store");
+                    }
+                }
+                let mut options = FileStoreOptions::default().max_keys(p.max_keys);
+                if let Some(q) = p.queue {
+                    options = options.queue(q.depth, q.max_wait);
+                }
+                let store =
+                    FileStore::open(&path, algorithm, options).map_err(|e| fail(e.to_string()))?;
+                tracing::info!(policy = %p.name, path = %path.display(), restored = ?store.restored(), "file store opened");
+                builder = builder.backend(sluice_http::Backend::File(store));
             }
         }
         if let Some(old) = previous {
@@ -177,5 +208,30 @@ fn kind_name(kind: BackendKind) -> &'static str {
         BackendKind::Memory => "memory",
         BackendKind::File => "file",
         BackendKind::Redis => "redis",
+    }
+}
+
+/// The state file of policy `name`: `<store.path>.<name>`.
+pub fn file_path(config: &Config, name: &str) -> std::path::PathBuf {
+    let base = config
+        .store
+        .path
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("sluice.state"));
+    let mut file = base.into_os_string();
+    file.push(".");
+    file.push(name);
+    file.into()
+}
+
+/// Closes the file stores of `runtime`, writing their final, clean files (at shutdown).
+pub fn close_stores(runtime: &Runtime) {
+    for (name, policy) in &runtime.policies {
+        if let sluice_http::Backend::File(store) = policy.backend() {
+            match store.close() {
+                Ok(()) => tracing::info!(policy = %name, "file store closed"),
+                Err(e) => tracing::warn!(policy = %name, error = %e, "closing the file store"),
+            }
+        }
     }
 }

@@ -133,6 +133,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .await
         .context("joining the workers")?;
     tracing::info!("drained");
+    build::close_stores(&shared.current());
     let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
     Ok(())
 }
@@ -190,5 +191,5 @@ fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::Socket
 ///
 /// As [`build`].
 pub fn dry_run(config: Config) -> Result<Runtime, build::BuildError> {
-    build(config, None, None)
+    build::build_with(config, None, None, true)
 }
