@@ -32,6 +32,7 @@
     },
     ms: (ms) => {
       if (ms === null || ms === undefined) return '–';
+      if (ms === 0) return '0 ms';
       if (ms >= 10000) return (ms / 1000).toFixed(0) + ' s';
       if (ms >= 1000) return (ms / 1000).toFixed(1) + ' s';
       if (ms >= 10) return ms.toFixed(0) + ' ms';
@@ -178,11 +179,22 @@
     const top = Math.max(1, ...points.map((p) => Math.max(p.ok, p.bad)));
     const step = w / (HISTORY - 1);
     const x0 = w - (points.length - 1) * step;
-    const y = (v) => hgt - 2 - (hgt - 16) * (v / top);
+    const base = hgt - 15; // room for the time labels below
+    const y = (v) => base - (base - 14) * (v / top);
     ctx.font = '11px system-ui, sans-serif';
     ctx.fillStyle = css.getPropertyValue('--muted');
     ctx.fillText(`${fmt.rate(top)}/s`, 2, 10);
+    const span = Math.round((HISTORY * state.intervalMs) / 60000);
+    ctx.fillText(`${span} min ago`, 2, hgt - 2);
+    ctx.textAlign = 'right';
+    ctx.fillText('now', w - 2, hgt - 2);
+    ctx.textAlign = 'left';
     ctx.strokeStyle = css.getPropertyValue('--line');
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    ctx.moveTo(0, base + 0.5);
+    ctx.lineTo(w, base + 0.5);
+    ctx.stroke();
     ctx.setLineDash([3, 3]);
     ctx.beginPath();
     ctx.moveTo(0, y(top));
@@ -196,8 +208,8 @@
       ctx.strokeStyle = stroke;
       ctx.lineWidth = 1.8;
       ctx.stroke();
-      ctx.lineTo(x0 + (points.length - 1) * step, hgt);
-      ctx.lineTo(x0, hgt);
+      ctx.lineTo(x0 + (points.length - 1) * step, base);
+      ctx.lineTo(x0, base);
       ctx.closePath();
       ctx.fillStyle = fill;
       ctx.fill();
