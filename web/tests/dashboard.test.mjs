@@ -177,6 +177,29 @@ test('dashboard: live figures under load, offline, with a screenshot', { timeout
     );
     assert.equal(upstream.hitsFor('/api/items').length, sent2xx);
 
+    // Browser telemetry (sluice_browser_*) is listed when /v1/stats carries it: the gateway
+    // has none here, so add two series to its real answers.
+    let tick = 0;
+    await page.route('**/v1/stats', async (route) => {
+      const response = await route.fetch();
+      const json = await response.json();
+      tick += 1;
+      json.browser = [
+        { name: 'sluice_browser_admitted_total', labels: {}, value: 100 + 10 * tick },
+        { name: 'sluice_browser_rejected_total', labels: { reason: 'limit' }, value: 3 },
+      ];
+      await route.fulfill({ response, json });
+    });
+    await page.waitForFunction(() => document.querySelectorAll('#browser tr.browser-row').length === 2, null, { timeout: 5000 });
+    await page.waitForFunction(() => /\/s$/.test(document.querySelector('#browser tr.browser-row td:last-child').textContent), null, { timeout: 5000 });
+    const rows = await page.$$eval('#browser tr.browser-row', (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+    t.diagnostic(JSON.stringify(rows));
+    assert.equal(rows[0][0], 'admitted_total');
+    assert.ok(Number(rows[0][2]) >= 110);
+    assert.ok(Number(rows[0][3].replace('/s', '')) > 0, 'a rate for a counter');
+    assert.deepEqual(rows[1].slice(0, 3), ['rejected_total', 'reason=limit', '3']);
+    await page.unroute('**/v1/stats');
+
     // Nothing but this page and its data endpoint, all from the admin listener.
     const foreign = requests.filter((u) => !u.startsWith(gateway.admin + '/'));
     assert.deepEqual(foreign, []);

@@ -66,7 +66,13 @@ mod tests {
         assert!(page.contains("sluiceDashboard"));
         assert!(page.contains("--ok:"));
         // Nothing fetched from elsewhere.
-        for needle in ["http://", "https://", "//cdn", "src=\"", "href=\""] {
+        for needle in [
+            "http://",
+            "https://",
+            "//cdn",
+            "src=\"",
+            "rel=\"stylesheet\"",
+        ] {
             assert!(!page.contains(needle), "the page mentions {needle}");
         }
     }

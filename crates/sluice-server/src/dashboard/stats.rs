@@ -203,6 +203,48 @@ pub fn shown_key(spec: &KeySpec, key: &str) -> String {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn counters_and_browser_telemetry_come_from_the_metrics_text() {
+        let config = crate::config::parse(
+            "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/s\"\nkey = \"ip\"\n\n[[route]]\npath_prefix = \"/api/\"\npolicies = [\"api\"]\nupstream = \"http://127.0.0.1:9\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let runtime = crate::serve::dry_run(config).unwrap();
+        runtime.policies["api"].check("10.0.0.1", 2).await.unwrap();
+        let metrics = "\
+sluice_policy_admitted_total{policy=\"api\"} 7
+sluice_policy_denied_total{policy=\"api\",reason=\"timeout\"} 3
+sluice_policy_waiting{policy=\"api\"} 1
+sluice_queue_wait_seconds{limiter=\"api\",quantile=\"0.5\"} 0.25
+sluice_queue_wait_seconds{limiter=\"api\",quantile=\"0.99\"} 1.5
+sluice_queue_wait_seconds_count{limiter=\"api\"} 4
+sluice_upstream_responses_total{route=\"/api/\",status=\"2xx\"} 7
+sluice_upstream_errors_total{route=\"/api/\",error=\"refused\"} 1
+sluice_browser_admitted_total 12
+sluice_browser_rejected_total{reason=\"limit\"} 3
+";
+        let s = snapshot(&runtime, metrics, 42);
+        assert_eq!(s["now_ms"], 42);
+        let p = &s["policies"][0];
+        assert_eq!(p["admitted"], 7.0);
+        assert_eq!(p["denied"]["timeout"], 3.0);
+        assert_eq!(p["denied"]["limit"], 0.0);
+        assert_eq!(p["waiting"], 1.0);
+        assert_eq!(p["queue_wait_ms"]["p50"], 250.0);
+        assert_eq!(p["queue_wait_ms"]["p99"], 1500.0);
+        assert_eq!(p["queue_wait_ms"]["count"], 4.0);
+        assert_eq!(p["hottest"][0]["key"], "10.0.0.1");
+        assert_eq!(p["hottest"][0]["remaining"], 0);
+        assert_eq!(s["routes"][0]["responses"]["2xx"], 7.0);
+        assert_eq!(s["routes"][0]["errors"]["refused"], 1.0);
+        let browser = s["browser"].as_array().unwrap();
+        assert_eq!(browser.len(), 2);
+        assert_eq!(browser[0]["name"], "sluice_browser_admitted_total");
+        assert_eq!(browser[0]["value"], 12.0);
+        assert_eq!(browser[1]["labels"]["reason"], "limit");
+    }
+
     #[test]
     fn keys_are_masked_unless_ips() {
         assert_eq!(shown_key(&KeySpec::Ip, "10.0.0.1"), "10.0.0.1");

@@ -258,7 +258,7 @@
       const labels = Object.entries(m.labels).map(([k, v]) => `${k}=${v}`).join(', ');
       const rate = m.name.endsWith('_total') || m.name.endsWith('_count') ? rateOf(m.value, prev.get(id(m)), dtS) : null;
       tbody.append(
-        h('tr', { class: 'browser-row' }, h('td', { class: 'key', text: m.name.replace(/^sluice_browser_/, '') }), h('td', { text: labels }), h('td', { class: 'num', text: fmt.rate(m.value) }), h('td', { class: 'num', text: rate === null ? '' : `${fmt.rate(rate)}/s` })),
+        h('tr', { class: 'browser-row' }, h('td', { class: 'key', text: m.name.replace(/^sluice_browser_/, '') }), h('td', { text: labels }), h('td', { class: 'num', text: Number.isInteger(m.value) ? fmt.int(m.value) : fmt.rate(m.value) }), h('td', { class: 'num', text: rate === null ? '' : `${fmt.rate(rate)}/s` })),
       );
     }
     box.append(h('table', { class: 'grid' }, h('thead', {}, h('tr', {}, h('th', { text: 'metric' }), h('th', { text: 'labels' }), h('th', { class: 'num', text: 'value' }), h('th', { class: 'num', text: 'rate' }))), tbody));
