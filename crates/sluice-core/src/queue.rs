@@ -467,8 +467,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             }
         }
         if self.config.depth == 0 {
-            let retry_after_ns =
-                self.predict_without_queueing(algorithm, cell, now, cost, priority, flow);
+            let retry_after_ns = self.peek_wait(algorithm, cell, now, cost, priority, flow);
             let decision = Decision {
                 allowed: false,
                 limit: capacity,
@@ -479,8 +478,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             return Offer::Rejected(Rejection::Limited { decision });
         }
         if self.len >= self.config.depth {
-            let retry_after_ns =
-                self.predict_without_queueing(algorithm, cell, now, cost, priority, flow);
+            let retry_after_ns = self.peek_wait(algorithm, cell, now, cost, priority, flow);
             return Offer::Rejected(Rejection::QueueFull { retry_after_ns });
         }
         let ticket = self.insert(now, cost, priority, flow, u64::MAX);
@@ -500,24 +498,6 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         }
         self.deadlines.push(Reverse((deadline, ticket.id)));
         Offer::Queued { ticket, wait_ns }
-    }
-
-    /// Predicted nanoseconds until a request of `cost` could be admitted, as if offered now.
-    /// Zero when it would be admitted at once.
-    pub fn peek_wait<A, C>(
-        &mut self,
-        algorithm: &A,
-        cell: &C,
-        now: u64,
-        cost: u64,
-        priority: Priority,
-        flow: u64,
-    ) -> u64
-    where
-        A: Algorithm<State = S>,
-        C: StateAccess<A>,
-    {
-        self.predict_without_queueing(algorithm, cell, now, cost, priority, flow)
     }
 
     /// Admits the waiters whose turn has come, times out those past their deadline, and
@@ -769,26 +749,20 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
                 return at;
             }
         }
-        let mut order = Vec::with_capacity(self.len);
-        for level in &self.levels {
-            level.service_order(&mut order);
-        }
-        let mut state = cell.load();
-        let mut at = now;
         let mut found = now;
-        for id in order {
-            let w = &self.levels[Priority::from_index(id & 3).index()].waiters[&id];
-            at = simulate_one(algorithm, &mut state, at, w.cost);
+        let (state, at) = self.replay(algorithm, cell.load(), now, |id, at| {
             if id == ticket.id {
                 found = at;
             }
-        }
+        });
         // The state after everyone, in service order: what a newcomer served last starts from.
         self.tail = Some(Tail { state, at });
         found
     }
 
-    fn predict_without_queueing<A, C>(
+    /// Predicted nanoseconds until a request of `cost` could be admitted, as if offered now.
+    /// Zero when it would be admitted at once.
+    pub fn peek_wait<A, C>(
         &mut self,
         algorithm: &A,
         cell: &C,
@@ -822,6 +796,31 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         at - now
     }
 
+    /// Replays every waiter in service order on `state` from `now`, telling `each` when it
+    /// would be admitted; returns the state after everyone and the last admission time.
+    fn replay<A>(
+        &self,
+        algorithm: &A,
+        mut state: S,
+        now: u64,
+        mut each: impl FnMut(u64, u64),
+    ) -> (S, u64)
+    where
+        A: Algorithm<State = S>,
+    {
+        let mut order = Vec::with_capacity(self.len);
+        for level in &self.levels {
+            level.service_order(&mut order);
+        }
+        let mut at = now;
+        for id in order {
+            let w = &self.levels[Priority::from_index(id & 3).index()].waiters[&id];
+            at = simulate_one(algorithm, &mut state, at, w.cost);
+            each(id, at);
+        }
+        (state, at)
+    }
+
     /// Times out every waiter whose deadline is before `cutoff`.
     fn expire<A, C, F>(&mut self, algorithm: &A, cell: &C, cutoff: u64, emit: &mut F)
     where
@@ -847,18 +846,10 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             return;
         }
         // Tell each how much longer it would have waited: replay the queue once.
-        let mut order = Vec::with_capacity(self.len);
-        for level in &self.levels {
-            level.service_order(&mut order);
-        }
-        let mut state = cell.load();
-        let mut at = now;
         let mut predicted = BTreeMap::new();
-        for id in order {
-            let w = &self.levels[Priority::from_index(id & 3).index()].waiters[&id];
-            at = simulate_one(algorithm, &mut state, at, w.cost);
+        self.replay(algorithm, cell.load(), now, |id, at| {
             predicted.insert(id, at);
-        }
+        });
         for ticket in expired {
             if let Some(w) = self.remove(ticket) {
                 let retry_after_ns = predicted.get(&ticket.id).map_or(0, |at| at - now);

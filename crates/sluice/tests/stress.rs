@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice::{Error, Limiter};
+use sluice::cell::LocalAlgorithm;
+use sluice::Limiter;
 use sluice_core::{Gcra, Quota, TokenBucket};
 
 /// One admission: the instants just before the call and just after it returned, and its cost.
@@ -37,31 +38,22 @@ fn assert_bounded(mut log: Vec<Admission>, capacity: u64, per_sec: f64) -> u64 {
     total
 }
 
-async fn hammer<L: Fn(u64) -> Result<(), Error> + Send + Sync + 'static>(
-    acquire_async: Arc<L>,
-    waiting: Arc<
-        dyn Fn(
-                u64,
-            )
-                -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>> + Send>>
-            + Send
-            + Sync,
-    >,
-    run_for: Duration,
-) -> Vec<Admission> {
+/// 64 tasks, half calling `try_acquire` and half waiting in `acquire`, with costs 1 to 3,
+/// for `run_for` of real time; returns every admission.
+async fn hammer<A: LocalAlgorithm>(limiter: Limiter<A>, run_for: Duration) -> Vec<Admission> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let end = Instant::now() + run_for;
     let mut tasks = Vec::new();
     for t in 0..64u64 {
-        let (log, try_one, wait_one) = (log.clone(), acquire_async.clone(), waiting.clone());
+        let (log, limiter) = (log.clone(), limiter.clone());
         tasks.push(tokio::spawn(async move {
             let cost = 1 + t % 3;
             while Instant::now() < end {
                 let before = Instant::now();
                 let result = if t % 2 == 0 {
-                    try_one(cost)
+                    limiter.try_acquire(cost)
                 } else {
-                    wait_one(cost).await
+                    limiter.acquire(cost).await
                 };
                 let after = Instant::now();
                 if result.is_ok() {
@@ -87,18 +79,11 @@ async fn two_threads_never_exceed_the_bound_gcra() {
     let limiter = Limiter::builder(Gcra::new(Quota::parse(20, "2000/s").unwrap()))
         .queue(32, Duration::from_millis(20))
         .build();
-    let l1 = limiter.clone();
-    let l2 = limiter.clone();
-    let log = hammer(
-        Arc::new(move |c| l1.try_acquire(c).map(drop)),
-        Arc::new(move |c| {
-            let l = l2.clone();
-            Box::pin(async move { l.acquire(c).await.map(drop) })
-        }),
-        Duration::from_millis(1500),
-    )
-    .await;
-    let total = assert_bounded(log, 20, 2000.0);
+    let total = assert_bounded(
+        hammer(limiter, Duration::from_millis(1500)).await,
+        20,
+        2000.0,
+    );
     // Sanity: the limiter was saturated, not idle (at least half the rate got through).
     assert!(total >= 1500, "only {total} admitted in 1.5 s at 2000/s");
 }
@@ -108,17 +93,10 @@ async fn two_threads_never_exceed_the_bound_token_bucket() {
     let limiter = Limiter::builder(TokenBucket::new(Quota::parse(50, "5000/s").unwrap()))
         .queue(64, Duration::from_millis(10))
         .build();
-    let l1 = limiter.clone();
-    let l2 = limiter.clone();
-    let log = hammer(
-        Arc::new(move |c| l1.try_acquire(c).map(drop)),
-        Arc::new(move |c| {
-            let l = l2.clone();
-            Box::pin(async move { l.acquire(c).await.map(drop) })
-        }),
-        Duration::from_millis(1500),
-    )
-    .await;
-    let total = assert_bounded(log, 50, 5000.0);
+    let total = assert_bounded(
+        hammer(limiter, Duration::from_millis(1500)).await,
+        50,
+        5000.0,
+    );
     assert!(total >= 3750, "only {total} admitted in 1.5 s at 5000/s");
 }

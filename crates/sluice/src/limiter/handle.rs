@@ -128,22 +128,29 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
         if s.waiting.load(Ordering::Acquire) == 0 && !s.closed.load(Ordering::Relaxed) {
-            return match s.cell.check(&s.algorithm, now, cost) {
-                Ok(decision) if decision.allowed => {
-                    s.metrics.admitted.increment(1);
-                    Ok(decision)
-                }
-                Ok(decision) => {
-                    s.metrics.limited.increment(1);
-                    Err(Error::Limited {
-                        retry_after: dur(decision.retry_after_ns),
-                        decision,
-                    })
-                }
-                Err(e) => Err(capacity_error(e)),
-            };
+            return self.check_unqueued(now, cost);
         }
         self.try_acquire_slow(now, cost)
+    }
+
+    /// One check on the state, for when nobody waits.
+    #[inline]
+    fn check_unqueued(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        let s = &*self.shared;
+        match s.cell.check(&s.algorithm, now, cost) {
+            Ok(decision) if decision.allowed => {
+                s.metrics.admitted.increment(1);
+                Ok(decision)
+            }
+            Ok(decision) => {
+                s.metrics.limited.increment(1);
+                Err(Error::Limited {
+                    retry_after: dur(decision.retry_after_ns),
+                    decision,
+                })
+            }
+            Err(e) => Err(capacity_error(e)),
+        }
     }
 
     #[cold]
@@ -155,20 +162,7 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
         let mut inner = s.inner.lock();
         if inner.queue.is_empty() {
             drop(inner);
-            return match s.cell.check(&s.algorithm, now, cost) {
-                Ok(decision) if decision.allowed => {
-                    s.metrics.admitted.increment(1);
-                    Ok(decision)
-                }
-                Ok(decision) => {
-                    s.metrics.limited.increment(1);
-                    Err(Error::Limited {
-                        retry_after: dur(decision.retry_after_ns),
-                        decision,
-                    })
-                }
-                Err(e) => Err(capacity_error(e)),
-            };
+            return self.check_unqueued(now, cost);
         }
         let capacity = s.algorithm.quota().capacity();
         if cost > capacity {

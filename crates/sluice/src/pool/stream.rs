@@ -39,13 +39,7 @@ impl Pool {
         F: FnMut(S::Item) -> Fut,
         Fut: Future,
     {
-        let (size, pool, mut f) = (self.size(), self.clone(), f);
-        items
-            .map(move |item| {
-                let (pool, task) = (pool.clone(), f(item));
-                async move { pool.run(task).await }
-            })
-            .buffered(size)
+        self.tasks(items, f).buffered(self.size())
     }
 
     /// As [`Pool::map_ordered`], yielding results as they complete.
@@ -59,12 +53,24 @@ impl Pool {
         F: FnMut(S::Item) -> Fut,
         Fut: Future,
     {
-        let (size, pool, mut f) = (self.size(), self.clone(), f);
-        items
-            .map(move |item| {
-                let (pool, task) = (pool.clone(), f(item));
-                async move { pool.run(task).await }
-            })
-            .buffer_unordered(size)
+        self.tasks(items, f).buffer_unordered(self.size())
+    }
+
+    /// Each item's task, run in a slot of this pool when polled.
+    fn tasks<S, F, Fut>(
+        &self,
+        items: S,
+        mut f: F,
+    ) -> impl Stream<Item = impl Future<Output = Result<Fut::Output, Error>>>
+    where
+        S: Stream,
+        F: FnMut(S::Item) -> Fut,
+        Fut: Future,
+    {
+        let pool = self.clone();
+        items.map(move |item| {
+            let (pool, task) = (pool.clone(), f(item));
+            async move { pool.run(task).await }
+        })
     }
 }
