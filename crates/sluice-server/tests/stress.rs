@@ -96,8 +96,8 @@ async fn stress_reports_what_the_gateway_counted() {
     );
 
     // What `sluice simulate` predicts for the same load: 10 + 5 × 1.99 s = 19.95, so 19.
-    // Real timers jitter by a few milliseconds, so allow one token either way (and one more
-    // for a slow start of the load).
+    // Real timers jitter, and a loaded machine stretches or squeezes the 2 s of load a
+    // little: allow two tokens either way (the counts above are exact in any case).
     let sim = run(vec![
         "simulate".into(),
         "--config".into(),
@@ -115,7 +115,7 @@ async fn stress_reports_what_the_gateway_counted() {
     let sim: Value = serde_json::from_slice(&sim.stdout).unwrap();
     assert_eq!(sim["admitted"], 19);
     assert!(
-        (18..=21).contains(&admitted),
+        (17..=22).contains(&admitted),
         "the gateway admitted {admitted}, the simulation predicts 19"
     );
 
