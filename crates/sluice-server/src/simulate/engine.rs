@@ -80,6 +80,67 @@ struct KeySim {
     scheduled: u64,
 }
 
+/// The plotted key's level: each event exactly (a point before and after it) and a grid of
+/// samples for the refills in between; or, past [`MAX_EVENT_POINTS`] events, the lowest and
+/// highest level of each grid cell, drawn as a band (a grid alone would alias a fast
+/// sawtooth into a slow one).
+struct Plot {
+    exact: bool,
+    step: u64,
+    points: Vec<Level>,
+    /// `(lowest, highest)` per cell of `step` nanoseconds.
+    cells: Vec<(f64, f64)>,
+}
+
+impl Plot {
+    fn add(&mut self, at_ns: u64, tokens: f64) {
+        if self.exact {
+            self.points.push(Level { at_ns, tokens });
+            return;
+        }
+        let Ok(i) = usize::try_from(at_ns / self.step) else {
+            return;
+        };
+        if i >= self.cells.len() {
+            if i > 16 * GRID_POINTS as usize {
+                return; // a drain far past the load: not drawn
+            }
+            self.cells.resize(i + 1, (f64::INFINITY, f64::NEG_INFINITY));
+        }
+        let cell = &mut self.cells[i];
+        *cell = (cell.0.min(tokens), cell.1.max(tokens));
+    }
+
+    fn last_at(&self) -> Option<u64> {
+        if self.exact {
+            self.points.last().map(|l| l.at_ns)
+        } else {
+            self.cells
+                .iter()
+                .rposition(|(lo, hi)| lo <= hi)
+                .map(|i| i as u64 * self.step)
+        }
+    }
+
+    fn finish(self) -> Vec<Level> {
+        if self.exact {
+            return self.points;
+        }
+        let mut out = Vec::with_capacity(2 * self.cells.len());
+        for (i, (lo, hi)) in self.cells.into_iter().enumerate() {
+            if lo > hi {
+                continue; // nothing happened in it
+            }
+            let at_ns = i as u64 * self.step;
+            out.push(Level { at_ns, tokens: hi });
+            if lo < hi {
+                out.push(Level { at_ns, tokens: lo });
+            }
+        }
+        out
+    }
+}
+
 /// The bucket events plotted exactly (a point before and after each) up to this many; more
 /// are plotted on the sampling grid only.
 const MAX_EVENT_POINTS: usize = 20_000;
@@ -141,7 +202,6 @@ impl Engine {
             .enumerate()
             .max_by_key(|&(i, &n)| (n, Reverse(i)))
             .map_or(0, |(i, _)| i);
-        let exact_points = counts.get(plotted).copied().unwrap_or(0) <= MAX_EVENT_POINTS;
 
         let mut sims: Vec<KeySim> = (0..keys.len())
             .map(|_| KeySim {
@@ -152,8 +212,13 @@ impl Engine {
             .collect();
         let mut fates: Vec<Option<Fate>> = vec![None; arrivals.len()];
         let mut wakes: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-        let mut levels: Vec<Level> = Vec::new();
         let step = (horizon_ns / GRID_POINTS).max(1);
+        let mut plot = Plot {
+            exact: counts.get(plotted).copied().unwrap_or(0) <= MAX_EVENT_POINTS,
+            step,
+            points: Vec::new(),
+            cells: Vec::new(),
+        };
         let mut next_sample = 0u64;
         let mut last_event_ns = 0u64;
         let mut next_arrival = 0usize;
@@ -179,7 +244,7 @@ impl Engine {
                 if sim.scheduled != now {
                     continue; // superseded
                 }
-                let before = (k == plotted && exact_points).then(|| self.tokens(&sim.state, now));
+                let before = (k == plotted).then(|| self.tokens(&sim.state, now));
                 let next = sim.queue.poll_timed(
                     &self.algorithm,
                     &mut Owned(&mut sim.state),
@@ -208,11 +273,8 @@ impl Engine {
                     wakes.push(Reverse((at, k)));
                 }
                 if let Some(tokens) = before {
-                    levels.push(Level { at_ns: now, tokens });
-                    levels.push(Level {
-                        at_ns: now,
-                        tokens: self.tokens(&sim.state, now),
-                    });
+                    plot.add(now, tokens);
+                    plot.add(now, self.tokens(&sim.state, now));
                 }
             } else if ta == now {
                 let i = next_arrival;
@@ -220,7 +282,7 @@ impl Engine {
                 let a = &arrivals[i];
                 let k = key_of[i];
                 let sim = &mut sims[k];
-                let before = (k == plotted && exact_points).then(|| self.tokens(&sim.state, now));
+                let before = (k == plotted).then(|| self.tokens(&sim.state, now));
                 let offer = sim.queue.offer(
                     &self.algorithm,
                     &mut Owned(&mut sim.state),
@@ -261,32 +323,20 @@ impl Engine {
                     }
                 }
                 if let Some(tokens) = before {
-                    levels.push(Level { at_ns: now, tokens });
-                    levels.push(Level {
-                        at_ns: now,
-                        tokens: self.tokens(&sims[k].state, now),
-                    });
+                    plot.add(now, tokens);
+                    plot.add(now, self.tokens(&sims[k].state, now));
                 }
             } else {
                 if let Some(sim) = sims.get(plotted) {
-                    levels.push(Level {
-                        at_ns: now,
-                        tokens: self.tokens(&sim.state, now),
-                    });
+                    plot.add(now, self.tokens(&sim.state, now));
                 }
                 next_sample = next_sample.saturating_add(step);
             }
         }
         // The level where the plot ends.
         let end = horizon_ns.max(last_event_ns);
-        if let (Some(sim), true) = (
-            sims.get(plotted),
-            levels.last().is_none_or(|l| l.at_ns < end),
-        ) {
-            levels.push(Level {
-                at_ns: end,
-                tokens: self.tokens(&sim.state, end),
-            });
+        if let (Some(sim), true) = (sims.get(plotted), plot.last_at() < Some(end)) {
+            plot.add(end, self.tokens(&sim.state, end));
         }
         let fates = fates
             .into_iter()
@@ -304,7 +354,7 @@ impl Engine {
             keys,
             key_of,
             plotted,
-            levels,
+            levels: plot.finish(),
             last_event_ns,
         }
     }
