@@ -487,6 +487,28 @@ mod tests {
     }
 
     #[test]
+    fn many_events_are_plotted_as_a_band() {
+        let e = engine(Kind::TokenBucket, 10, "5/s", 0, 0);
+        let arrivals: Vec<Arrival> = (0..30_000).map(|i| Arrival::at(i * MS)).collect();
+        let run = e.run(&arrivals, 30_000 * MS);
+        assert!(
+            run.levels.len() <= 2 * (GRID_POINTS as usize + 2),
+            "{}",
+            run.levels.len()
+        );
+        assert!(run.levels.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+        // Past the burst, the level only climbs from 0 to 1 token and drops back to 0.
+        let late: Vec<f64> = run
+            .levels
+            .iter()
+            .filter(|l| l.at_ns > 5_000 * MS)
+            .map(|l| l.tokens)
+            .collect();
+        assert!(late.iter().all(|&t| (0.0..=1.0).contains(&t)));
+        assert!(late.iter().any(|&t| t == 0.0) && late.iter().any(|&t| t == 1.0));
+    }
+
+    #[test]
     fn the_level_is_plotted() {
         let e = engine(Kind::TokenBucket, 4, "2/s", 0, 0);
         let run = e.run(&vec![Arrival::at(0); 4], 2000 * MS);
