@@ -505,7 +505,7 @@ mod tests {
             .map(|l| l.tokens)
             .collect();
         assert!(late.iter().all(|&t| (0.0..=1.0).contains(&t)));
-        assert!(late.iter().any(|&t| t == 0.0) && late.iter().any(|&t| t == 1.0));
+        assert!(late.contains(&0.0) && late.contains(&1.0));
     }
 
     #[test]
