@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gateway benchmark: `sluice serve` against nginx `limit_req`, same upstream, same run.
 #
-#   scripts/bench-gateway.sh [DURATION_SECONDS] [CONNECTIONS]
+#   scripts/bench-gateway.sh [DURATION_SECONDS] [CONNECTIONS] [ROUNDS]
 #
 # Runs (wrk, --latency, 2 threads):
 #   direct     wrk -> upstream (nginx `return 200`)
@@ -9,7 +9,9 @@
 #   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
 #   sluice-429 every request denied (capacity 1, 1/h): answered 429 by sluice
 #   nginx-429  every request denied (rate 1r/m, no burst): answered 429 by nginx
-# and the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
+# The five runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
+# median of each figure, so that a burst of other load on the machine moves one sample, not
+# the result. Then the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
 # count is compared with burst + rate x duration.
 #
 # Everything listens on 127.0.0.1 ports chosen at start; nginx runs as this user with a
@@ -18,6 +20,7 @@ set -euo pipefail
 
 DURATION=${1:-10}
 CONNS=${2:-64}
+ROUNDS=${3:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench-XXXXXX)
 OUT=${OUT:-$WORK/raw.txt}
@@ -104,6 +107,7 @@ to_ms() { # wrk latency (e.g. 812.00us, 1.20ms, 2.00s) -> milliseconds
     printf "%.3f", n }'
 }
 
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "building sluice (release)..." >&2
 (cd "$ROOT" && cargo build --release -q -p sluice-server)
 
@@ -137,11 +141,22 @@ start_sluice acc "$(printf '[[policy]]\nname = "acc"\nalgorithm = "gcra"\ncapaci
 # Warm up every path once (connections, pools, caches).
 for port in $UP $NG $SL $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
+declare -A SAMPLES
+for round in $(seq "$ROUNDS"); do
+  for pair in "direct:$UP" "sluice:$SL" "nginx:$NG" "sluice-429:$SL429" "nginx-429:$NG429"; do
+    label=${pair%%:*}; port=${pair##*:}
+    result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION")
+    echo "round $round $label: $result" >&2
+    read -r rps p50 p99 total non2xx took <<<"$result"
+    SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took"$'\n'
+  done
+done
+median_col() { # label column -> median over rounds
+  printf '%s' "${SAMPLES[$1]}" | awk -v c="$2" 'NF {print $c}' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
+}
 declare -A R
-for pair in "direct:$UP" "sluice:$SL" "nginx:$NG" "sluice-429:$SL429" "nginx-429:$NG429"; do
-  label=${pair%%:*}; port=${pair##*:}
-  R[$label]=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION")
-  echo "$label: ${R[$label]}" >&2
+for label in direct sluice nginx sluice-429 nginx-429; do
+  R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6)"
 done
 
 # Accuracy: flood for 10 s; admitted = total - non-2xx; expected = burst + rate x duration.
@@ -150,7 +165,9 @@ ACC_N=$(run_wrk "nginx-accuracy" "http://127.0.0.1:$NGACC/" 10)
 
 row() { # label
   read -r rps p50 p99 total non2xx took <<<"${R[$1]}"
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$rps" "$(to_ms "$p50")" "$(to_ms "$p99")" "$total" "$non2xx"
+  local all
+  all=$(printf '%s' "${SAMPLES[$1]}" | awk 'NF {printf "%s%.0f", (n++ ? ", " : ""), $1}')
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$rps" "$p50" "$p99" "$non2xx" "$all"
 }
 field() { awk -v i="$2" '{print $i}' <<<"${R[$1]}"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -163,20 +180,21 @@ acc_line() { # label result burst
   printf '| %s | %s | %s | %s s | %s |\n' "$1" "$total" "$admitted" "$took" "$expected"
 }
 
-D_P99=$(to_ms "$(field direct 3)")
-S_P99=$(to_ms "$(field sluice 3)"); N_P99=$(to_ms "$(field nginx 3)")
-S4_P99=$(to_ms "$(field sluice-429 3)"); N4_P99=$(to_ms "$(field nginx-429 3)")
+D_P99=$(field direct 3)
+S_P99=$(field sluice 3); N_P99=$(field nginx 3)
+S4_P99=$(field sluice-429 3); N4_P99=$(field nginx-429 3)
 
 cat <<MD
 
 ## Gateway: sluice serve vs nginx limit_req
 
-Command: \`scripts/bench-gateway.sh $DURATION $CONNS\` ($(date -u +%Y-%m-%d), $(nproc) cores, wrk -t2 -c$CONNS -d${DURATION}s --latency,
+Command: \`scripts/bench-gateway.sh $DURATION $CONNS $ROUNDS\` ($(date -u +%Y-%m-%d), $(nproc) cores, load average before the run: $LOAD_BEFORE;
+wrk -t2 -c$CONNS -d${DURATION}s --latency, $ROUNDS interleaved rounds, medians shown,
 nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), sluice release build, access logs off on both). Upstream: nginx \`return 200\`
 (1 worker per core), the same process for every run. sluice: \`key = "ip"\`, GCRA; nginx: \`limit_req_zone \$binary_remote_addr\`,
 \`limit_req_status 429\`, upstream keepalive 256.
 
-| run | req/s | p50 ms | p99 ms | requests | non-2xx |
+| run | req/s (median) | p50 ms | p99 ms | non-2xx | req/s of each round |
 |---|---|---|---|---|---|
 $(row direct)
 $(row sluice)

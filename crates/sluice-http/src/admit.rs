@@ -17,7 +17,6 @@
 //! 3. Concurrency limits come last: a slot is taken only by a request every rate admitted, and
 //!    held until its response is over, so a request waiting for a rate does not hold a slot.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -108,12 +107,15 @@ impl Verdict {
     }
 }
 
+/// The verdicts of one request, in the route's order; inline up to two policies.
+pub type Verdicts = smallvec::SmallVec<[Verdict; 2]>;
+
 /// What a request that every policy admitted carries: the verdicts for its headers, and the
 /// concurrency slots it holds (dropping them frees the slots).
 #[derive(Debug, Default)]
 pub struct Admission {
     /// One per rate policy, in the route's order.
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Verdicts,
     /// Concurrency slots, freed on drop.
     pub permits: Vec<PoolPermit>,
 }
@@ -128,7 +130,7 @@ pub struct Denial {
     /// When the same request could be admitted, as far as the policy can tell.
     pub retry_after: Duration,
     /// The verdicts known so far, the denying policy's included.
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Verdicts,
 }
 
 impl Denial {
@@ -167,7 +169,7 @@ pub struct Ask<'a> {
 }
 
 impl Ask<'_> {
-    fn key(&self, policy: &Policy) -> Cow<'_, str> {
+    fn key(&self, policy: &Policy) -> crate::key::Key<'_> {
         policy
             .key_spec()
             .extract(self.headers, self.uri, self.client_ip)
@@ -190,7 +192,7 @@ impl Ask<'_> {
 /// Dropping the future leaves any queue it waits in; tokens already taken stay spent.
 pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission, Denial> {
     let mut admission = Admission {
-        verdicts: Vec::with_capacity(policies.len()),
+        verdicts: Verdicts::new(),
         permits: Vec::new(),
     };
     let mut done = vec![
@@ -287,7 +289,7 @@ async fn deny(
     policy: &Policy,
     key: &str,
     error: Error,
-    mut verdicts: Vec<Verdict>,
+    mut verdicts: Verdicts,
 ) -> Denial {
     let (reason, retry_after, decision) = match error {
         Error::Limited {

@@ -24,7 +24,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
@@ -57,22 +57,47 @@ pub fn policy_header(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
 
 /// The `RateLimit` value for these verdicts about `policies`, or `None` without any.
 pub fn ratelimit_header(policies: &[Arc<Policy>], verdicts: &[Verdict]) -> Option<HeaderValue> {
-    let mut text = String::with_capacity(32 * verdicts.len());
+    let mut text = BytesMut::with_capacity(48 * verdicts.len());
+    let mut num = itoa::Buffer::new();
     for v in verdicts {
         let Some(policy) = policies.get(v.index) else {
             continue;
         };
         if !text.is_empty() {
-            text.push_str(", ");
+            text.extend_from_slice(b", ");
         }
+        text.extend_from_slice(b"\"");
+        text.extend_from_slice(policy.name().as_bytes());
+        text.extend_from_slice(b"\";r=");
+        text.extend_from_slice(num.format(v.remaining).as_bytes());
+        text.extend_from_slice(b";t=");
         let t = v.reset_after_ns.div_ceil(sluice_core::NANOS_PER_SEC);
-        let _ = write!(text, "\"{}\";r={};t={t}", policy.name(), v.remaining);
+        text.extend_from_slice(num.format(t).as_bytes());
     }
     if text.is_empty() {
         return None;
     }
-    HeaderValue::from_str(&text).ok()
+    // Names are token characters and the rest digits: always a valid value.
+    HeaderValue::from_maybe_shared(text.freeze()).ok()
 }
+
+/// A header value of `n` decimal digits, without allocating for `n < 100`.
+pub fn number_header(n: u64) -> HeaderValue {
+    match SMALL.get(n as usize) {
+        Some(s) => HeaderValue::from_static(s),
+        None => HeaderValue::from(n),
+    }
+}
+
+const SMALL: [&str; 100] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32",
+    "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47", "48",
+    "49", "50", "51", "52", "53", "54", "55", "56", "57", "58", "59", "60", "61", "62", "63", "64",
+    "65", "66", "67", "68", "69", "70", "71", "72", "73", "74", "75", "76", "77", "78", "79", "80",
+    "81", "82", "83", "84", "85", "86", "87", "88", "89", "90", "91", "92", "93", "94", "95", "96",
+    "97", "98", "99",
+];
 
 /// Adds `RateLimit-Policy` (when given) and `RateLimit` to `headers`.
 pub fn insert(
@@ -101,7 +126,7 @@ pub fn insert(
 /// # use sluice_http::{headers, Denial, Policy, Reason};
 /// let policy = Arc::new(Policy::builder("api", AnyAlgorithm::new(Kind::Gcra, Quota::parse(10, "5/s")?)).build()?);
 /// let policies = [policy];
-/// let denial = Denial { index: 0, reason: Reason::Limit, retry_after: Duration::from_millis(200), verdicts: vec![] };
+/// let denial = Denial { index: 0, reason: Reason::Limit, retry_after: Duration::from_millis(200), verdicts: Default::default() };
 /// let response = headers::denied(&denial, &policies, headers::policy_header(&policies).as_ref());
 /// assert_eq!(response.status(), 429);
 /// assert_eq!(response.headers()["retry-after"], "1");
@@ -121,20 +146,27 @@ pub fn denied(
         crate::Reason::Capacity => "the cost exceeds the capacity and can never be admitted",
         crate::Reason::Unavailable => "the limit store is unavailable",
     };
-    let body = format!(
-        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{detail}\",\"policy\":\"{}\",\"reason\":\"{}\",\"retry_after_ms\":{}}}\n",
-        status.canonical_reason().unwrap_or(""),
-        status.as_u16(),
-        denial.policy(policies).name(),
-        denial.reason.as_str(),
-        denial.retry_after_ms(),
-    );
+    let mut num = itoa::Buffer::new();
+    let mut body = String::with_capacity(192);
+    body.push_str("{\"type\":\"about:blank\",\"title\":\"");
+    body.push_str(status.canonical_reason().unwrap_or(""));
+    body.push_str("\",\"status\":");
+    body.push_str(num.format(status.as_u16()));
+    body.push_str(",\"detail\":\"");
+    body.push_str(detail);
+    body.push_str("\",\"policy\":\"");
+    body.push_str(denial.policy(policies).name());
+    body.push_str("\",\"reason\":\"");
+    body.push_str(denial.reason.as_str());
+    body.push_str("\",\"retry_after_ms\":");
+    body.push_str(num.format(denial.retry_after_ms()));
+    body.push_str("}\n");
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());
     if denial.reason != crate::Reason::Capacity {
-        headers.insert(RETRY_AFTER, HeaderValue::from(denial.retry_after_secs()));
+        headers.insert(RETRY_AFTER, number_header(denial.retry_after_secs()));
     }
     insert(headers, policy, policies, &denial.verdicts);
     response

@@ -123,32 +123,92 @@ impl KeySpec {
     /// The key of a request with these `headers` and `uri`, from a client at `client_ip`.
     ///
     /// Never fails: a missing value is the empty key, a long or binary one is hashed (see the
-    /// [module docs](self)). Without a client address, `ip` keys by the empty string.
+    /// [module docs](self)). Without a client address, `ip` keys by the empty string. Never
+    /// allocates but for hashed keys.
     pub fn extract<'a>(
         &self,
         headers: &'a HeaderMap,
         uri: &'a Uri,
         client_ip: Option<IpAddr>,
-    ) -> Cow<'a, str> {
+    ) -> Key<'a> {
         match self {
-            KeySpec::Global => Cow::Borrowed(""),
+            KeySpec::Global => Key::from(""),
             KeySpec::Ip => match client_ip {
-                Some(ip) => Cow::Owned(ip.to_string()),
-                None => Cow::Borrowed(""),
+                Some(ip) => Key::ip(ip),
+                None => Key::from(""),
             },
             KeySpec::Header(name) => match headers.get(name) {
-                Some(value) => normalize(value.as_bytes()),
-                None => Cow::Borrowed(""),
+                Some(value) => normalize(value.as_bytes()).into(),
+                None => Key::from(""),
             },
             KeySpec::Cookie(name) => headers
                 .get_all(COOKIE)
                 .iter()
                 .find_map(|value| cookie_value(value.as_bytes(), name.as_bytes()))
-                .map_or(Cow::Borrowed(""), normalize),
+                .map_or(Key::from(""), |v| normalize(v).into()),
             KeySpec::Query(name) => uri
                 .query()
                 .and_then(|query| query_value(query, name))
-                .map_or(Cow::Borrowed(""), |v| normalize(v.as_bytes())),
+                .map_or(Key::from(""), |v| normalize(v.as_bytes()).into()),
+        }
+    }
+}
+
+/// An extracted key: borrowed from the request, an IP address written in place, or a digest.
+#[derive(Debug, Clone)]
+pub enum Key<'a> {
+    /// Part of the request, or the empty key.
+    Borrowed(&'a str),
+    /// An IP address, written without allocating (at most 45 bytes).
+    Inline {
+        /// The text's bytes.
+        buf: [u8; 48],
+        /// How many are used.
+        len: u8,
+    },
+    /// A digest of a long or binary value.
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn ip(ip: IpAddr) -> Key<'static> {
+        use std::io::Write as _;
+        let mut buf = [0u8; 48];
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        // 45 bytes at most (IPv6 with an embedded IPv4): always fits.
+        if write!(cursor, "{ip}").is_err() {
+            return Key::Owned(ip.to_string());
+        }
+        let len = cursor.position() as u8;
+        Key::Inline { buf, len }
+    }
+}
+
+impl std::ops::Deref for Key<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Inline { buf, len } => {
+                std::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default()
+            }
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl<'a> From<&'a str> for Key<'a> {
+    fn from(s: &'a str) -> Key<'a> {
+        Key::Borrowed(s)
+    }
+}
+
+impl<'a> From<Cow<'a, str>> for Key<'a> {
+    fn from(s: Cow<'a, str>) -> Key<'a> {
+        match s {
+            Cow::Borrowed(s) => Key::Borrowed(s),
+            Cow::Owned(s) => Key::Owned(s),
         }
     }
 }
@@ -236,7 +296,7 @@ mod tests {
         spec.parse::<KeySpec>()
             .unwrap()
             .extract(&map, &uri, ip)
-            .into_owned()
+            .to_string()
     }
 
     #[test]
@@ -244,6 +304,10 @@ mod tests {
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
         assert_eq!(key("global", &[], "/", Some(ip)), "");
         assert_eq!(key("ip", &[], "/", Some(ip)), "10.1.2.3");
+        let long: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+            .parse()
+            .unwrap();
+        assert_eq!(key("ip", &[], "/", Some(long)), long.to_string());
         assert_eq!(key("ip", &[], "/", None), "");
         assert_eq!(
             key("header:x-user", &[("x-user", b"bob")], "/", None),

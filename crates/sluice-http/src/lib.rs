@@ -55,7 +55,7 @@ pub use admit::{Admission, Denial, Reason};
 pub use backend::Backend;
 pub use client_ip::{ClientIp, TrustedProxies};
 pub use gateway::Gateway;
-pub use key::{KeySpec, MAX_KEY_LEN};
+pub use key::{Key, KeySpec, MAX_KEY_LEN};
 pub use limit::{RateLimit, RateLimitLayer};
 pub use policy::{Policy, PolicyBuilder, PolicyError};
 pub use retry::{Retry, RetryLayer};
