@@ -1,7 +1,9 @@
 //! The token bucket: starts full, refills by elapsed time, holds fractional tokens exactly.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
+use crate::algorithm::step::{
+    clamp_time, ensure_cost, restore_debt, Algorithm, SavedState, MAX_TIME_NS,
+};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -98,9 +100,14 @@ impl Algorithm for TokenBucket {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         ensure_cost(&self.quota, cost)?;
+        if now > MAX_TIME_NS {
+            // The clock has stopped (see `Algorithm`). Taking this rare case apart, rather than
+            // clamping every time, keeps the common path free of the clamp: measurably faster.
+            return self.check(state, MAX_TIME_NS, cost);
+        }
         // The same arithmetic as `refill`, counted as debt (tau − level) so that the path from
         // the clock read to the decision is short: debt = owed − elapsed, both saturating.
-        let now = clamp_time(now).max(state.last_ns);
+        let now = now.max(state.last_ns);
         let owed = self.tau.saturating_sub(state.level_ns);
         let debt = owed.saturating_sub(now - state.last_ns);
         // cost ≤ capacity, so need ≤ tau ≤ 2^62 and the sum cannot overflow.
