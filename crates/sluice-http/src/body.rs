@@ -10,21 +10,24 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use sluice::PoolPermit;
 
+use crate::proxy::Lease;
+
 pin_project_lite::pin_project! {
-    /// A gateway response body.
-    pub struct Body {
+    /// A gateway response body (`B` is the request body type of its upstream connection).
+    pub struct Body<B = Incoming> {
         #[pin]
-        inner: Inner,
+        inner: Inner<B>,
     }
 }
 
 pin_project_lite::pin_project! {
     #[project = InnerProj]
-    enum Inner {
+    enum Inner<B> {
         Upstream {
             #[pin]
             body: Incoming,
             permits: Vec<PoolPermit>,
+            lease: Option<Lease<B>>,
         },
         Full {
             #[pin]
@@ -33,16 +36,21 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl Body {
-    /// The upstream's body, holding `permits` until it is dropped.
-    pub fn upstream(body: Incoming, permits: Vec<PoolPermit>) -> Body {
+impl<B> Body<B> {
+    /// The upstream's body, holding `permits` and the connection's `lease` until it is
+    /// dropped.
+    pub fn upstream(body: Incoming, permits: Vec<PoolPermit>, lease: Option<Lease<B>>) -> Body<B> {
         Body {
-            inner: Inner::Upstream { body, permits },
+            inner: Inner::Upstream {
+                body,
+                permits,
+                lease,
+            },
         }
     }
 
     /// A body of `bytes`.
-    pub fn full(bytes: impl Into<Bytes>) -> Body {
+    pub fn full(bytes: impl Into<Bytes>) -> Body<B> {
         Body {
             inner: Inner::Full {
                 body: Full::new(bytes.into()),
@@ -51,20 +59,20 @@ impl Body {
     }
 
     /// An empty body.
-    pub fn empty() -> Body {
+    pub fn empty() -> Body<B> {
         Body::full(Bytes::new())
     }
 }
 
-impl From<Full<Bytes>> for Body {
-    fn from(body: Full<Bytes>) -> Body {
+impl<B> From<Full<Bytes>> for Body<B> {
+    fn from(body: Full<Bytes>) -> Body<B> {
         Body {
             inner: Inner::Full { body },
         }
     }
 }
 
-impl http_body::Body for Body {
+impl<B> http_body::Body for Body<B> {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -99,7 +107,7 @@ impl http_body::Body for Body {
     }
 }
 
-impl std::fmt::Debug for Body {
+impl<B> std::fmt::Debug for Body<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
             Inner::Upstream { permits, .. } => f

@@ -51,9 +51,9 @@ impl fmt::Display for Outcome<'_> {
 
 /// A handled request: the response and what happened.
 #[derive(Debug)]
-pub struct Handled<'a> {
+pub struct Handled<'a, B = hyper::body::Incoming> {
     /// The response.
-    pub response: Response<Body>,
+    pub response: Response<Body<B>>,
     /// The route that matched.
     pub route: Option<&'a Route>,
     /// The client address the policies saw.
@@ -97,7 +97,7 @@ impl Gateway {
         proxy: &Proxy<B>,
         request: Request<B>,
         peer: SocketAddr,
-    ) -> Handled<'_>
+    ) -> Handled<'_, B>
     where
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -153,9 +153,10 @@ impl Gateway {
             }
         };
         let (response, outcome) = match proxy.forward(request, route, peer.ip()).await {
-            Ok(response) => {
+            Ok((response, lease)) => {
                 route.metrics.status(response.status());
-                let response = response.map(|body| Body::upstream(body, admission.permits));
+                let response =
+                    response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
                 (response, Outcome::Admitted)
             }
             Err(ProxyError::Timeout(_)) => {
@@ -166,7 +167,7 @@ impl Gateway {
                 );
                 (r.map(Body::from), Outcome::UpstreamTimeout)
             }
-            Err(ProxyError::Refused(e)) => {
+            Err(e) => {
                 if e.is_connect() {
                     route.metrics.refused.increment(1);
                 } else {

@@ -512,3 +512,43 @@ async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     let log = gw.log_text();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused_and_closed_ones_replaced() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "workers = 1",
+        &routes(
+            &up.url(),
+            "[[policy]]\nname = \"api\"\ncapacity = 9\nrate = \"1/s\"",
+            "",
+        ),
+    )
+    .await;
+    let client = client();
+    for i in 0..20 {
+        // Every other answer closes its upstream connection.
+        let path = if i % 2 == 0 {
+            "/free/close"
+        } else {
+            "/free/keep"
+        };
+        let r = send(
+            &client,
+            Request::get(gw.url(path)).body(Full::default()).unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, StatusCode::OK, "request {i}: {:?}", r.body);
+    }
+    // A large body, streamed through.
+    let body = Full::new(Bytes::from(vec![b'z'; 200_000]));
+    let r = send(
+        &client,
+        Request::post(gw.url("/free/upload")).body(body).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.json()["body_len"], 200_000);
+    assert_eq!(up.count(), 21);
+}

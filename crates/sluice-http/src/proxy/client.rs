@@ -1,40 +1,78 @@
-//! The pooled upstream client.
+//! The upstream client: HTTP/1.1 connections kept in a small pool per [`Proxy`].
+//!
+//! A `Proxy` is meant to be owned by one worker thread (the gateway gives each worker its
+//! own), so its pool's lock is never contended, and each connection's task runs on the
+//! thread that uses it. A connection is taken from the pool for one request and goes back
+//! when that request's response body is dropped (fully read, or abandoned: hyper then
+//! closes it, and the pool drops it when it next looks).
 
 use std::net::IpAddr;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, Version};
+use futures_util::FutureExt as _;
+use http::header::HOST;
+use http::uri::Authority;
+use http::{HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
 
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
 use crate::route::Route;
+
+/// How long connecting to an upstream may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most idle connections kept per upstream.
+const MAX_IDLE_PER_UPSTREAM: usize = 1024;
 
 /// Why a request could not be forwarded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProxyError {
-    /// The upstream refused the connection, or it failed before a response (502).
-    #[error("upstream refused or failed: {0}")]
-    Refused(#[source] hyper_util::client::legacy::Error),
+    /// The upstream could not be connected to (502).
+    #[error("cannot connect to the upstream: {0}")]
+    Connect(#[source] std::io::Error),
+    /// The upstream failed before a complete response head (502).
+    #[error("upstream failed: {0}")]
+    Upstream(#[source] hyper::Error),
     /// No response head within the route's timeout (504).
     #[error("upstream did not answer within {0:?}")]
     Timeout(Duration),
 }
 
+impl ProxyError {
+    /// Whether the connection itself failed (refused, unreachable).
+    pub fn is_connect(&self) -> bool {
+        matches!(self, ProxyError::Connect(_))
+    }
+}
+
 /// Forwards requests to upstreams over pooled HTTP/1.1 connections. Clones share the pool.
-#[derive(Debug)]
 pub struct Proxy<B = Incoming> {
-    client: Client<HttpConnector, B>,
+    pool: Arc<Pool<B>>,
+}
+
+struct Pool<B> {
+    /// Idle connections by upstream; few upstreams, so a list.
+    idle: Mutex<Vec<(Authority, Vec<SendRequest<B>>)>>,
+}
+
+impl<B> std::fmt::Debug for Proxy<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle: usize = self.pool.idle.lock().iter().map(|(_, v)| v.len()).sum();
+        f.debug_struct("Proxy").field("idle", &idle).finish()
+    }
 }
 
 impl<B> Clone for Proxy<B> {
     fn clone(&self) -> Self {
         Proxy {
-            client: self.client.clone(),
+            pool: Arc::clone(&self.pool),
         }
     }
 }
@@ -49,58 +87,174 @@ where
     }
 }
 
+/// A pooled connection lent to one request; back to the pool when dropped.
+pub struct Lease<B> {
+    sender: Option<SendRequest<B>>,
+    authority: Authority,
+    pool: Weak<Pool<B>>,
+}
+
+impl<B> std::fmt::Debug for Lease<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("upstream", &self.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Drop for Lease<B> {
+    fn drop(&mut self) {
+        let (Some(sender), Some(pool)) = (self.sender.take(), self.pool.upgrade()) else {
+            return;
+        };
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = pool.idle.lock();
+        match idle.iter_mut().find(|(a, _)| *a == self.authority) {
+            Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push(sender),
+            Some(_) => {}
+            None => idle.push((self.authority.clone(), vec![sender])),
+        }
+    }
+}
+
 impl<B> Proxy<B>
 where
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    /// A proxy with a connection pool (idle connections kept 90 s, up to 1024 per upstream).
+    /// A proxy with an empty pool.
     pub fn new() -> Proxy<B> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .retry_canceled_requests(true)
-            .build(connector);
-        Proxy { client }
+        Proxy {
+            pool: Arc::new(Pool {
+                idle: Mutex::new(Vec::new()),
+            }),
+        }
     }
 
     /// Forwards `request` from `peer` to `route`'s upstream and returns its response head,
-    /// with the body streaming.
+    /// with the body streaming, and the connection's lease: keep it until the body is done.
     ///
     /// # Errors
     ///
-    /// [`ProxyError::Refused`] (502) or [`ProxyError::Timeout`] (504).
+    /// [`ProxyError::Connect`] or [`ProxyError::Upstream`] (502), [`ProxyError::Timeout`]
+    /// (504).
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future drops the upstream request (and its connection, if it was
+    /// Dropping the future drops the upstream request (and closes its connection, if it was
     /// mid-flight).
     pub async fn forward(
         &self,
         request: Request<B>,
         route: &Route,
         peer: IpAddr,
-    ) -> Result<Response<Incoming>, ProxyError> {
+    ) -> Result<(Response<Incoming>, Lease<B>), ProxyError> {
         let (mut parts, body) = request.into_parts();
         remove_hop_by_hop(&mut parts.headers);
         append_forwarded_for(&mut parts.headers, peer);
-        parts.uri = route.upstream().uri_for(parts.uri.path_and_query());
-        parts.version = Version::HTTP_11;
-        let request = Request::from_parts(parts, body);
-        let timeout = route.timeout();
-        match tokio::time::timeout(timeout, self.client.request(request)).await {
-            Ok(Ok(mut response)) => {
-                remove_hop_by_hop(response.headers_mut());
-                Ok(response)
+        let upstream = route.upstream();
+        let authority = upstream.authority();
+        if !parts.headers.contains_key(HOST) {
+            if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+                parts.headers.insert(HOST, host);
             }
-            Ok(Err(e)) => Err(ProxyError::Refused(e)),
+        }
+        // Origin form on the wire: `GET /path?query HTTP/1.1`.
+        parts.uri = upstream
+            .uri_for(parts.uri.path_and_query())
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        parts.version = Version::HTTP_11;
+        let timeout = route.timeout();
+        let exchange = async {
+            let mut request = Request::from_parts(parts, body);
+            // A pooled connection the upstream closed meanwhile hands the request back
+            // unsent: then try a fresh one.
+            loop {
+                let (mut sender, reused) = match self.checkout(authority) {
+                    Some(sender) => (sender, true),
+                    None => (self.connect(authority).await?, false),
+                };
+                match sender.try_send_request(request).await {
+                    Ok(response) => return Ok((response, self.lease(sender, authority))),
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) if reused => request = unsent,
+                        _ => return Err(ProxyError::Upstream(e.into_error())),
+                    },
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok((mut response, lease))) => {
+                remove_hop_by_hop(response.headers_mut());
+                Ok((response, lease))
+            }
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(ProxyError::Timeout(timeout)),
         }
+    }
+
+    fn lease(&self, sender: SendRequest<B>, authority: &Authority) -> Lease<B> {
+        Lease {
+            sender: Some(sender),
+            authority: authority.clone(),
+            pool: Arc::downgrade(&self.pool),
+        }
+    }
+
+    /// An idle connection to `authority` that is ready now, if any.
+    fn checkout(&self, authority: &Authority) -> Option<SendRequest<B>> {
+        let mut idle = self.pool.idle.lock();
+        let (_, list) = idle.iter_mut().find(|(a, _)| a == authority)?;
+        let mut busy = Vec::new();
+        let mut found = None;
+        while let Some(mut sender) = list.pop() {
+            if sender.is_closed() {
+                continue;
+            }
+            match sender.ready().now_or_never() {
+                Some(Ok(())) => {
+                    found = Some(sender);
+                    break;
+                }
+                Some(Err(_)) => continue,
+                // Still finishing its last exchange: keep it for later.
+                None => busy.push(sender),
+            }
+        }
+        list.extend(busy);
+        found
+    }
+
+    async fn connect(&self, authority: &Authority) -> Result<SendRequest<B>, ProxyError> {
+        let port = authority.port_u16().unwrap_or(80);
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let connecting = TcpStream::connect((host, port));
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(ProxyError::Connect(e)),
+            Err(_) => {
+                return Err(ProxyError::Connect(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                )))
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(ProxyError::Upstream)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
     }
 }

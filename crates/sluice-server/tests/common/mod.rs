@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 /// A real upstream: counts requests, records their headers, and can be slow.
 ///
 /// - `/slow/<ms>...`: answers after `ms` milliseconds.
+/// - `/free/close...`: closes the connection after answering.
 /// - anything else: 200 `ok` at once.
 ///
 /// Every answer carries `x-upstream-seq` (its arrival number) and echoes, as JSON, the
@@ -110,6 +111,11 @@ async fn answer(req: Request<Incoming>, n: u64) -> Response<Full<Bytes>> {
     let json = serde_json::json!({ "path": path, "headers": headers, "body_len": body });
     let mut r = Response::new(Full::new(Bytes::from(json.to_string())));
     r.headers_mut().insert("x-upstream-seq", n.into());
+    if path.starts_with("/free/close") {
+        // The upstream closes the connection after this response.
+        r.headers_mut()
+            .insert("connection", http::HeaderValue::from_static("close"));
+    }
     r
 }
 
