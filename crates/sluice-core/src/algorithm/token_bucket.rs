@@ -65,6 +65,50 @@ impl TokenBucket {
             .min(self.tau);
         (level, now)
     }
+
+    /// The check after validation, for `now` at most [`MAX_TIME_NS`].
+    ///
+    /// The same arithmetic as `refill`, counted as debt (tau − level) so that the path from the
+    /// clock read to the decision is short: debt = owed − elapsed, both saturating.
+    #[inline(always)]
+    fn take(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Decision {
+        let now = now.max(state.last_ns);
+        let owed = self.tau.saturating_sub(state.level_ns);
+        let debt = owed.saturating_sub(now - state.last_ns);
+        // cost ≤ capacity, so need ≤ tau ≤ 2^62 and the sum cannot overflow.
+        let need = cost * self.interval;
+        let ahead = debt + need;
+        let limit = self.quota.capacity();
+        let decision = if ahead <= self.tau {
+            let level = self.tau - ahead;
+            state.level_ns = level;
+            Decision {
+                allowed: true,
+                limit,
+                remaining: level / self.interval,
+                retry_after_ns: 0,
+                reset_after_ns: ahead,
+            }
+        } else {
+            let level = self.tau - debt;
+            state.level_ns = level;
+            Decision {
+                allowed: false,
+                limit,
+                remaining: level / self.interval,
+                retry_after_ns: ahead - self.tau,
+                reset_after_ns: debt,
+            }
+        };
+        state.last_ns = now;
+        decision
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_at_max_time(&self, state: &mut TokenBucketState, cost: u64) -> Decision {
+        self.take(state, MAX_TIME_NS, cost)
+    }
 }
 
 impl Algorithm for TokenBucket {
@@ -103,40 +147,9 @@ impl Algorithm for TokenBucket {
         if now > MAX_TIME_NS {
             // The clock has stopped (see `Algorithm`). Taking this rare case apart, rather than
             // clamping every time, keeps the common path free of the clamp: measurably faster.
-            return self.check(state, MAX_TIME_NS, cost);
+            return Ok(self.take_at_max_time(state, cost));
         }
-        // The same arithmetic as `refill`, counted as debt (tau − level) so that the path from
-        // the clock read to the decision is short: debt = owed − elapsed, both saturating.
-        let now = now.max(state.last_ns);
-        let owed = self.tau.saturating_sub(state.level_ns);
-        let debt = owed.saturating_sub(now - state.last_ns);
-        // cost ≤ capacity, so need ≤ tau ≤ 2^62 and the sum cannot overflow.
-        let need = cost * self.interval;
-        let ahead = debt + need;
-        let limit = self.quota.capacity();
-        let decision = if ahead <= self.tau {
-            let level = self.tau - ahead;
-            state.level_ns = level;
-            Decision {
-                allowed: true,
-                limit,
-                remaining: level / self.interval,
-                retry_after_ns: 0,
-                reset_after_ns: ahead,
-            }
-        } else {
-            let level = self.tau - debt;
-            state.level_ns = level;
-            Decision {
-                allowed: false,
-                limit,
-                remaining: level / self.interval,
-                retry_after_ns: ahead - self.tau,
-                reset_after_ns: debt,
-            }
-        };
-        state.last_ns = now;
-        Ok(decision)
+        Ok(self.take(state, now, cost))
     }
 
     fn refund(&self, state: &mut TokenBucketState, _admitted_at: u64, now: u64, cost: u64) {
