@@ -88,3 +88,94 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::num::NonZeroU32;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use http::StatusCode;
+    use sluice::retry::Backoff;
+    use tower::{service_fn, Layer, ServiceExt};
+
+    use super::*;
+
+    fn answering(
+        status: StatusCode,
+        calls: Arc<AtomicU32>,
+    ) -> impl Service<Request<()>, Response = Response<()>, Error = Infallible, Future = impl Send> + Clone
+    {
+        service_fn(move |_: Request<()>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let mut r = Response::new(());
+                *r.status_mut() = status;
+                Ok::<_, Infallible>(r)
+            }
+        })
+    }
+
+    fn layer(attempts: u32) -> RetryLayer {
+        RetryLayer::new(
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(1))
+                .with_max_attempts(NonZeroU32::new(attempts).unwrap()),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_the_attempts_and_returns_the_last_answer() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let svc = layer(3).layer(answering(StatusCode::SERVICE_UNAVAILABLE, calls.clone()));
+        let started = Instant::now();
+        let r = svc.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        // Full jitter: each wait is drawn from [0, 100 ms], then [0, 200 ms].
+        assert!(started.elapsed() <= Duration::from_millis(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_statuses_are_not_retried() {
+        for status in [
+            StatusCode::OK,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            StatusCode::BAD_REQUEST,
+        ] {
+            let calls = Arc::new(AtomicU32::new(0));
+            let svc = layer(5).layer(answering(status, calls.clone()));
+            assert_eq!(
+                svc.oneshot(Request::new(())).await.unwrap().status(),
+                status
+            );
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{status}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_beyond_the_time_limit_is_not_waited_for() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        let svc = service_fn(move |_: Request<()>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                let mut r = Response::new(());
+                *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                r.headers_mut()
+                    .insert(RETRY_AFTER, http::HeaderValue::from_static("60"));
+                Ok::<_, Infallible>(r)
+            }
+        });
+        let limited = RetryLayer::new(
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(1))
+                .with_max_attempts(NonZeroU32::new(5).unwrap())
+                .with_max_elapsed(Duration::from_secs(10)),
+        )
+        .layer(svc);
+        let started = Instant::now();
+        let r = limited.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+}
