@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the gateway: proxy traffic through the configured policies, and serve the
     /// decision API, /metrics and /healthz on the admin listener.
+    /// With a `[browser]` table, the main listener also serves the browser limiter under
+    /// /sluice/ (the Service Worker, its client module, the demo page) and POST /v1/telemetry.
     ///
     /// Without --config: the embedded defaults (see `sluice default-config`), listening on
     /// 127.0.0.1:8080 and 127.0.0.1:8081, with a built-in demo upstream.

@@ -4,7 +4,9 @@
 //! validates the gateway configuration (every error, with its file, line and field), and
 //! [`serve`] runs the gateway: the main listener proxying to upstreams through the policies
 //! of [`sluice_http`], and the admin listener with the decision API, `/metrics` and
-//! `/healthz`. `main.rs` only calls [`cli::run`].
+//! `/healthz`; with a `[browser]` table, [`browser`] serves the limiter that runs in the
+//! browser (a Service Worker over sluice-core compiled to WebAssembly) and its telemetry.
+//! `main.rs` only calls [`cli::run`].
 //!
 //! Subcommands live in their own modules (`serve`, `check-config`, `default-config`; later
 //! `simulate` and `stress`) and share [`config`].
@@ -31,6 +33,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod browser;
 pub mod cli;
 pub mod config;
 pub mod dashboard;

@@ -5,6 +5,7 @@
 //! them rather than the first) before anything is built. The keys are documented in the
 //! crate's README.
 
+mod browser;
 pub mod units;
 mod walk;
 
@@ -20,6 +21,7 @@ use sluice_http::policy::{is_valid_name, QueueSpec};
 use sluice_http::{KeySpec, Upstream};
 use toml::de::{DeTable, DeValue};
 
+pub use browser::{BrowserConfig, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX};
 pub use walk::ConfigError;
 use walk::{Errors, Fields};
 
@@ -45,6 +47,8 @@ pub struct Config {
     pub policies: Vec<PolicyConfig>,
     /// `[[route]]`, in file order.
     pub routes: Vec<RouteConfig>,
+    /// `[browser]`: the browser limiter the gateway serves, if any.
+    pub browser: Option<BrowserConfig>,
 }
 
 /// `[server]`.
@@ -295,6 +299,9 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             "no [[route]]: the gateway would answer 404 to everything",
         );
     }
+    let browser = top
+        .table("browser", &mut errors)
+        .map(|(t, _)| browser::parse(t, &mut errors));
     top.finish(&mut errors);
     if server.admin_listen == server.listen {
         errors.at(0, "server.admin_listen", "must differ from server.listen");
@@ -306,6 +313,7 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             store,
             policies,
             routes: routes.into_iter().map(|(r, _)| r).collect(),
+            browser,
         })
     } else {
         errors.list.sort_by_key(|e| (e.line, e.column));

@@ -22,6 +22,8 @@ pub struct Runtime {
     pub policies: HashMap<String, Arc<Policy>>,
     /// The policies that kept the buckets of the previous runtime.
     pub kept: Vec<String>,
+    /// `[browser]`: the browser assets and telemetry, answered before the routes.
+    pub browser: Option<crate::browser::Browser>,
 }
 
 /// A policy that could not be built from a valid configuration (a store refused it).
@@ -102,11 +104,18 @@ pub fn build_with(
         RouteTable::new(routes),
         TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
     );
+    let browser = config.browser.as_ref().map(|b| {
+        crate::browser::Browser::new(
+            b,
+            TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
+        )
+    });
     Ok(Runtime {
         config,
         gateway,
         policies,
         kept,
+        browser,
     })
 }
 

@@ -1,8 +1,8 @@
 //! The main listener: accept, serve HTTP/1.1 with hyper, hand each request to the
 //! [`Gateway`](sluice_http::Gateway) in force, log it; drain on shutdown.
 //!
-//! Later features that answer on the main listener themselves (the browser assets under
-//! `/sluice/`, `POST /v1/telemetry`) join in [`handle`], before the route table.
+//! The browser paths of `[browser]` (the assets under `/sluice/`, `POST /v1/telemetry`) are
+//! answered in [`handle`] by [`Browser`](crate::browser::Browser), before the route table.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -188,6 +188,11 @@ pub async fn handle(
     let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
     let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let runtime = shared.current();
+    if let Some(browser) = runtime.browser.as_ref() {
+        if browser.owns(req.uri().path()) {
+            return browser.handle(req, peer, id, started).await;
+        }
+    }
     let handled = runtime.gateway.handle(proxy, req, peer).await;
     let mut response = handled.response;
     response
