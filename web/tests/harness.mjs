@@ -1,10 +1,12 @@
 // Test harness: an upstream that counts what reaches it, a front that serves the browser files
-// and proxies the rest (no limiting of its own), and a fresh headless Chromium per test.
+// and proxies the rest (no limiting of its own on /api/), and a fresh headless Chromium per test.
 //
-// The front is pluggable. By default it is the dev front below (node). With
-// SLUICE_GATEWAY_CMD set (e.g. "target/release/sluice serve"), startFront() writes a gateway
-// config (TOML, web/README.md "Replacing the dev front") and runs `$SLUICE_GATEWAY_CMD --config
-// FILE` instead: the gateway must serve the same paths.
+// The front is the real gateway: startFront() writes a gateway config (TOML: `[server]`, one
+// `[[route]]` for "/" to the test upstream with no policy, and `[browser]`) and runs
+// `sluice serve --config FILE`. The binary is $SLUICE_BIN (run-tests.sh builds it and sets
+// it), else this checkout's debug build, built here once; SLUICE_GATEWAY_CMD (e.g.
+// "target/release/sluice serve") overrides the whole command. SLUICE_FRONT=dev selects the
+// node dev front below instead (the same paths, for working on web/ without cargo).
 
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -116,13 +118,32 @@ const FILES = {
 };
 
 /**
- * Starts the front for `config` (the [browser] JSON) in front of `upstream`: the dev front, or
- * the real gateway when SLUICE_GATEWAY_CMD is set. Returns { url, kind, telemetryTotals(),
+ * Starts the front for `config` (the [browser] JSON) in front of `upstream`: the real gateway,
+ * or the dev front with SLUICE_FRONT=dev. Returns { url, admin, kind, telemetryTotals(),
  * close() }.
  */
 export async function startFront({ upstream, config }) {
-  if (process.env.SLUICE_GATEWAY_CMD) return startGateway({ upstream, config, cmd: process.env.SLUICE_GATEWAY_CMD });
-  return startDevFront({ upstream, config });
+  if (process.env.SLUICE_FRONT === 'dev') return startDevFront({ upstream, config });
+  return startGateway({ upstream, config, cmd: gatewayCommand() });
+}
+
+let builtBinary = null;
+
+/** The `sluice` binary: $SLUICE_BIN, else this checkout's debug build (built once, here). */
+export function sluiceBinary() {
+  if (process.env.SLUICE_BIN) return process.env.SLUICE_BIN;
+  if (builtBinary) return builtBinary;
+  const r = spawnSync('cargo', ['build', '-p', 'sluice-server', '--bin', 'sluice'], { cwd: ROOT, stdio: 'inherit' });
+  if (r.status !== 0) throw new Error('cargo build of the sluice binary failed');
+  const bin = join(process.env.CARGO_TARGET_DIR || join(ROOT, 'target'), 'debug', 'sluice');
+  if (!existsSync(bin)) throw new Error(`no ${bin}`);
+  builtBinary = bin;
+  return bin;
+}
+
+/** The command that runs the gateway, before `--config FILE`. */
+export function gatewayCommand() {
+  return process.env.SLUICE_GATEWAY_CMD || `"${sluiceBinary()}" serve`;
 }
 
 /** The dev front: what `sluice serve` will do for the browser, minus any limiting. */
@@ -170,10 +191,10 @@ function acceptTelemetry(req, res, store) {
   let size = 0;
   req.on('data', (c) => {
     size += c.length;
-    if (size <= 4096) chunks.push(c);
+    if (size <= 1024) chunks.push(c);
   });
   req.on('end', () => {
-    if (size > 4096) {
+    if (size > 1024) {
       res.writeHead(413);
       return res.end();
     }
@@ -191,13 +212,16 @@ function acceptTelemetry(req, res, store) {
 
 /** Totals over the batches, as the gateway's /metrics would count them. */
 export function sumTelemetry(batches) {
-  const t = { batches: batches.length, admitted: 0, queued: 0, cancelled: 0, rejected: { queue_full: 0, timeout: 0, limit: 0 }, wait_ms_count: 0 };
+  const t = { batches: batches.length, admitted: 0, queued: 0, cancelled: 0, redispatched: 0, rejected: { queue_full: 0, timeout: 0, limit: 0 }, wait_ms_count: 0, wait_ms_sum: 0, wait_ms_max: 0 };
   for (const b of batches) {
     t.admitted += b.admitted;
     t.queued += b.queued;
     t.cancelled += b.cancelled;
+    t.redispatched += b.redispatched;
     for (const k of Object.keys(t.rejected)) t.rejected[k] += b.rejected[k];
     t.wait_ms_count += b.wait_ms.count;
+    t.wait_ms_sum += b.wait_ms.sum;
+    t.wait_ms_max = Math.max(t.wait_ms_max, b.wait_ms.max);
   }
   return t;
 }
@@ -215,26 +239,22 @@ function proxy(req, res, upstream) {
   req.pipe(out);
 }
 
-// === the real gateway (later) ===
+// === the real gateway ===
 
-/** The gateway config for a test: an unlimited policy in front of `upstream`, plus [browser]. */
+/**
+ * The gateway config for a test: every path proxied to `upstream` with no policy (the gateway
+ * itself limits nothing: issue 6, acceptance 1), plus [browser] from `config`.
+ */
 export function gatewayToml({ listen, adminListen, upstream, config }) {
   const str = (s) => JSON.stringify(s);
   const lines = [
     '[server]',
     `listen = ${str(listen)}`,
     `admin_listen = ${str(adminListen)}`,
-    '',
-    '[[policy]]',
-    'name = "open"',
-    'algorithm = "token_bucket"',
-    'capacity = 1000000',
-    'rate = "1000000/s"',
-    'key = "global"',
+    'shutdown_timeout = "2s"',
     '',
     '[[route]]',
     'path_prefix = "/"',
-    'policies = ["open"]',
     `upstream = ${str(upstream.url)}`,
     '',
     '[browser]',
@@ -249,25 +269,42 @@ export function gatewayToml({ listen, adminListen, upstream, config }) {
   if (config.persist_debounce_ms !== undefined) lines.push(`persist_debounce = "${config.persist_debounce_ms}ms"`);
   if (config.telemetry) {
     const t = config.telemetry;
-    lines.push(`telemetry = { endpoint = ${str(t.endpoint)}, interval = "${t.interval_ms}ms", sample = ${t.sample} }`);
+    const sample = Number.isInteger(t.sample) ? t.sample.toFixed(1) : String(t.sample);
+    lines.push(`telemetry = { endpoint = ${str(t.endpoint)}, interval = "${t.interval_ms}ms", sample = ${sample} }`);
+  } else if (config.telemetry === null) {
+    lines.push('telemetry = false');
   }
   return lines.join('\n') + '\n';
 }
 
-async function startGateway({ upstream, config, cmd }) {
+/**
+ * Runs `cmd --config FILE` (the gateway) on two free ports and waits until it serves
+ * /sluice/sw.js. FILE is `toml({ listen, adminListen })`, by default the config of
+ * gatewayToml() for `upstream` and `config`.
+ */
+export async function startGateway({ upstream, config, cmd = gatewayCommand(), toml }) {
   const dir = await mkdtemp(join(tmpdir(), 'sluice-gateway-'));
   const port = await freePort();
-  const adminPort = await freePort();
+  let adminPort = await freePort();
+  while (adminPort === port) adminPort = await freePort();
   const file = join(dir, 'sluice.toml');
-  await writeFile(
-    file,
-    gatewayToml({ listen: `127.0.0.1:${port}`, adminListen: `127.0.0.1:${adminPort}`, upstream, config }),
-  );
-  const child = spawn('sh', ['-c', `${cmd} --config "$1"`, 'sh', file], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const listen = `127.0.0.1:${port}`;
+  const adminListen = `127.0.0.1:${adminPort}`;
+  await writeFile(file, toml ? toml({ listen, adminListen }) : gatewayToml({ listen, adminListen, upstream, config }));
+  const child = spawn('sh', ['-c', `exec ${cmd} --config "$1"`, 'sh', file], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { SLUICE_LOG: 'warn', ...process.env },
+  });
+  let log = '';
+  child.stderr.on('data', (d) => {
+    log += d;
+    process.stderr.write(d);
+  });
   const url = `http://127.0.0.1:${port}`;
+  const admin = `http://127.0.0.1:${adminPort}`;
   const deadline = Date.now() + 30000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode}`);
+    if (child.exitCode !== null) throw new Error(`gateway exited with ${child.exitCode}: ${log}`);
     try {
       const r = await fetch(`${url}/sluice/sw.js`);
       if (r.ok) break;
@@ -279,9 +316,11 @@ async function startGateway({ upstream, config, cmd }) {
   }
   return {
     url,
+    admin,
     kind: 'gateway',
+    /** The sluice_browser_* counters of the admin listener's /metrics. */
     telemetryTotals: async () => {
-      const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+      const text = await (await fetch(`${admin}/metrics`)).text();
       const value = (name, labels = '') => {
         const re = new RegExp(`^${name}${labels.replace(/[{}"]/g, '\\$&')}\\s+([0-9.e+]+)`, 'm');
         const m = text.match(re);
@@ -292,12 +331,15 @@ async function startGateway({ upstream, config, cmd }) {
         admitted: value('sluice_browser_admitted_total'),
         queued: value('sluice_browser_queued_total'),
         cancelled: value('sluice_browser_cancelled_total'),
+        redispatched: value('sluice_browser_redispatched_total'),
         rejected: {
           queue_full: value('sluice_browser_rejected_total', '{reason="queue_full"}'),
           timeout: value('sluice_browser_rejected_total', '{reason="timeout"}'),
           limit: value('sluice_browser_rejected_total', '{reason="limit"}'),
         },
         wait_ms_count: value('sluice_browser_queue_wait_ms_count'),
+        wait_ms_sum: value('sluice_browser_queue_wait_ms_sum'),
+        wait_ms_max: value('sluice_browser_queue_wait_ms_max'),
       };
     },
     close: async () => {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { fire, openTab, setup, sleep, testConfig } from './harness.mjs';
+import { fire, openTab, setup, sleep, testConfig, workerState } from './harness.mjs';
 
 const CAPACITY = 10;
 const PER_SECOND = 1;
@@ -49,11 +49,22 @@ test('three tabs at 20 req/s for 10 s: upstream sees at most capacity + rate*t (
     // Every tab got a share of the admissions.
     results.forEach((tab, i) => assert.ok(tab.some((r) => r.status === 200), `tab ${i} got nothing`));
 
-    // Telemetry batches (1 s interval here) add up to what the pages saw.
+    // Telemetry batches (1 s interval here) add up, in the gateway's /metrics, to what the
+    // pages saw and to the worker's own totals.
     await sleep(2500);
     const totals = await env.front.telemetryTotals();
+    const worker = (await workerState(tabs[0])).totals;
     assert.equal(totals.admitted, ok.length);
     assert.equal(totals.rejected.timeout + totals.rejected.queue_full, limited.length);
+    assert.ok(totals.batches >= 2, `${totals.batches} batches`);
+    assert.equal(totals.admitted, worker.admitted);
+    assert.equal(totals.queued, worker.queued);
+    assert.deepEqual(totals.rejected, worker.rejected);
+    assert.equal(totals.cancelled, worker.cancelled);
+    assert.equal(totals.redispatched, worker.redispatched);
+    assert.equal(totals.wait_ms_count, worker.wait_ms.count);
+    assert.ok(Math.abs(totals.wait_ms_sum - worker.wait_ms.sum) <= totals.batches, `wait sum ${totals.wait_ms_sum} vs ${worker.wait_ms.sum}`);
+    assert.ok(Math.abs(totals.wait_ms_max - worker.wait_ms.max) <= 1, `wait max ${totals.wait_ms_max} vs ${worker.wait_ms.max}`);
 
     const perTab = results.map((tab) => tab.filter((r) => r.status === 200).length);
     t.diagnostic(
