@@ -135,6 +135,10 @@ pub struct Denial {
 
 impl Denial {
     /// The policy that denied it, from the list given to [`admit`].
+    ///
+    /// # Panics
+    ///
+    /// When `policies` is not that list (shorter than [`Denial::index`]).
     pub fn policy<'a>(&self, policies: &'a [Arc<Policy>]) -> &'a Policy {
         &policies[self.index]
     }
