@@ -40,6 +40,7 @@ extern crate std;
 pub mod algorithm;
 mod any;
 mod decision;
+mod divisor;
 mod error;
 pub mod queue;
 mod quota;

@@ -3,6 +3,7 @@
 use crate::algorithm::kind::Kind;
 use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
 use crate::decision::Decision;
+use crate::divisor::Divisor;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
 
@@ -31,6 +32,8 @@ pub struct Gcra {
     quota: Quota,
     interval: u64,
     tau: u64,
+    /// Divides by `interval` for `remaining`.
+    per_token: Divisor,
 }
 
 impl Gcra {
@@ -39,6 +42,7 @@ impl Gcra {
         Gcra {
             quota,
             interval: quota.interval_ns(),
+            per_token: Divisor::new(quota.interval_ns()),
             tau: quota.window_ns(),
         }
     }
@@ -64,7 +68,7 @@ impl Gcra {
             let decision = Decision {
                 allowed: true,
                 limit: self.quota.capacity(),
-                remaining: (self.tau - ahead) / self.interval,
+                remaining: self.per_token.div(self.tau - ahead),
                 retry_after_ns: 0,
                 reset_after_ns: ahead,
             };
@@ -74,7 +78,7 @@ impl Gcra {
             let decision = Decision {
                 allowed: false,
                 limit: self.quota.capacity(),
-                remaining: self.tau.saturating_sub(debt) / self.interval,
+                remaining: self.per_token.div(self.tau.saturating_sub(debt)),
                 retry_after_ns: ahead - self.tau,
                 reset_after_ns: debt,
             };

@@ -3,6 +3,7 @@
 use crate::algorithm::kind::Kind;
 use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
 use crate::decision::Decision;
+use crate::divisor::Divisor;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
 
@@ -35,6 +36,8 @@ pub struct LeakyBucket {
     quota: Quota,
     interval: u64,
     tau: u64,
+    /// Divides by `interval` for `remaining`.
+    per_token: Divisor,
 }
 
 /// A leaky bucket's memory of one key.
@@ -52,6 +55,7 @@ impl LeakyBucket {
         LeakyBucket {
             quota,
             interval: quota.interval_ns(),
+            per_token: Divisor::new(quota.interval_ns()),
             tau: quota.window_ns(),
         }
     }
@@ -102,7 +106,7 @@ impl Algorithm for LeakyBucket {
             Decision {
                 allowed: true,
                 limit,
-                remaining: (self.tau - filled) / self.interval,
+                remaining: self.per_token.div(self.tau - filled),
                 retry_after_ns: 0,
                 reset_after_ns: filled,
             }
@@ -111,7 +115,7 @@ impl Algorithm for LeakyBucket {
             Decision {
                 allowed: false,
                 limit,
-                remaining: (self.tau - water) / self.interval,
+                remaining: self.per_token.div(self.tau - water),
                 retry_after_ns: filled - self.tau,
                 reset_after_ns: water,
             }

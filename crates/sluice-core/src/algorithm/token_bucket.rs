@@ -5,6 +5,7 @@ use crate::algorithm::step::{
     clamp_time, ensure_cost, restore_debt, Algorithm, SavedState, MAX_TIME_NS,
 };
 use crate::decision::Decision;
+use crate::divisor::Divisor;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
 
@@ -34,6 +35,8 @@ pub struct TokenBucket {
     quota: Quota,
     interval: u64,
     tau: u64,
+    /// Divides by `interval` for `remaining`.
+    per_token: Divisor,
 }
 
 /// A token bucket's memory of one key.
@@ -51,6 +54,7 @@ impl TokenBucket {
         TokenBucket {
             quota,
             interval: quota.interval_ns(),
+            per_token: Divisor::new(quota.interval_ns()),
             tau: quota.window_ns(),
         }
     }
@@ -128,7 +132,7 @@ impl Algorithm for TokenBucket {
             Decision {
                 allowed: true,
                 limit,
-                remaining: level / self.interval,
+                remaining: self.per_token.div(level),
                 retry_after_ns: 0,
                 reset_after_ns: ahead,
             }
@@ -138,7 +142,7 @@ impl Algorithm for TokenBucket {
             Decision {
                 allowed: false,
                 limit,
-                remaining: level / self.interval,
+                remaining: self.per_token.div(level),
                 retry_after_ns: ahead - self.tau,
                 reset_after_ns: debt,
             }
