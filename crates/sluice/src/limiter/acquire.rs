@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::error::Error;
 use crate::limiter::builder::duration_ns;
 use crate::limiter::driver;
-use crate::limiter::handle::{capacity_error, dur, Limiter};
+use crate::limiter::handle::{capacity_error, dur, Limiter, CLOSED};
 
 /// How one `acquire` waits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,12 +59,12 @@ impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X> {
     fn start(&mut self, cx: &mut Context<'_>) -> Poll<Result<Decision, Error>> {
         let s = &*self.limiter.shared;
         let now = s.clock.now_ns();
-        let closed = s.closed.load(Ordering::Acquire);
-        if closed {
+        let waiting = s.waiting.load(Ordering::Acquire);
+        if waiting & CLOSED != 0 {
             s.metrics.closed.increment(1);
             return Poll::Ready(Err(Error::Closed));
         }
-        if s.waiting.load(Ordering::Acquire) == 0 {
+        if waiting == 0 {
             match s.cell.check(&s.algorithm, now, self.cost) {
                 Ok(decision) if decision.allowed => {
                     s.metrics.admitted.increment(1);
@@ -121,7 +121,7 @@ impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X> {
                     *slot = Some(cx.waker().clone());
                 }
                 let len = inner.queue.len();
-                s.waiting.store(len, Ordering::Release);
+                s.publish_waiting(len);
                 let wake = now.saturating_add(wait_ns);
                 if !inner.driver {
                     inner.driver = true;
@@ -205,7 +205,7 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Drop for Acquire<'_, A, C, X>
         let mut inner = s.inner.lock();
         if inner.queue.cancel(ticket) {
             let len = inner.queue.len();
-            s.waiting.store(len, Ordering::Release);
+            s.publish_waiting(len);
             drop(inner);
             s.metrics.queued.set(len as f64);
             // The head may have changed: let the driver look again.

@@ -1,6 +1,5 @@
 //! The one task per limiter that sleeps until the queue's next event and then polls it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -31,7 +30,7 @@ pub(crate) async fn drive<A: LocalAlgorithm, C: Clock, X: StateCell<A>>(
                 },
             );
             let len = queue.len();
-            shared.waiting.store(len, Ordering::Release);
+            shared.publish_waiting(len);
             match next {
                 Some(at) => inner.scheduled = at,
                 None => {

@@ -73,7 +73,8 @@ pub(crate) struct Shared<A: LocalAlgorithm, C, X> {
     pub(crate) algorithm: A,
     pub(crate) clock: C,
     pub(crate) cell: crate::cell::CachePadded<X>,
-    /// Live waiters; zero lets `try_acquire` skip the queue lock.
+    /// Live waiters, with [`CLOSED`] set once closed: one load tells `try_acquire` whether
+    /// it may skip the queue lock. Written only under `inner`'s lock.
     pub(crate) waiting: AtomicUsize,
     pub(crate) closed: AtomicBool,
     pub(crate) inner: Mutex<Inner<A::State>>,
@@ -97,6 +98,21 @@ pub(crate) struct Finished {
     pub(crate) outcome: Outcome,
     /// When it was decided (for refunds).
     pub(crate) at: u64,
+}
+
+/// The bit of [`Shared::waiting`] that says the limiter is closed.
+pub(crate) const CLOSED: usize = 1 << (usize::BITS - 1);
+
+impl<A: LocalAlgorithm, C, X> Shared<A, C, X> {
+    /// Publishes the queue length (call with `inner` locked).
+    pub(crate) fn publish_waiting(&self, len: usize) {
+        let closed = if self.closed.load(Ordering::Relaxed) {
+            CLOSED
+        } else {
+            0
+        };
+        self.waiting.store(len | closed, Ordering::Release);
+    }
 }
 
 pub(crate) fn dur(ns: u64) -> Duration {
@@ -127,7 +143,7 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
     pub fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
-        if s.waiting.load(Ordering::Acquire) == 0 && !s.closed.load(Ordering::Relaxed) {
+        if s.waiting.load(Ordering::Acquire) == 0 {
             return self.check_unqueued(now, cost);
         }
         self.try_acquire_slow(now, cost)
@@ -230,7 +246,7 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
                 done.insert(ticket.id(), Finished { outcome, at: now });
                 wakers.extend(waker);
             });
-            s.waiting.store(0, Ordering::Release);
+            s.waiting.store(CLOSED, Ordering::Release);
         }
         s.metrics.queued.set(0.0);
         s.notify.notify_one();
@@ -244,7 +260,7 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
 
     /// Requests waiting now.
     pub fn queued(&self) -> usize {
-        self.shared.waiting.load(Ordering::Acquire)
+        self.shared.waiting.load(Ordering::Acquire) & !CLOSED
     }
 
     /// The queue limits.
