@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 
 use crate::error::Error;
 use crate::metrics::PoolMetrics;
@@ -44,7 +44,7 @@ pub struct Pool {
 
 struct Inner {
     size: usize,
-    semaphore: Arc<Semaphore>,
+    semaphore: Semaphore,
     depth: usize,
     max_wait: Option<Duration>,
     waiting: AtomicUsize,
@@ -65,7 +65,8 @@ impl std::fmt::Debug for Pool {
 
 /// A slot in the pool; dropping it frees the slot.
 pub struct PoolPermit {
-    _permit: OwnedSemaphorePermit,
+    /// The pool; its semaphore's slot is held by this permit (forgotten at acquire, added back
+    /// on drop), so one reference count is all a permit costs.
     inner: Arc<Inner>,
 }
 
@@ -77,7 +78,8 @@ impl std::fmt::Debug for PoolPermit {
 
 impl Drop for PoolPermit {
     fn drop(&mut self) {
-        let in_flight = self.inner.size - self.inner.semaphore.available_permits() - 1;
+        self.inner.semaphore.add_permits(1);
+        let in_flight = self.inner.size - self.inner.semaphore.available_permits();
         self.inner.metrics.in_flight.set(in_flight as f64);
     }
 }
@@ -108,7 +110,7 @@ impl Pool {
         Pool {
             inner: Arc::new(Inner {
                 size,
-                semaphore: Arc::new(Semaphore::new(size)),
+                semaphore: Semaphore::new(size),
                 depth,
                 max_wait,
                 waiting: AtomicUsize::new(0),
@@ -139,7 +141,7 @@ impl Pool {
     ///
     /// [`Error::QueueFull`] when no slot is free, [`Error::Closed`] after [`Pool::close`].
     pub fn try_acquire(&self) -> Result<PoolPermit, Error> {
-        match self.inner.semaphore.clone().try_acquire_owned() {
+        match self.inner.semaphore.try_acquire() {
             Ok(permit) => Ok(self.permit(permit)),
             Err(TryAcquireError::NoPermits) => Err(Error::QueueFull {
                 retry_after: self.retry_hint(),
@@ -161,7 +163,7 @@ impl Pool {
     /// given to the next waiter.
     pub async fn acquire(&self) -> Result<PoolPermit, Error> {
         let inner = &*self.inner;
-        if let Ok(permit) = inner.semaphore.clone().try_acquire_owned() {
+        if let Ok(permit) = inner.semaphore.try_acquire() {
             return Ok(self.permit(permit));
         }
         let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
@@ -174,7 +176,7 @@ impl Pool {
         }
         inner.metrics.queued.set((waiting + 1) as f64);
         let started = tokio::time::Instant::now();
-        let acquire = inner.semaphore.clone().acquire_owned();
+        let acquire = inner.semaphore.acquire();
         let result = match inner.max_wait {
             Some(max_wait) => match tokio::time::timeout(max_wait, acquire).await {
                 Ok(r) => r,
@@ -222,7 +224,8 @@ impl Pool {
         self.inner.semaphore.close();
     }
 
-    fn permit(&self, permit: OwnedSemaphorePermit) -> PoolPermit {
+    fn permit(&self, permit: SemaphorePermit<'_>) -> PoolPermit {
+        permit.forget();
         let inner = &self.inner;
         inner.metrics.admitted.increment(1);
         inner
@@ -230,7 +233,6 @@ impl Pool {
             .in_flight
             .set((inner.size - inner.semaphore.available_permits()) as f64);
         PoolPermit {
-            _permit: permit,
             inner: Arc::clone(inner),
         }
     }
