@@ -119,9 +119,9 @@ impl Algorithm for TokenBucket {
         };
         // The same arithmetic as `refill`, counted as debt (tau − level) so that the path from
         // the clock read to the decision is short: debt = owed − elapsed, both saturating.
-        let now = now.max(state.last_ns);
         let owed = self.tau.saturating_sub(state.level_ns);
-        let debt = owed.saturating_sub(now - state.last_ns);
+        let debt = owed.saturating_sub(now.saturating_sub(state.last_ns));
+        let now = now.max(state.last_ns);
         // cost ≤ capacity, so need ≤ tau ≤ 2^62 and the sum cannot overflow.
         let need = cost * self.interval;
         let ahead = debt + need;
