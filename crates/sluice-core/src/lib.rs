@@ -47,7 +47,7 @@ mod quota;
 mod snapshot;
 
 pub use algorithm::{
-    Algorithm, FixedWindow, FixedWindowState, Gcra, GcraStep, Kind, LeakyBucket, LeakyBucketState,
+    Algorithm, FixedWindow, FixedWindowState, Gcra, Kind, LeakyBucket, LeakyBucketState,
     SavedState, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState, TokenBucket,
     TokenBucketState, UnknownKind,
 };

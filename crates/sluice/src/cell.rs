@@ -75,14 +75,12 @@ fn gcra_cas(
 ) -> Result<Decision, CheckError> {
     let mut current = atomic.load(Ordering::Acquire);
     loop {
-        // Only the arithmetic between the load and the swap; the decision is spelled out
-        // once the new TAT is in.
-        let step = algorithm.advance(current, now, cost)?;
-        if step.tat == current {
-            return Ok(algorithm.decision(&step));
+        let (decision, next) = algorithm.step(current, now, cost)?;
+        if next == current {
+            return Ok(decision);
         }
-        match atomic.compare_exchange_weak(current, step.tat, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(algorithm.decision(&step)),
+        match atomic.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(decision),
             Err(actual) => current = actual,
         }
     }

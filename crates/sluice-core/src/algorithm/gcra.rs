@@ -56,19 +56,6 @@ impl Gcra {
     /// As [`Algorithm::check`].
     #[inline]
     pub fn step(&self, tat: u64, now: u64, cost: u64) -> Result<(Decision, u64), CheckError> {
-        let step = self.advance(tat, now, cost)?;
-        Ok((self.decision(&step), step.tat))
-    }
-
-    /// The arithmetic of one step without spelling out its [`Decision`]: a compare-and-swap
-    /// loop stores [`GcraStep::tat`] first and asks [`Gcra::decision`] only once it stuck,
-    /// keeping the work between the load and the swap as short as it can be.
-    ///
-    /// # Errors
-    ///
-    /// As [`Algorithm::check`].
-    #[inline]
-    pub fn advance(&self, tat: u64, now: u64, cost: u64) -> Result<GcraStep, CheckError> {
         ensure_cost(&self.quota, cost)?;
         let now = clamp_time(now);
         let base = if tat > now { tat } else { now };
@@ -76,51 +63,28 @@ impl Gcra {
         // is at most MAX_TIME_NS + tau, so the sum cannot either. (It must not saturate: a
         // saturated TAT stops counting debt and admits everything.)
         let new_tat = base.saturating_add(cost * self.interval);
-        let allowed = new_tat - now <= self.tau;
-        Ok(GcraStep {
-            allowed,
-            tat: if allowed { new_tat } else { tat },
-            now,
-            base,
-            new_tat,
-        })
-    }
-
-    /// The decision of a step.
-    #[inline]
-    pub fn decision(&self, step: &GcraStep) -> Decision {
-        let ahead = step.new_tat - step.now;
-        if step.allowed {
-            Decision {
+        let ahead = new_tat - now;
+        if ahead <= self.tau {
+            let decision = Decision {
                 allowed: true,
                 limit: self.quota.capacity(),
                 remaining: self.per_token.div(self.tau - ahead),
                 retry_after_ns: 0,
                 reset_after_ns: ahead,
-            }
+            };
+            Ok((decision, new_tat))
         } else {
-            let debt = step.base - step.now;
-            Decision {
+            let debt = base - now;
+            let decision = Decision {
                 allowed: false,
                 limit: self.quota.capacity(),
                 remaining: self.per_token.div(self.tau.saturating_sub(debt)),
                 retry_after_ns: ahead - self.tau,
                 reset_after_ns: debt,
-            }
+            };
+            Ok((decision, tat))
         }
     }
-}
-
-/// One GCRA step, decided but not yet spelled out (see [`Gcra::advance`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GcraStep {
-    /// Whether the cost is admitted.
-    pub allowed: bool,
-    /// The TAT to store: the new one if admitted, the old one if not.
-    pub tat: u64,
-    now: u64,
-    base: u64,
-    new_tat: u64,
 }
 
 impl Algorithm for Gcra {
