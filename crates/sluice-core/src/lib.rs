@@ -49,7 +49,7 @@ mod snapshot;
 pub use algorithm::{
     Algorithm, FixedWindow, FixedWindowState, Gcra, Kind, LeakyBucket, LeakyBucketState,
     SavedState, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState, TokenBucket,
-    TokenBucketState, UnknownKind,
+    TokenBucketState, UnknownKind, MAX_TIME_NS,
 };
 pub use any::{AnyAlgorithm, AnyState};
 pub use decision::Decision;
