@@ -312,7 +312,7 @@ struct Tail<S> {
 ///
 /// `S` is the algorithm's state (for predictions); `P` is data the caller attaches to each
 /// waiter (see [`WaitQueue::payload_mut`]) and gets back with its outcome from
-/// [`WaitQueue::poll_with`].
+/// [`WaitQueue::poll_timed`].
 ///
 /// # Examples
 ///
@@ -514,26 +514,11 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         C: StateAccess<A>,
         F: FnMut(Ticket, Outcome),
     {
-        self.poll_with(algorithm, cell, now, |t, o, _| emit(t, o))
+        self.poll_timed(algorithm, cell, now, |t, o, _, _| emit(t, o))
     }
 
-    /// [`WaitQueue::poll`], handing each finished waiter's payload back with its outcome.
-    pub fn poll_with<A, C, F>(
-        &mut self,
-        algorithm: &A,
-        cell: &mut C,
-        now: u64,
-        mut emit: F,
-    ) -> Option<u64>
-    where
-        A: Algorithm<State = S>,
-        C: StateAccess<A>,
-        F: FnMut(Ticket, Outcome, P),
-    {
-        self.poll_timed(algorithm, cell, now, |t, o, p, _| emit(t, o, p))
-    }
-
-    /// [`WaitQueue::poll_with`], also passing the moment each outcome took effect.
+    /// [`WaitQueue::poll`], handing back each finished waiter's payload and the moment its
+    /// outcome took effect.
     ///
     /// A waiter is admitted at the moment its turn came, which may be before `now` when the
     /// caller's timer fired late: the decisions then stay exactly those of a perfect timer,
