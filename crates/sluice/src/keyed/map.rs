@@ -19,6 +19,12 @@ use crate::metrics::LimiterMetrics;
 
 type Hasher = foldhash::fast::RandomState;
 
+/// The per-key limiters of one shard's waiting keys.
+pub(crate) type Waiters<K, A, C> = hashbrown::HashMap<K, Limiter<A, C, KeyCell<K, A, C>>, Hasher>;
+
+/// One shard of [`Waiters`], on its own cache line.
+pub(crate) type WaitersShard<K, A, C> = Padded<Mutex<Waiters<K, A, C>>>;
+
 /// What a key needs to be: hashable, comparable, cheap enough to clone, shareable.
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
 
@@ -103,8 +109,9 @@ where
     pub(crate) name: String,
     /// Keys with a queue of their own right now; zero skips the lookup.
     pub(crate) waiting_keys: AtomicUsize,
-    #[allow(clippy::type_complexity)]
-    pub(crate) waiters: Mutex<hashbrown::HashMap<K, Limiter<A, C, KeyCell<K, A, C>>, Hasher>>,
+    /// The per-key limiters of waiting keys, sharded like `shards` so that a queued key
+    /// never puts every other key's check behind one lock.
+    pub(crate) waiters: Box<[WaitersShard<K, A, C>]>,
     pub(crate) metrics: LimiterMetrics,
     pub(crate) evicted: metrics::Counter,
 }
@@ -196,7 +203,13 @@ where
                 queue: b.queue,
                 name: b.name,
                 waiting_keys: AtomicUsize::new(0),
-                waiters: Mutex::new(hashbrown::HashMap::with_hasher(Hasher::default())),
+                waiters: (0..shard_count)
+                    .map(|_| {
+                        Padded(Mutex::new(hashbrown::HashMap::with_hasher(
+                            Hasher::default(),
+                        )))
+                    })
+                    .collect(),
             }),
         }
     }
@@ -234,13 +247,13 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let s = &*self.shared;
+        let hash = s.hasher.hash_one(key);
         if s.waiting_keys.load(Ordering::Acquire) > 0 {
-            let waiter = s.waiters.lock().get(key).cloned();
+            let waiter = s.waiters_of(hash).lock().get(key).cloned();
             if let Some(limiter) = waiter {
                 return limiter.try_acquire(cost);
             }
         }
-        let hash = s.hasher.hash_one(key);
         let now = s.clock.now_ns();
         let result = s.check_hashed(key, hash, now, cost);
         match &result {
@@ -400,25 +413,21 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let s = &*self.shared;
-        let mut waiters = s.waiters.lock();
+        let hash = s.hasher.hash_one(key);
+        let mut waiters = s.waiters_of(hash).lock();
         if let Some(limiter) = waiters.get(key) {
             return limiter.clone();
         }
         let owned = key.to_owned();
         let gone = s.algorithm.exhausted_state(u64::MAX);
-        let cell = KeyCell::new(
-            Arc::downgrade(&self.shared),
-            owned.clone(),
-            s.hasher.hash_one(key),
-            gone,
-        );
+        let cell = KeyCell::new(Arc::downgrade(&self.shared), owned.clone(), hash, gone);
         let limiter = Builder::new(s.algorithm.clone())
             .clock(s.clock.clone())
             .queue_config(s.queue)
             .name(s.name.clone())
             .build_with_cell(cell);
         waiters.insert(owned, limiter.clone());
-        s.waiting_keys.store(waiters.len(), Ordering::Release);
+        s.waiting_keys.fetch_add(1, Ordering::AcqRel);
         limiter
     }
 
@@ -428,10 +437,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let s = &*self.shared;
-        let mut waiters = s.waiters.lock();
-        if limiter.queued() == 0 {
-            waiters.remove(key);
-            s.waiting_keys.store(waiters.len(), Ordering::Release);
+        let mut waiters = s.waiters_of(s.hasher.hash_one(key)).lock();
+        if limiter.queued() == 0 && waiters.remove(key).is_some() {
+            s.waiting_keys.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -441,11 +449,20 @@ where
     K: Key,
 {
     #[inline]
-    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A::State>> {
+    fn shard_index(&self, hash: u64) -> usize {
         // Bits 24..56: hashbrown uses the low bits for the bucket and the top 7 for tags.
         let mid = (hash >> 24) & 0xFFFF_FFFF;
-        let index = (mid * self.shards.len() as u64) >> 32;
-        &self.shards[index as usize].0
+        ((mid * self.shards.len() as u64) >> 32) as usize
+    }
+
+    #[inline]
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A::State>> {
+        &self.shards[self.shard_index(hash)].0
+    }
+
+    /// The waiting keys of the shard `hash` falls in.
+    fn waiters_of(&self, hash: u64) -> &Mutex<Waiters<K, A, C>> {
+        &self.waiters[self.shard_index(hash)].0
     }
 
     /// The one check-and-update of one key.
