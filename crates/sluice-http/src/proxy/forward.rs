@@ -7,6 +7,7 @@ use http::header::{
     TRANSFER_ENCODING, UPGRADE,
 };
 use http::HeaderMap;
+use smallvec::SmallVec;
 
 use crate::client_ip::X_FORWARDED_FOR;
 
@@ -31,34 +32,47 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(CONNECTION) {
-        let listed: Vec<HeaderName> = headers
+    // One pass over the names, without hashing: most messages carry none of these, or only
+    // `Connection`, and a `remove` per candidate name costs a hash and a probe each.
+    let mut doomed: SmallVec<[HeaderName; 4]> = SmallVec::new();
+    for name in headers.keys() {
+        if is_hop_by_hop(name) {
+            doomed.push(name.clone());
+        }
+    }
+    if doomed.is_empty() {
+        return;
+    }
+    if doomed.contains(&CONNECTION) {
+        let listed = headers
             .get_all(CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-            .collect();
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
         for name in listed {
-            headers.remove(name);
+            if !doomed.contains(&name) {
+                doomed.push(name);
+            }
         }
-        headers.remove(CONNECTION);
     }
-    for name in [&TE, &TRAILER, &TRANSFER_ENCODING, &UPGRADE, &KEEP_ALIVE] {
+    for name in doomed {
         headers.remove(name);
     }
-    headers.remove(PROXY_AUTHENTICATE);
-    headers.remove(PROXY_AUTHORIZATION);
-    if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
-        let proxy: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("proxy-"))
-            .cloned()
-            .collect();
-        for name in proxy {
-            headers.remove(name);
-        }
-    }
+}
+
+/// `Connection`, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // Standard names compare as an enum; only the others are compared as text.
+    name == CONNECTION
+        || name == TE
+        || name == TRAILER
+        || name == TRANSFER_ENCODING
+        || name == UPGRADE
+        || name == PROXY_AUTHENTICATE
+        || name == PROXY_AUTHORIZATION
+        || name == KEEP_ALIVE
+        || name.as_str().starts_with("proxy-")
 }
 
 /// Appends `peer` to `X-Forwarded-For`, joining several header lines into one.
@@ -93,5 +107,59 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     let _ = write!(value, "{peer}");
     if let Ok(v) = HeaderValue::from_str(&value) {
         headers.insert(X_FORWARDED_FOR.clone(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(h: &HeaderMap) -> Vec<&str> {
+        let mut v: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn plain_messages_are_untouched() {
+        let mut h = HeaderMap::new();
+        h.insert("host", "a".parse().unwrap());
+        h.insert("content-length", "3".parse().unwrap());
+        h.append("x-many", "1".parse().unwrap());
+        h.append("x-many", "2".parse().unwrap());
+        remove_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["content-length", "host", "x-many"]);
+        assert_eq!(h.get_all("x-many").iter().count(), 2);
+    }
+
+    #[test]
+    fn every_hop_by_hop_line_goes_with_what_connection_names() {
+        let mut h = HeaderMap::new();
+        h.append("connection", "close, X-A".parse().unwrap());
+        h.append("connection", " x-b ,,".parse().unwrap());
+        h.insert("x-a", "1".parse().unwrap());
+        h.append("x-b", "1".parse().unwrap());
+        h.append("x-b", "2".parse().unwrap());
+        h.append("te", "trailers".parse().unwrap());
+        h.append("te", "gzip".parse().unwrap());
+        for n in ["trailer", "transfer-encoding", "upgrade", "keep-alive"] {
+            h.insert(HeaderName::from_static(n), "x".parse().unwrap());
+        }
+        h.insert("proxy-authorization", "x".parse().unwrap());
+        h.insert("proxy-authenticate", "x".parse().unwrap());
+        h.insert("proxy-connection", "x".parse().unwrap());
+        h.insert("x-kept", "1".parse().unwrap());
+        h.insert("proxyish", "1".parse().unwrap());
+        remove_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["proxyish", "x-kept"]);
+    }
+
+    #[test]
+    fn a_connection_header_naming_nothing_present_is_removed_alone() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "keep-alive".parse().unwrap());
+        h.insert("server", "up".parse().unwrap());
+        remove_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["server"]);
     }
 }
