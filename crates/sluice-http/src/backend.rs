@@ -1,6 +1,8 @@
 //! Where a policy's buckets live: one enum over the stores, because
 //! [`Store`] returns `impl Future` and cannot be a trait object.
 
+use std::time::Duration;
+
 use sluice::store::{FileStore, MemoryStore, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
 use sluice_core::Decision;
@@ -56,6 +58,14 @@ impl Store for Backend {
             Backend::Memory(s) => s.acquire(key, cost, options).await,
             Backend::Redis(s) => s.acquire(key, cost, options).await,
             Backend::File(s) => s.acquire(key, cost, options).await,
+        }
+    }
+
+    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        match self {
+            Backend::Memory(s) => s.refund(key, cost, ago).await,
+            Backend::Redis(s) => s.refund(key, cost, ago).await,
+            Backend::File(s) => s.refund(key, cost, ago).await,
         }
     }
 

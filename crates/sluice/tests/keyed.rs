@@ -154,3 +154,66 @@ async fn without_a_queue_acquire_answers_at_once() {
     ));
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refund_gives_back_what_was_taken_and_never_more() {
+    let keyed: Keyed<String, Gcra> = Keyed::new(gcra(3, "1/min"));
+    keyed.try_acquire("alice", 3).unwrap();
+    assert!(keyed.try_acquire("alice", 1).is_err());
+    keyed.refund("alice", 1, Duration::ZERO);
+    assert_eq!(keyed.peek("alice").remaining, 1);
+    keyed.refund("alice", 10, Duration::ZERO);
+    assert_eq!(keyed.peek("alice").remaining, 3, "never above the capacity");
+    keyed.refund("bob", 1, Duration::ZERO);
+    assert_eq!(
+        keyed.len(),
+        1,
+        "a refund for an unknown key inserts nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_gives_back_only_what_it_still_counts() {
+    use sluice_core::FixedWindow;
+    // 2 per minute in aligned one-minute windows.
+    let keyed: Keyed<String, FixedWindow> =
+        Keyed::new(FixedWindow::new(Quota::parse(2, "2/min").unwrap()));
+    keyed.try_acquire("k", 2).unwrap();
+    tokio::time::advance(Duration::from_secs(61)).await;
+    keyed.try_acquire("k", 2).unwrap();
+    // Taken 61 s ago, in the window before this one: nothing to give back.
+    keyed.refund("k", 2, Duration::from_secs(61));
+    assert_eq!(keyed.peek("k").remaining, 0);
+    // Taken just now, in this window.
+    keyed.refund("k", 1, Duration::ZERO);
+    assert_eq!(keyed.peek("k").remaining, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refund_lets_the_head_of_a_keys_queue_in_at_once() {
+    let keyed: Keyed<String, Gcra> = Keyed::builder(gcra(1, "1/min"))
+        .queue(4, Duration::from_secs(120))
+        .build();
+    keyed.try_acquire("k", 1).unwrap();
+    let start = Instant::now();
+    let waiter = {
+        let keyed = keyed.clone();
+        tokio::spawn(async move {
+            keyed
+                .acquire("k", 1, AcquireOptions::default())
+                .await
+                .map(|_| start.elapsed())
+        })
+    };
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(
+        !waiter.is_finished(),
+        "it waits for the next token, due at 60 s"
+    );
+    keyed.refund("k", 1, Duration::from_secs(5));
+    let waited = waiter.await.unwrap().unwrap();
+    assert!(
+        waited < Duration::from_secs(6),
+        "admitted at the refund, not at 60 s: {waited:?}"
+    );
+}

@@ -33,8 +33,8 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 
 // === the scripts decide as the core ===
 
-/// Runs one random schedule through the core and through Redis (with the script's clock
-/// overridden) and compares every decision, field by field.
+/// Runs one random schedule of checks and refunds through the core and through Redis (with
+/// the script's clock overridden) and compares every decision, field by field.
 ///
 /// Redis expires keys on its own clock, and a key's TTL is computed from the schedule's
 /// times; so that a key never vanishes while the core still holds its state, the schedule
@@ -51,6 +51,7 @@ async fn conformance(store: &RedisStore, kind: Kind, capacity: u64, rate: &str, 
     // phase against the windows.
     let mut now = unix_ns() + rng.random_range(0..window);
     let mut last = Instant::now();
+    let mut admitted: Vec<(u64, u64)> = Vec::new();
     for step in 0..300 {
         let gap = match rng.random_range(0..10) {
             0..=6 => rng.random_range(0..interval.max(2)),
@@ -65,12 +66,26 @@ async fn conformance(store: &RedisStore, kind: Kind, capacity: u64, rate: &str, 
             1 => rng.random_range(0..=capacity),
             _ => rng.random_range(1..=capacity.min(3)),
         };
+        // Now and then, give back one of the recent admissions (a request another policy
+        // refused), as the core would.
+        if !admitted.is_empty() && rng.random_range(0..8) == 0 {
+            let (at, taken) = admitted.swap_remove(rng.random_range(0..admitted.len()));
+            alg.refund(&mut state, at, now, taken);
+            let ago = Duration::from_nanos(now - at);
+            store.refund_at(&key, taken, ago, now).await.unwrap();
+        }
         let want = alg.check(&mut state, now, cost).unwrap();
         let got = store.check_at(&key, cost, now).await.unwrap();
         assert_eq!(
             got, want,
             "{kind} capacity {capacity} at {rate}, seed {seed}, step {step}: cost {cost} at {now}"
         );
+        if want.allowed && cost > 0 {
+            admitted.push((now, cost));
+            if admitted.len() > 4 {
+                admitted.remove(0);
+            }
+        }
     }
 }
 

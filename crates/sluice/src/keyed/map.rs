@@ -272,6 +272,31 @@ where
         }
     }
 
+    /// Gives back `cost` that was admitted for `key` `ago` and will never be used (see
+    /// [`crate::Limiter::refund`]). A key no longer in the table was idle, full again: there is
+    /// nothing to give back.
+    pub fn refund<Q>(&self, key: &Q, cost: u64, ago: std::time::Duration)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let s = &*self.shared;
+        let hash = s.hasher.hash_one(key);
+        if s.waiting_keys.load(Ordering::Acquire) > 0 {
+            let waiter = s.waiters_of(hash).lock().get(key).cloned();
+            if let Some(limiter) = waiter {
+                limiter.refund(cost, ago);
+                return;
+            }
+        }
+        let now = s.clock.now_ns();
+        let admitted_at = now.saturating_sub(crate::limiter::builder_duration_ns(ago));
+        let mut shard = s.shard_of(hash).lock();
+        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
+            s.algorithm.refund(state, admitted_at, now, cost);
+        }
+    }
+
     /// The limit of `key` as of now, consuming nothing.
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where

@@ -335,3 +335,18 @@ impl<A: Algorithm, T: StateCell<A>> LoadDecision<A> for T {
         })
     }
 }
+
+impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
+    /// Gives back `cost` admitted `ago` (now minus its admission) that will never be used: a
+    /// request this limiter admitted and another limit then refused. A refund undoes that
+    /// admission and never adds capacity beyond it; the queue's head is looked at again.
+    pub fn refund(&self, cost: u64, ago: Duration) {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        let admitted_at = now.saturating_sub(crate::limiter::builder::duration_ns(ago));
+        s.cell.refund(&s.algorithm, admitted_at, now, cost);
+        if s.waiting.load(Ordering::Acquire) & !CLOSED != 0 {
+            s.notify.notify_one();
+        }
+    }
+}

@@ -675,6 +675,10 @@ impl Store for FileStore {
         Ok(self.inner.keyed.peek(key))
     }
 
+    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        self.inner.keyed.refund(key, cost, ago);
+    }
+
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
         self.inner.keyed.hottest(n)
     }

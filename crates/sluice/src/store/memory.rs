@@ -88,6 +88,10 @@ impl Store for MemoryStore {
         Ok(self.keyed.peek(key))
     }
 
+    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        self.keyed.refund(key, cost, ago);
+    }
+
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
         self.keyed.hottest(n)
     }

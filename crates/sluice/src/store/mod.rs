@@ -17,6 +17,7 @@ pub use memory::MemoryStore;
 pub use redis::{OnError, RedisConfig, RedisStore, RedisStoreError};
 
 use std::future::Future;
+use std::time::Duration;
 
 use sluice_core::Decision;
 
@@ -48,6 +49,12 @@ pub trait Store: Send + Sync + 'static {
         cost: u64,
         options: AcquireOptions,
     ) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// Gives back `cost` that [`Store::check`] or [`Store::acquire`] took for `key` `ago`
+    /// (now minus the admission), for a request that will never run: another limit refused
+    /// it. A refund undoes that admission and never adds capacity beyond it. Best effort: a
+    /// remote store that does not answer keeps the tokens, erring on the side of the limit.
+    fn refund(&self, key: &str, cost: u64, ago: Duration) -> impl Future<Output = ()> + Send;
 
     /// The limit of `key` now, consuming nothing.
     ///

@@ -1,5 +1,6 @@
 -- sluice: GCRA, the one script for token_bucket, gcra and leaky_bucket (they admit alike).
--- KEYS[1] the key; ARGV: interval_ns, tau_ns (capacity x interval), cost, [now_ns: tests only]
+-- KEYS[1] the key; ARGV: interval_ns, tau_ns (capacity x interval), cost, [now_ns: tests only,
+-- '' for Redis's time], [ago_ns: a refund of cost admitted ago_ns before now, see below]
 -- State: the theoretical arrival time (when the bucket is full again), decimal ns since the
 -- Unix epoch. Times are kept as (seconds, nanoseconds) pairs: a Lua number holds integers
 -- exactly only below 2^53 (104 days of nanoseconds), and every duration here is below that.
@@ -11,7 +12,7 @@ local interval = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local s, n
-if ARGV[4] then
+if ARGV[4] and ARGV[4] ~= '' then
   local t = ARGV[4]
   if #t > 9 then
     s, n = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
@@ -42,6 +43,24 @@ if v then
     redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
       'PX', math.ceil(tau / 1000000) + 1000)
   end
+end
+-- A refund (sluice_core::Gcra::refund): the debt shrinks by the cost, never below none; the
+-- time of the admission does not matter to a debt. Returns {1, 0, 0, 0}.
+if ARGV[5] then
+  if debt > 0 then
+    local left = debt - cost * interval
+    if left <= 0 then
+      redis.call('DEL', KEYS[1])
+    else
+      local total = n + left
+      local carry = math.floor(total / 1000000000)
+      local ttl = math.floor(left / 1000000)
+      if ttl * 1000000 < left then ttl = ttl + 1 end
+      redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
+        'PX', ttl + 1000)
+    end
+  end
+  return {1, 0, 0, 0}
 end
 local ahead = debt + cost * interval
 if ahead > tau then

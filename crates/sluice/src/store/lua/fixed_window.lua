@@ -1,5 +1,22 @@
 -- sluice: the fixed window counter (sluice_core::FixedWindow), exactly.
 -- State: "<window end, ns> <count>". Returns {allowed, remaining, retry_after_ns, reset_after_ns}.
+-- A refund (sluice_core::FixedWindow::refund): the count goes down only if the admission was
+-- counted in the stored window [end - W, end), i.e. -d < ago <= W - d with d = end - now.
+-- Returns {1, 0, 0, 0}.
+if ARGV[5] then
+  local ago = tonumber(ARGV[5])
+  local v = redis.call('GET', KEYS[1])
+  local e, cs
+  if v then e, cs = string.match(v, '^(%d+) (%d+)$') end
+  if e then
+    local es, en = split(e)
+    local d = (es - s) * E9 + (en - nn)
+    if ago > -d and ago <= W - d then
+      redis.call('SET', KEYS[1], e .. ' ' .. math.max(0, tonumber(cs) - cost), 'KEEPTTL')
+    end
+  end
+  return {1, 0, 0, 0}
+end
 local count, left = 0, nil
 local v = redis.call('GET', KEYS[1])
 if v then

@@ -2,6 +2,27 @@
 -- State: "<window end, ns> <previous> <current>". Returns {allowed, remaining, retry_after_ns,
 -- reset_after_ns}. Products that the core takes in u128 are split here so that every
 -- intermediate stays an exact integer.
+-- A refund (sluice_core::SlidingWindow::refund): the admission is taken off the stored window
+-- that counted it, the current [end - W, end) or the previous [end - 2W, end - W); with
+-- d = end - now, that is -d < ago <= W - d or W - d < ago <= 2W - d. Returns {1, 0, 0, 0}.
+if ARGV[5] then
+  local ago = tonumber(ARGV[5])
+  local v = redis.call('GET', KEYS[1])
+  local e, ps, cs
+  if v then e, ps, cs = string.match(v, '^(%d+) (%d+) (%d+)$') end
+  if e then
+    local es, en = split(e)
+    local d = (es - s) * E9 + (en - nn)
+    local p, c = tonumber(ps), tonumber(cs)
+    if ago > -d and ago <= W - d then
+      c = math.max(0, c - cost)
+    elseif ago > W - d and ago <= 2 * W - d then
+      p = math.max(0, p - cost)
+    end
+    redis.call('SET', KEYS[1], e .. ' ' .. p .. ' ' .. c, 'KEEPTTL')
+  end
+  return {1, 0, 0, 0}
+end
 local p, c, left = 0, 0, nil
 local v = redis.call('GET', KEYS[1])
 if v then

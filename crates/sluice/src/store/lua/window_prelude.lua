@@ -1,5 +1,6 @@
 -- sluice: what the window scripts share. Prepended to sliding_window.lua and fixed_window.lua.
--- KEYS[1] the key; ARGV: interval_ns, capacity, cost, [now_ns: tests only]
+-- KEYS[1] the key; ARGV: interval_ns, capacity, cost, [now_ns: tests only, '' for Redis's time],
+-- [ago_ns: a refund of cost admitted ago_ns before now]
 -- Times are (seconds, nanoseconds) pairs since the Unix epoch: a Lua number holds integers
 -- exactly only below 2^53, so an absolute time in nanoseconds does not fit in one. Windows are
 -- aligned to multiples of W = capacity x interval since the epoch, as the Rust core aligns them
@@ -16,7 +17,7 @@ local function split(t)
   end
   return 0, tonumber(t)
 end
-if ARGV[4] then
+if ARGV[4] and ARGV[4] ~= '' then
   s, nn = split(ARGV[4])
 else
   local t = redis.call('TIME')

@@ -140,6 +140,25 @@ impl Program {
         cmd
     }
 
+    /// `EVALSHA ... <cost> '' <ago>`: gives back `cost` admitted `ago_ns` before Redis's now
+    /// (the script's refund; its reply carries no decision).
+    pub(crate) fn refund_command(
+        &self,
+        prefix: &str,
+        key: &str,
+        cost: u64,
+        ago_ns: u64,
+        now_unix_ns: Option<u64>,
+    ) -> redis::Cmd {
+        let mut cmd = self.command(prefix, key, cost, None);
+        match now_unix_ns {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(ago_ns);
+        cmd
+    }
+
     /// The decision in a script's reply `{allowed, remaining, retry_after_ns, reset_after_ns}`.
     pub(crate) fn decision(&self, reply: &redis::Value) -> Option<Decision> {
         let redis::Value::Array(items) = reply else {

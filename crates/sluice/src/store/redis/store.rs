@@ -188,6 +188,38 @@ impl RedisStore {
         self.inner.health.last_error.lock().clone()
     }
 
+    /// Gives back `cost` admitted `ago` for `key` as if Redis's clock read `unix_ns` (see
+    /// [`RedisStore::check_at`], and the same warning).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] if Redis does not answer.
+    pub async fn refund_at(
+        &self,
+        key: &str,
+        cost: u64,
+        ago: Duration,
+        unix_ns: u64,
+    ) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let cmd = inner.program.refund_command(
+            &inner.config.prefix,
+            key,
+            cost,
+            nanos(ago),
+            Some(unix_ns),
+        );
+        let unavailable = Error::Unavailable {
+            retry_after: inner.config.retry_interval,
+        };
+        let conn = inner.health.conn.get().ok_or(unavailable)?;
+        let run = conn.run(&cmd, inner.program.script());
+        match tokio::time::timeout(inner.config.timeout, run).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(unavailable),
+        }
+    }
+
     /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
     /// cache and the failure policy: for conformance tests and replays. Never use it on keys
     /// that live traffic uses, whose state is kept on Redis's own clock.
@@ -291,6 +323,19 @@ impl Inner {
 
     /// One decision by Redis, within the timeout, if Redis may be asked now.
     async fn ask(&self, key: &str, cost: u64, now: u64) -> Result<Decision, Unanswered> {
+        let cmd = self.program.command(&self.config.prefix, key, cost, None);
+        self.round_trip(&cmd, now, |reply| self.program.decision(reply))
+            .await
+    }
+
+    /// Runs the script `cmd` and reads its reply with `read`; a failure (no connection, no
+    /// answer in time, an error or a reply `read` rejects) marks Redis down.
+    async fn round_trip<T>(
+        &self,
+        cmd: &redis::Cmd,
+        now: u64,
+        read: impl FnOnce(&redis::Value) -> Option<T>,
+    ) -> Result<T, Unanswered> {
         let (conn, probe) = match self.health.gate(now) {
             Gate::Use(conn) => (conn, false),
             Gate::Probe(conn) => (conn, true),
@@ -300,16 +345,15 @@ impl Inner {
             health: &self.health,
             armed: probe,
         };
-        let cmd = self.program.command(&self.config.prefix, key, cost, None);
         self.metrics.round_trips.increment(1);
-        let run = conn.run(&cmd, self.program.script());
+        let run = conn.run(cmd, self.program.script());
         let reply = tokio::time::timeout(self.config.timeout, run).await;
         guard.armed = false;
         let error = match reply {
-            Ok(Ok(reply)) => match self.program.decision(&reply) {
-                Some(decision) => {
+            Ok(Ok(reply)) => match read(&reply) {
+                Some(value) => {
                     self.health.success(probe);
-                    return Ok(decision);
+                    return Ok(value);
                 }
                 None => format!("unexpected script reply {reply:?}"),
             },
@@ -323,6 +367,30 @@ impl Inner {
             .saturating_add(nanos(self.config.retry_interval));
         self.health.failure(probe, retry_at_ns, error);
         Err(Unanswered { retry_at_ns })
+    }
+
+    /// Gives back `cost` admitted `ago` for `key`: in Redis, or in the local store while Redis
+    /// is down and the local store answers for it (which is then what admitted it).
+    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        if cost == 0 {
+            return;
+        }
+        if !self.health.is_up() {
+            if let Fallback::Local(local) = &self.fallback {
+                local.keyed().refund(key, cost, ago);
+            }
+            return;
+        }
+        let now = self.clock.now_ns();
+        let cmd = self
+            .program
+            .refund_command(&self.config.prefix, key, cost, nanos(ago), None);
+        // Unanswered: the tokens stay spent.
+        let _ = self
+            .round_trip(&cmd, now, |reply| {
+                matches!(reply, redis::Value::Array(_)).then_some(())
+            })
+            .await;
     }
 
     /// What the policy decides while Redis does not answer.
@@ -435,6 +503,10 @@ impl Store for RedisStore {
                 other => return other,
             }
         }
+    }
+
+    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        self.inner.refund(key, cost, ago).await;
     }
 
     async fn peek(&self, key: &str) -> Result<Decision, Error> {
