@@ -2,20 +2,17 @@
 //!
 //! # Order, and what a denial costs
 //!
-//! Every policy must admit. The stores have no refund, so the order decides what a request
-//! denied by one policy has already spent in the others:
+//! Every policy must admit. The policies that answer at once (no queue, or the request may
+//! not wait) are asked first, in the order listed, then those that may queue, in the order
+//! listed: a request refused at once never waits in a queue first. Concurrency limits come
+//! last: a slot is taken only by a request every rate admitted, and held until its response
+//! is over, so a request waiting for a rate does not hold a slot.
 //!
-//! 1. With several policies, each one that answers at once (no queue, or the request may not
-//!    wait) is first *peeked*: if its bucket is already short of the cost, it is asked first,
-//!    and its denial spends nothing anywhere. This is nginx's approach with several
-//!    `limit_req` zones (look everything up, then account).
-//! 2. The policies that answer at once are then checked in the order listed, and the policies
-//!    that may queue after them, in the order listed. A request denied by a queue (full, or
-//!    past its maximum wait) has thus spent its tokens in the route's other policies; one
-//!    denied by a policy that answers at once spends nothing, unless another request took the
-//!    last token between the peek and the check.
-//! 3. Concurrency limits come last: a slot is taken only by a request every rate admitted, and
-//!    held until its response is over, so a request waiting for a rate does not hold a slot.
+//! A request one policy refuses gets back what the policies before it took
+//! ([`Policy::refund`]): a denial spends nothing anywhere, whichever policy gives it, and a
+//! route of several policies costs one store call per policy. Between a take and its refund,
+//! another request may find that bucket one request emptier. A request dropped while it waits
+//! (its client went away) gives its tokens back the same way, from a task of its own.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -25,6 +22,8 @@ use std::time::Duration;
 use http::{HeaderMap, Uri};
 use sluice::{Error, PoolPermit};
 use sluice_core::Decision;
+use smallvec::SmallVec;
+use tokio::time::Instant;
 
 use crate::policy::Policy;
 
@@ -185,7 +184,7 @@ impl Ask<'_> {
 }
 
 /// Asks every policy in `policies` to admit `ask` (see the [module docs](self) for the
-/// order).
+/// order, and for what a denial gives back).
 ///
 /// # Errors
 ///
@@ -193,49 +192,36 @@ impl Ask<'_> {
 ///
 /// # Cancel safety
 ///
-/// Dropping the future leaves any queue it waits in; tokens already taken stay spent.
+/// Dropping the future leaves any queue it waits in and gives back the tokens it took.
 pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission, Denial> {
     let mut admission = Admission {
         verdicts: Verdicts::new(),
         permits: Vec::new(),
     };
-    let mut done = vec![
-        false;
-        if policies.len() > 1 {
-            policies.len()
-        } else {
-            0
-        }
-    ];
-    if policies.len() > 1 {
-        for (i, policy) in policies.iter().enumerate() {
-            if ask.waits(policy) {
-                continue;
-            }
-            let key = ask.key(policy);
-            let short = match policy.peek(&key).await {
-                Ok(d) => d.remaining < ask.cost,
-                Err(_) => true,
-            };
-            if short {
-                let decision = match decide(policy, &key, ask.cost, false).await {
-                    Ok(d) => d,
-                    Err(e) => return Err(deny(i, policy, &key, e, admission.verdicts).await),
-                };
-                admission.verdicts.push(Verdict::new(i, &decision));
-                done[i] = true;
-            }
-        }
-    }
+    // What a later refusal must give back; not kept when nothing can refuse after a take.
+    let keep = policies.len() > 1 || policies.iter().any(|p| p.concurrency().is_some());
+    let mut taken = Taken {
+        policies,
+        cost: ask.cost,
+        entries: SmallVec::new(),
+    };
     for waiting in [false, true] {
         for (i, policy) in policies.iter().enumerate() {
-            if ask.waits(policy) != waiting || done.get(i).copied().unwrap_or(false) {
+            if ask.waits(policy) != waiting {
                 continue;
             }
             let key = ask.key(policy);
             match decide(policy, &key, ask.cost, waiting).await {
-                Ok(decision) => admission.verdicts.push(Verdict::new(i, &decision)),
-                Err(e) => return Err(deny(i, policy, &key, e, admission.verdicts).await),
+                Ok(decision) => {
+                    admission.verdicts.push(Verdict::new(i, &decision));
+                    if keep {
+                        taken.entries.push((i, String::from(&*key), Instant::now()));
+                    }
+                }
+                Err(e) => {
+                    taken.give_back().await;
+                    return Err(deny(i, policy, &key, e, admission.verdicts).await);
+                }
             }
         }
     }
@@ -260,6 +246,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
                     Error::Timeout { retry_after } => (Reason::Timeout, retry_after),
                     _ => (Reason::Unavailable, Duration::from_secs(1)),
                 };
+                taken.give_back().await;
                 policy.metrics.denied(reason);
                 // The slots have no bucket to show: the verdicts are the rates' ones.
                 return Err(Denial {
@@ -271,10 +258,49 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
             }
         }
     }
+    taken.entries.clear();
     for verdict in &admission.verdicts {
         policies[verdict.index].metrics.admitted.increment(1);
     }
     Ok(admission)
+}
+
+/// The tokens a request has taken so far: (policy index, key, when). Given back on a
+/// refusal, or, if the request is dropped before it is decided, from a task of their own.
+struct Taken<'a> {
+    policies: &'a [Arc<Policy>],
+    cost: u64,
+    entries: SmallVec<[(usize, String, Instant); 2]>,
+}
+
+impl Taken<'_> {
+    async fn give_back(&mut self) {
+        for (i, key, at) in self.entries.drain(..) {
+            self.policies[i].refund(&key, self.cost, at.elapsed()).await;
+        }
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (policies, cost) = (self.policies, self.cost);
+        let owed: Vec<(Arc<Policy>, String, Instant)> = self
+            .entries
+            .drain(..)
+            .map(|(i, key, at)| (Arc::clone(&policies[i]), key, at))
+            .collect();
+        runtime.spawn(async move {
+            for (policy, key, at) in owed {
+                policy.refund(&key, cost, at.elapsed()).await;
+            }
+        });
+    }
 }
 
 /// One policy's decision: at once, or after waiting in its queue when `wait`.
@@ -382,6 +408,77 @@ mod tests {
             9,
             "denials spent nothing"
         );
+    }
+
+    fn queued(name: &str, capacity: u64, rate: &str, max_wait_ms: u64) -> Arc<Policy> {
+        let alg = AnyAlgorithm::new(Kind::Gcra, Quota::parse(capacity, rate).unwrap());
+        Arc::new(
+            Policy::builder(name, alg)
+                .queue(4, Duration::from_millis(max_wait_ms))
+                .build()
+                .unwrap(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_that_refuses_gives_back_what_the_others_took() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let wide = policy("wide", 10, "1/s");
+        // One token every 10 s: a second request would wait 10 s, above the 1 s maximum.
+        let slow = queued("slow", 1, "6/min", 1_000);
+        let route = [Arc::clone(&wide), Arc::clone(&slow)];
+        assert!(admit(&route, &ask(&headers, &uri)).await.is_ok());
+        assert_eq!(wide.peek("").await.unwrap().remaining, 9);
+        for _ in 0..3 {
+            let denial = admit(&route, &ask(&headers, &uri)).await.unwrap_err();
+            assert_eq!(denial.policy(&route).name(), "slow");
+            assert_eq!(denial.reason, Reason::Timeout);
+        }
+        assert_eq!(
+            wide.peek("").await.unwrap().remaining,
+            9,
+            "the refused requests gave their tokens back"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_pool_gives_the_tokens_back() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let alg = AnyAlgorithm::new(Kind::TokenBucket, Quota::parse(5, "1/min").unwrap());
+        let p = Arc::new(Policy::builder("c", alg).concurrency(1).build().unwrap());
+        let route = [Arc::clone(&p)];
+        let held = admit(&route, &ask(&headers, &uri)).await.unwrap();
+        for _ in 0..3 {
+            assert_eq!(
+                admit(&route, &ask(&headers, &uri))
+                    .await
+                    .unwrap_err()
+                    .reason,
+                Reason::Limit
+            );
+        }
+        assert_eq!(p.peek("").await.unwrap().remaining, 4);
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_while_it_waits_gives_its_tokens_back() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let wide = policy("wide", 10, "1/h");
+        let slow = queued("slow", 1, "6/min", 60_000);
+        let route = [Arc::clone(&wide), Arc::clone(&slow)];
+        admit(&route, &ask(&headers, &uri)).await.unwrap();
+        let second = ask(&headers, &uri);
+        let waiting = admit(&route, &second);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), waiting)
+                .await
+                .is_err(),
+            "it waits its turn in `slow`"
+        );
+        // The refund runs in a task of its own.
+        tokio::task::yield_now().await;
+        assert_eq!(wide.peek("").await.unwrap().remaining, 9);
     }
 
     #[tokio::test(start_paused = true)]

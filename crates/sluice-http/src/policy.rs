@@ -171,6 +171,12 @@ impl Policy {
             .await
     }
 
+    /// Gives back `cost` taken from `key`'s bucket `ago`, for a request another policy then
+    /// refused (see [`Store::refund`]).
+    pub async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        self.backend.refund(key, cost, ago).await;
+    }
+
     /// `key`'s bucket now, consuming nothing.
     ///
     /// # Errors
