@@ -27,6 +27,7 @@ OUT=${OUT:-$WORK/raw.txt}
 NGINX=${NGINX:-/usr/sbin/nginx}
 WRK=${WRK:-wrk}
 PIDS=()
+declare -A MASTER # server name -> pid of the process (nginx: its master)
 
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -69,6 +70,7 @@ http {
 CONF
   "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" &
   PIDS+=($!)
+  MASTER[$name]=$!
 }
 
 start_sluice() { # name config-body port admin
@@ -81,14 +83,36 @@ $body
 CONF
   SLUICE_LOG=warn "$ROOT/target/release/sluice" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
   PIDS+=($!)
+  MASTER[$name]=$!
   wait_port "$port"
 }
 
-# wrk -> "req/s p50 p99 total non2xx seconds"
+# The processes that serve for a name: nginx's workers, or sluice itself.
+serving_pids() {
+  local master=${MASTER[$1]}
+  local workers
+  workers=$(pgrep -P "$master" | tr '\n' ' ')
+  echo "${workers:-$master}"
+}
+
+cpu_ticks() { # pids... -> "user sys", clock ticks summed over the processes
+  local u=0 s=0 a b p
+  for p in "$@"; do
+    read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat")
+    u=$((u + a)); s=$((s + b))
+  done
+  echo "$u $s"
+}
+
+# wrk -> "req/s p50 p99 total non2xx seconds user_us sys_us": the last two are the CPU time
+# the serving processes (PIDS...) spent per request, in microseconds.
 run_wrk() {
   local label=$1 url=$2 secs=$3
-  local out
+  shift 3
+  local out u0 s0 u1 s1
+  read -r u0 s0 < <(cpu_ticks "$@")
   out=$("$WRK" -t2 -c"$CONNS" -d"${secs}s" --latency "$url" 2>&1)
+  read -r u1 s1 < <(cpu_ticks "$@")
   { echo "=== $label ($url)"; echo "$out"; } >> "$OUT"
   local rps p50 p99 total non2xx took
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
@@ -97,7 +121,10 @@ run_wrk() {
   total=$(awk '/requests in/ {print $1}' <<<"$out")
   took=$(awk '/requests in/ {gsub(/s,/,"",$4); print $4}' <<<"$out")
   non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
-  echo "$rps $p50 $p99 $total ${non2xx:-0} $took"
+  local per
+  per=$(awk -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v n="$total" -v k="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%.2f %.2f", u / k * 1e6 / n, s / k * 1e6 / n }')
+  echo "$rps $p50 $p99 $total ${non2xx:-0} $took $per"
 }
 
 to_ms() { # wrk latency (e.g. 812.00us, 1.20ms, 2.00s) -> milliseconds
@@ -143,12 +170,13 @@ for port in $UP $NG $SL $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:
 
 declare -A SAMPLES
 for round in $(seq "$ROUNDS"); do
-  for pair in "direct:$UP" "sluice:$SL" "nginx:$NG" "sluice-429:$SL429" "nginx-429:$NG429"; do
-    label=${pair%%:*}; port=${pair##*:}
-    result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION")
+  for run in "direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429"; do
+    IFS=: read -r label port server <<<"$run"
+    # shellcheck disable=SC2046 # one argument per pid
+    result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION" $(serving_pids "$server"))
     echo "round $round $label: $result" >&2
-    read -r rps p50 p99 total non2xx took <<<"$result"
-    SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took"$'\n'
+    read -r rps p50 p99 total non2xx took cpu_user cpu_sys <<<"$result"
+    SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took $cpu_user $cpu_sys"$'\n'
   done
 done
 median_col() { # label column -> median over rounds
@@ -156,24 +184,26 @@ median_col() { # label column -> median over rounds
 }
 declare -A R
 for label in direct sluice nginx sluice-429 nginx-429; do
-  R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6)"
+  R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6) $(median_col "$label" 7) $(median_col "$label" 8)"
 done
 
 # Accuracy: flood for 10 s; admitted = total - non-2xx; expected = burst + rate x duration.
-ACC_S=$(run_wrk "sluice-accuracy" "http://127.0.0.1:$SLACC/" 10)
-ACC_N=$(run_wrk "nginx-accuracy" "http://127.0.0.1:$NGACC/" 10)
+# shellcheck disable=SC2046
+ACC_S=$(run_wrk "sluice-accuracy" "http://127.0.0.1:$SLACC/" 10 $(serving_pids acc))
+# shellcheck disable=SC2046
+ACC_N=$(run_wrk "nginx-accuracy" "http://127.0.0.1:$NGACC/" 10 $(serving_pids proxyacc))
 
 row() { # label
-  read -r rps p50 p99 total non2xx took <<<"${R[$1]}"
+  read -r rps p50 p99 total non2xx took cpu_user cpu_sys <<<"${R[$1]}"
   local all
   all=$(printf '%s' "${SAMPLES[$1]}" | awk 'NF {printf "%s%.0f", (n++ ? ", " : ""), $1}')
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$rps" "$p50" "$p99" "$non2xx" "$all"
+  printf '| %s | %s | %s | %s | %s | %s + %s | %s |\n' "$1" "$rps" "$p50" "$p99" "$non2xx" "$cpu_user" "$cpu_sys" "$all"
 }
 field() { awk -v i="$2" '{print $i}' <<<"${R[$1]}"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
 acc_line() { # label result burst
-  read -r rps p50 p99 total non2xx took <<<"$2"
+  read -r rps p50 p99 total non2xx took _ _ <<<"$2"
   local admitted=$((total - non2xx))
   local expected
   expected=$(awk -v b="$3" -v t="$took" 'BEGIN { printf "%.1f", b + 100 * t }')
@@ -194,13 +224,16 @@ nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), sluice release build, access lo
 (1 worker per core), the same process for every run. sluice: \`key = "ip"\`, GCRA; nginx: \`limit_req_zone \$binary_remote_addr\`,
 \`limit_req_status 429\`, upstream keepalive 256.
 
-| run | req/s (median) | p50 ms | p99 ms | non-2xx | req/s of each round |
-|---|---|---|---|---|---|
+| run | req/s (median) | p50 ms | p99 ms | non-2xx | server CPU µs/request, user + kernel | req/s of each round |
+|---|---|---|---|---|---|---|
 $(row direct)
 $(row sluice)
 $(row nginx)
 $(row sluice-429)
 $(row nginx-429)
+
+Server CPU: the user and kernel time of the processes answering wrk (sluice, or nginx's workers; for
+direct, the upstream's workers), divided by the requests of the run (median of the rounds).
 
 - Proxying (unlimited policy): sluice / nginx throughput = **$(ratio "$(field sluice 1)" "$(field nginx 1)")** (target >= 1).
   p99: sluice $S_P99 ms, nginx $N_P99 ms, direct $D_P99 ms; added p99 over direct: sluice $(minus "$S_P99" "$D_P99") ms,
