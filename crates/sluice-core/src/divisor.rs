@@ -33,7 +33,7 @@ impl Divisor {
             64 - (d - 1).leading_zeros()
         };
         // d > 2^(shift - 1), so 2^(63 + shift) / d < 2^64 and its ceiling fits (see `div`).
-        let m = ((1u128 << (63 + shift)) + d as u128 - 1) / d as u128;
+        let m = (1u128 << (63 + shift)).div_ceil(d as u128);
         Divisor { m: m as u64, shift }
     }
 
