@@ -58,11 +58,14 @@ impl Gcra {
     pub fn step(&self, tat: u64, now: u64, cost: u64) -> Result<(Decision, u64), CheckError> {
         ensure_cost(&self.quota, cost)?;
         let now = clamp_time(now);
-        let base = if tat > now { tat } else { now };
-        // cost ≤ capacity and capacity·T ≤ 2^62, so this product cannot overflow; a stored TAT
-        // is at most MAX_TIME_NS + tau, so the sum cannot either. (It must not saturate: a
-        // saturated TAT stops counting debt and admits everything.)
-        let new_tat = base.saturating_add(cost * self.interval);
+        // cost ≤ capacity and capacity·T ≤ 2^62, so this product cannot overflow.
+        let need = cost * self.interval;
+        // `max(tat, now) + need`, saturating at u64::MAX. (It must not wrap: a wrapped TAT
+        // stops counting debt and admits everything.) A TAT this step returned is at most
+        // MAX_TIME_NS + tau, where the sum cannot overflow; only a hand-built one can come
+        // within `need` of u64::MAX, and capping it there first gives the saturated sum
+        // while keeping the saturation off the path from `now`, which is below the cap.
+        let new_tat = tat.min(u64::MAX - need).max(now) + need;
         let ahead = new_tat - now;
         if ahead <= self.tau {
             let decision = Decision {
@@ -74,7 +77,7 @@ impl Gcra {
             };
             Ok((decision, new_tat))
         } else {
-            let debt = base - now;
+            let debt = tat.max(now) - now;
             let decision = Decision {
                 allowed: false,
                 limit: self.quota.capacity(),
@@ -137,5 +140,72 @@ impl Algorithm for Gcra {
         } else {
             clamp_time(now).saturating_add(debt)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gcra;
+    use crate::algorithm::step::{clamp_time, MAX_TIME_NS};
+    use crate::quota::{Quota, Rate, MAX_SPAN_NS};
+    use crate::Decision;
+    use proptest::prelude::*;
+
+    /// The step as written before the saturation moved to the TAT side: `max(tat, now)`, then
+    /// a saturating add.
+    fn reference(gcra: &Gcra, tat: u64, now: u64, cost: u64) -> (Decision, u64) {
+        let now = clamp_time(now);
+        let base = tat.max(now);
+        let new_tat = base.saturating_add(cost * gcra.interval);
+        let ahead = new_tat - now;
+        if ahead <= gcra.tau {
+            let left = gcra.tau - ahead;
+            let decision = Decision {
+                allowed: true,
+                limit: gcra.quota.capacity(),
+                remaining: left / gcra.interval,
+                retry_after_ns: 0,
+                reset_after_ns: ahead,
+            };
+            (decision, new_tat)
+        } else {
+            let debt = base - now;
+            let decision = Decision {
+                allowed: false,
+                limit: gcra.quota.capacity(),
+                remaining: gcra.tau.saturating_sub(debt) / gcra.interval,
+                retry_after_ns: ahead - gcra.tau,
+                reset_after_ns: debt,
+            };
+            (decision, tat)
+        }
+    }
+
+    fn any_time() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            any::<u64>(),
+            (0u64..=1_000).prop_map(|d| u64::MAX - d),
+            (0u64..=1_000).prop_map(|d| MAX_TIME_NS - d),
+            (0u64..=1_000).prop_map(|d| MAX_TIME_NS + d),
+            0u64..=1_000,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
+
+        /// Any TAT a caller can hand in, including ones within a window of u64::MAX.
+        #[test]
+        fn step_is_the_saturating_reference_on_any_tat(
+            capacity in 1u64..=1_000,
+            interval in prop_oneof![1u64..=1_000, Just(MAX_SPAN_NS / 1_000)],
+            tat in any_time(),
+            now in any_time(),
+            raw_cost in any::<u64>(),
+        ) {
+            let gcra = Gcra::new(Quota::new(capacity, Rate::from_interval_ns(interval).unwrap()).unwrap());
+            let cost = raw_cost % (capacity + 1);
+            prop_assert_eq!(gcra.step(tat, now, cost).unwrap(), reference(&gcra, tat, now, cost));
+        }
     }
 }

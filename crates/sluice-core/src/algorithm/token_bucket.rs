@@ -2,7 +2,7 @@
 
 use crate::algorithm::kind::Kind;
 use crate::algorithm::step::{
-    clamp_time, ensure_cost, restore_debt, Algorithm, SavedState, MAX_TIME_NS,
+    clamp_time, ensure_cost, restore_debt, select_unpredictable, Algorithm, SavedState, MAX_TIME_NS,
 };
 use crate::decision::Decision;
 use crate::divisor::Divisor;
@@ -71,10 +71,16 @@ impl TokenBucket {
     }
 }
 
+/// `(elapsed, now)` for a time past MAX_TIME_NS or behind the last check.
 #[cold]
 #[inline(never)]
-fn past_max_time(now: u64) -> u64 {
-    clamp_time(now)
+fn unusual_clock(now: u64, last: u64) -> (u64, u64) {
+    let now = clamp_time(now);
+    if now >= last {
+        (now - last, now)
+    } else {
+        (0, last)
+    }
 }
 
 impl Algorithm for TokenBucket {
@@ -110,31 +116,36 @@ impl Algorithm for TokenBucket {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         ensure_cost(&self.quota, cost)?;
-        // The clock stops at MAX_TIME_NS (see `Algorithm`). A cold call for that rare case,
-        // rather than a conditional move, keeps the clamp off the path from the clock read.
-        let now = if now > MAX_TIME_NS {
-            past_max_time(now)
+        let last = state.last_ns;
+        // The clock stops at MAX_TIME_NS (see `Algorithm`), and a clock behind the last check
+        // counts as no time passing. A cold call for those rare cases, rather than conditional
+        // moves, keeps them off the path from the clock read.
+        let (elapsed, now) = if last <= now && now <= MAX_TIME_NS {
+            (now - last, now)
         } else {
-            now
+            unusual_clock(now, last)
         };
-        // The same arithmetic as `refill`, counted as debt (tau − level) so that the path from
-        // the clock read to the decision is short: debt = owed − elapsed, both saturating.
+        // Refill and cap as GCRA does them: the bucket was `owed` short of full at `last`, so
+        // it is full again at `full_at = last + owed` (GCRA's TAT), and the debt left now is
+        // `max(full_at, now) - now`, i.e. `owed - elapsed` or nothing. A level above the
+        // capacity owes nothing. For a hand-built `last` near u64::MAX, `full_at` wraps and
+        // the difference is still exact.
         let owed = self.tau.saturating_sub(state.level_ns);
-        let debt = owed.saturating_sub(now.saturating_sub(state.last_ns));
-        let now = now.max(state.last_ns);
-        // cost ≤ capacity, so need ≤ tau ≤ 2^62 and the sum cannot overflow.
+        let full_at = last.wrapping_add(owed);
+        let debt = select_unpredictable(owed > elapsed, full_at, now).wrapping_sub(now);
+        // cost ≤ capacity, so need ≤ tau; debt ≤ owed ≤ tau.
         let need = cost * self.interval;
-        let ahead = debt + need;
+        let room = self.tau - need;
         let limit = self.quota.capacity();
-        let decision = if ahead <= self.tau {
-            let level = self.tau - ahead;
+        let decision = if debt <= room {
+            let level = room - debt;
             state.level_ns = level;
             Decision {
                 allowed: true,
                 limit,
                 remaining: self.per_token.div(level),
                 retry_after_ns: 0,
-                reset_after_ns: ahead,
+                reset_after_ns: debt + need,
             }
         } else {
             let level = self.tau - debt;
@@ -143,7 +154,7 @@ impl Algorithm for TokenBucket {
                 allowed: false,
                 limit,
                 remaining: self.per_token.div(level),
-                retry_after_ns: ahead - self.tau,
+                retry_after_ns: debt - room,
                 reset_after_ns: debt,
             }
         };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use sluice_core::queue::{Outcome, Priority, QueueConfig, WaitQueue};
-use sluice_core::{Algorithm, CheckError, Decision, Snapshot, SnapshotError};
+use sluice_core::{Algorithm, CheckError, Decision, Snapshot, SnapshotError, MAX_TIME_NS};
 
 use crate::cell::{Access, LocalAlgorithm, StateCell};
 use crate::clock::{Clock, TokioClock};
@@ -143,7 +143,9 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
     pub fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
         let s = &*self.shared;
         let now = s.clock.now_ns();
-        if s.waiting.load(Ordering::Acquire) == 0 {
+        // A time past MAX_TIME_NS (which the algorithms clamp) goes the slow way too, so that
+        // the clamp is not on the path from the clock read to the compare-and-swap.
+        if s.waiting.load(Ordering::Acquire) == 0 && now <= MAX_TIME_NS {
             return self.check_unqueued(now, cost);
         }
         self.try_acquire_slow(now, cost)
