@@ -358,11 +358,11 @@ pub fn format_duration_ns(ns: u64) -> String {
     if ns == 0 {
         return "0s".to_string();
     }
-    if ns % NANOS_PER_SEC == 0 {
+    if ns.is_multiple_of(NANOS_PER_SEC) {
         alloc::format!("{}s", ns / NANOS_PER_SEC)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         alloc::format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         alloc::format!("{}us", ns / 1_000)
     } else {
         alloc::format!("{ns}ns")

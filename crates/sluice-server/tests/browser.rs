@@ -51,7 +51,7 @@ const BATCH: &str = r#"{"v":1,"worker":"k3j2h1q9","seq":3,"sample":1,"window_ms"
 /// Standard base64 with padding, strictly: `None` for anything else.
 fn unbase64(text: &str) -> Option<Vec<u8>> {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);

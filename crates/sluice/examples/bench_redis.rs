@@ -92,7 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     // A cached denial never waits: let the other callers run now and then.
                     n = n.wrapping_add(1);
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }
                 }

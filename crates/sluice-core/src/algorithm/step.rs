@@ -24,30 +24,17 @@ pub(crate) fn clamp_time(now: u64) -> u64 {
     }
 }
 
-/// `if condition { a } else { b }`, asking the compiler for a conditional move.
+/// `if condition { a } else { b }`, asking the compiler for a conditional move
+/// (`core::hint::select_unpredictable`, the reason the minimum Rust version is 1.88).
 ///
 /// Used where a check's arithmetic on the clock reading would otherwise be split by a branch
 /// that LLVM's x86 cmov-to-branch heuristic inserts when the step is inlined into a caller's
 /// loop: the branch is well predicted, yet the core bench measured the branchy token bucket
 /// about 1 ns slower per check than the same code with a conditional move (the GCRA step,
-/// whose `max` keeps its conditional move, did not have the problem). The hint exists from
-/// Rust 1.88; older compilers get the plain `if` (see `build.rs`).
+/// whose `max` keeps its conditional move, did not have the problem).
 #[inline(always)]
 pub(crate) fn select_unpredictable(condition: bool, a: u64, b: u64) -> u64 {
-    // Only compiled when build.rs found Rust 1.88 or later.
-    #[cfg(sluice_select_unpredictable)]
-    #[allow(clippy::incompatible_msrv)]
-    {
-        core::hint::select_unpredictable(condition, a, b)
-    }
-    #[cfg(not(sluice_select_unpredictable))]
-    {
-        if condition {
-            a
-        } else {
-            b
-        }
-    }
+    core::hint::select_unpredictable(condition, a, b)
 }
 
 /// A rate-limiting algorithm as a pure step over caller-held state.

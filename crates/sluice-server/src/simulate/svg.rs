@@ -257,7 +257,7 @@ fn bin_width(span_ns: u64) -> u64 {
 
 /// `bin_ns` for a label: `1 s`, `200 ms`.
 fn describe(bin_ns: u64) -> String {
-    if bin_ns >= 1_000_000_000 && bin_ns % 1_000_000_000 == 0 {
+    if bin_ns >= 1_000_000_000 && bin_ns.is_multiple_of(1_000_000_000) {
         format!("{} s", bin_ns / 1_000_000_000)
     } else {
         format!("{} ms", number(bin_ns as f64 / 1e6))
