@@ -248,11 +248,8 @@ where
     {
         let s = &*self.shared;
         let hash = s.hasher.hash_one(key);
-        if s.waiting_keys.load(Ordering::Acquire) > 0 {
-            let waiter = s.waiters_of(hash).lock().get(key).cloned();
-            if let Some(limiter) = waiter {
-                return limiter.try_acquire(cost);
-            }
+        if let Some(limiter) = s.waiter(key, hash) {
+            return limiter.try_acquire(cost);
         }
         let now = s.clock.now_ns();
         let result = s.check_hashed(key, hash, now, cost);
@@ -282,12 +279,9 @@ where
     {
         let s = &*self.shared;
         let hash = s.hasher.hash_one(key);
-        if s.waiting_keys.load(Ordering::Acquire) > 0 {
-            let waiter = s.waiters_of(hash).lock().get(key).cloned();
-            if let Some(limiter) = waiter {
-                limiter.refund(cost, ago);
-                return;
-            }
+        if let Some(limiter) = s.waiter(key, hash) {
+            limiter.refund(cost, ago);
+            return;
         }
         let now = s.clock.now_ns();
         let admitted_at = now.saturating_sub(crate::limiter::builder_duration_ns(ago));
@@ -528,6 +522,20 @@ where
     }
 
     /// Runs `f` on `key`'s state, inserting a full one first if absent.
+    /// The limiter of `key` while requests wait on it: then every check and refund of the key
+    /// goes through its queue. One atomic load when no key has waiters.
+    #[inline]
+    fn waiter<Q>(&self, key: &Q, hash: u64) -> Option<Limiter<A, C, KeyCell<K, A, C>>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.waiting_keys.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.waiters_of(hash).lock().get(key).cloned()
+    }
+
     pub(crate) fn with_state<R>(
         &self,
         key: &K,
