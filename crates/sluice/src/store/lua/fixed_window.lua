@@ -1,42 +1,35 @@
 -- sluice: the fixed window counter (sluice_core::FixedWindow), exactly.
 -- State: "<window end, ns> <count>". Returns {allowed, remaining, retry_after_ns, reset_after_ns}.
+local count, left = 0, nil
+local v = redis.call('GET', KEYS[1])
+local e, cs, d
+if v then e, cs = string.match(v, '^(%d+) (%d+)$') end
+if e then
+  local es, en = split(e)
+  d = (es - s) * E9 + (en - nn) -- window end - now
+end
 -- A refund (sluice_core::FixedWindow::refund): the count goes down only if the admission was
--- counted in the stored window [end - W, end), i.e. -d < ago <= W - d with d = end - now.
--- Returns {1, 0, 0, 0}.
+-- counted in the stored window [end - W, end), i.e. -d < ago <= W - d. Returns {1, 0, 0, 0}.
 if ARGV[5] then
   local ago = tonumber(ARGV[5])
-  local v = redis.call('GET', KEYS[1])
-  local e, cs
-  if v then e, cs = string.match(v, '^(%d+) (%d+)$') end
-  if e then
-    local es, en = split(e)
-    local d = (es - s) * E9 + (en - nn)
-    if ago > -d and ago <= W - d then
-      redis.call('SET', KEYS[1], e .. ' ' .. math.max(0, tonumber(cs) - cost), 'KEEPTTL')
-    end
+  if d and ago > -d and ago <= W - d then
+    redis.call('SET', KEYS[1], e .. ' ' .. math.max(0, tonumber(cs) - cost), 'KEEPTTL')
   end
   return {1, 0, 0, 0}
 end
-local count, left = 0, nil
-local v = redis.call('GET', KEYS[1])
-if v then
-  local e, cs = string.match(v, '^(%d+) (%d+)$')
-  if e then
-    local es, en = split(e)
-    count = tonumber(cs)
-    local d = (es - s) * E9 + (en - nn) -- window end - now
-    if d > 0 then
-      left = d
-    elseif d > -W then
-      count, left = 0, d + W
-    else
-      count = 0
-    end
+if d then
+  count = tonumber(cs)
+  if d > 0 then
+    left = d
+  elseif d > -W then
+    count, left = 0, d + W
   else
-    -- Unreadable: the worst case, everything spent now (written, so that it heals).
-    count, left = cap, W
-    redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap, 'PX', ttl_ms(W))
+    count = 0
   end
+elseif v then
+  -- Unreadable: the worst case, everything spent now (written, so that it heals).
+  count, left = cap, W
+  redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap, 'PX', ttl_ms(W))
 end
 if not left then left = aligned_left() end
 local used = math.min(count, cap)

@@ -2,18 +2,21 @@
 -- State: "<window end, ns> <previous> <current>". Returns {allowed, remaining, retry_after_ns,
 -- reset_after_ns}. Products that the core takes in u128 are split here so that every
 -- intermediate stays an exact integer.
+local p, c, left = 0, 0, nil
+local v = redis.call('GET', KEYS[1])
+local e, ps, cs, d
+if v then e, ps, cs = string.match(v, '^(%d+) (%d+) (%d+)$') end
+if e then
+  local es, en = split(e)
+  p, c = tonumber(ps), tonumber(cs)
+  d = (es - s) * E9 + (en - nn) -- window end - now
+end
 -- A refund (sluice_core::SlidingWindow::refund): the admission is taken off the stored window
--- that counted it, the current [end - W, end) or the previous [end - 2W, end - W); with
--- d = end - now, that is -d < ago <= W - d or W - d < ago <= 2W - d. Returns {1, 0, 0, 0}.
+-- that counted it, the current [end - W, end) or the previous [end - 2W, end - W), that is
+-- -d < ago <= W - d or W - d < ago <= 2W - d. Returns {1, 0, 0, 0}.
 if ARGV[5] then
   local ago = tonumber(ARGV[5])
-  local v = redis.call('GET', KEYS[1])
-  local e, ps, cs
-  if v then e, ps, cs = string.match(v, '^(%d+) (%d+) (%d+)$') end
-  if e then
-    local es, en = split(e)
-    local d = (es - s) * E9 + (en - nn)
-    local p, c = tonumber(ps), tonumber(cs)
+  if d then
     if ago > -d and ago <= W - d then
       c = math.max(0, c - cost)
     elseif ago > W - d and ago <= 2 * W - d then
@@ -23,26 +26,18 @@ if ARGV[5] then
   end
   return {1, 0, 0, 0}
 end
-local p, c, left = 0, 0, nil
-local v = redis.call('GET', KEYS[1])
-if v then
-  local e, ps, cs = string.match(v, '^(%d+) (%d+) (%d+)$')
-  if e then
-    local es, en = split(e)
-    p, c = tonumber(ps), tonumber(cs)
-    local d = (es - s) * E9 + (en - nn) -- window end - now
-    if d > 0 then
-      left = math.min(d, W)
-    elseif d > -W then
-      p, c, left = c, 0, d + W -- the next window: current becomes previous
-    else
-      p, c = 0, 0 -- two or more windows later
-    end
+if d then
+  if d > 0 then
+    left = math.min(d, W)
+  elseif d > -W then
+    p, c, left = c, 0, d + W -- the next window: current becomes previous
   else
-    -- Unreadable: the worst case, everything spent now (written, so that it heals).
-    p, c, left = cap, 0, W
-    redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap .. ' 0', 'PX', ttl_ms(W))
+    p, c = 0, 0 -- two or more windows later
   end
+elseif v then
+  -- Unreadable: the worst case, everything spent now (written, so that it heals).
+  p, c, left = cap, 0, W
+  redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap .. ' 0', 'PX', ttl_ms(W))
 end
 if not left then left = aligned_left() end
 p, c = math.min(p, cap), math.min(c, cap)

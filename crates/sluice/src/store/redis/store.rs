@@ -209,15 +209,7 @@ impl RedisStore {
             nanos(ago),
             Some(unix_ns),
         );
-        let unavailable = Error::Unavailable {
-            retry_after: inner.config.retry_interval,
-        };
-        let conn = inner.health.conn.get().ok_or(unavailable)?;
-        let run = conn.run(&cmd, inner.program.script());
-        match tokio::time::timeout(inner.config.timeout, run).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(unavailable),
-        }
+        inner.run_direct(&cmd).await.map(drop)
     }
 
     /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
@@ -233,19 +225,10 @@ impl RedisStore {
         let cmd = inner
             .program
             .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let conn = inner.health.conn.get().ok_or(Error::Unavailable {
+        let reply = inner.run_direct(&cmd).await?;
+        inner.program.decision(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
-        })?;
-        let run = conn.run(&cmd, inner.program.script());
-        let reply = tokio::time::timeout(inner.config.timeout, run).await;
-        match reply {
-            Ok(Ok(reply)) => inner.program.decision(&reply).ok_or(Error::Unavailable {
-                retry_after: inner.config.retry_interval,
-            }),
-            _ => Err(Error::Unavailable {
-                retry_after: inner.config.retry_interval,
-            }),
-        }
+        })
     }
 }
 
@@ -322,6 +305,20 @@ impl Inner {
     }
 
     /// One decision by Redis, within the timeout, if Redis may be asked now.
+    /// Runs `cmd` on the current connection, outside the failure policy and the health
+    /// bookkeeping (for `check_at` and `refund_at`).
+    async fn run_direct(&self, cmd: &redis::Cmd) -> Result<redis::Value, Error> {
+        let unavailable = Error::Unavailable {
+            retry_after: self.config.retry_interval,
+        };
+        let conn = self.health.conn.get().ok_or(unavailable)?;
+        let run = conn.run(cmd, self.program.script());
+        match tokio::time::timeout(self.config.timeout, run).await {
+            Ok(Ok(reply)) => Ok(reply),
+            _ => Err(unavailable),
+        }
+    }
+
     async fn ask(&self, key: &str, cost: u64, now: u64) -> Result<Decision, Unanswered> {
         let cmd = self.program.command(&self.config.prefix, key, cost, None);
         self.round_trip(&cmd, now, |reply| self.program.decision(reply))
