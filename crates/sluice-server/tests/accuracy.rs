@@ -5,33 +5,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, send, Gateway, Upstream};
+use common::{api_10_at_5, client, send, Gateway, Upstream};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admits_capacity_plus_rate_times_duration() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(
-        "",
-        &format!(
-            r#"
-[[policy]]
-name = "api"
-algorithm = "token_bucket"
-capacity = 10
-rate = "5/s"
-key = "global"
-
-[[route]]
-path_prefix = "/api/"
-policies = ["api"]
-upstream = "{}"
-"#,
-            upstream.url()
-        ),
-    )
-    .await;
+    let gw = Gateway::start("", &api_10_at_5(&upstream.url())).await;
     let client = client();
     let url = gw.url("/api/load");
     // 400 requests, one every 10 ms: each starts on schedule, whatever the others take.

@@ -8,27 +8,8 @@ mod common;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{bin, get, get_with, Gateway, TempDir, Upstream};
+use common::{api_10_at_5, bin, get, get_with, Gateway, TempDir, Upstream};
 use serde_json::Value;
-
-/// A global token bucket, capacity 10 at 5/s, no queue, in front of `upstream`.
-fn policy(upstream: &str) -> String {
-    format!(
-        r#"
-[[policy]]
-name = "api"
-algorithm = "token_bucket"
-capacity = 10
-rate = "5/s"
-key = "global"
-
-[[route]]
-path_prefix = "/api/"
-policies = ["api"]
-upstream = "{upstream}"
-"#
-    )
-}
 
 async fn run(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || Command::new(bin()).args(args).output().unwrap())
@@ -45,7 +26,7 @@ fn metric(text: &str, series: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stress_reports_what_the_gateway_counted() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start("", &policy(&upstream.url())).await;
+    let gw = Gateway::start("", &api_10_at_5(&upstream.url())).await;
     let out = run(vec![
         "stress".into(),
         gw.url("/api/load"),
@@ -162,7 +143,7 @@ async fn stress_reports_what_the_gateway_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_given_request_id_is_logged_with_the_decision() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start("", &policy(&upstream.url())).await;
+    let gw = Gateway::start("", &api_10_at_5(&upstream.url())).await;
     let mut last = None;
     for i in 0..12 {
         let id = format!("trace-{i}");

@@ -168,6 +168,26 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")
 }
 
+/// A global token bucket, capacity 10 at 5/s, no queue, on `/api/` in front of `upstream`:
+/// the policy of the accuracy and stress tests.
+pub fn api_10_at_5(upstream: &str) -> String {
+    format!(
+        r#"
+[[policy]]
+name = "api"
+algorithm = "token_bucket"
+capacity = 10
+rate = "5/s"
+key = "global"
+
+[[route]]
+path_prefix = "/api/"
+policies = ["api"]
+upstream = "{upstream}"
+"#
+    )
+}
+
 /// The `[server]` table for these ports, then `rest`.
 pub fn config_text(port: u16, admin_port: u16, server_extra: &str, rest: &str) -> String {
     format!(
