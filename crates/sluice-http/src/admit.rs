@@ -25,6 +25,7 @@ use sluice_core::Decision;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::key::Key;
 use crate::policy::Policy;
 
 /// Why a request was denied.
@@ -172,7 +173,7 @@ pub struct Ask<'a> {
 }
 
 impl Ask<'_> {
-    fn key(&self, policy: &Policy) -> crate::key::Key<'_> {
+    fn key(&self, policy: &Policy) -> Key<'_> {
         policy
             .key_spec()
             .extract(self.headers, self.uri, self.client_ip)
@@ -215,7 +216,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
                 Ok(decision) => {
                     admission.verdicts.push(Verdict::new(i, &decision));
                     if keep {
-                        taken.entries.push((i, String::from(&*key), Instant::now()));
+                        taken.entries.push((i, key, Instant::now()));
                     }
                 }
                 Err(e) => {
@@ -267,13 +268,13 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
 
 /// The tokens a request has taken so far: (policy index, key, when). Given back on a
 /// refusal, or, if the request is dropped before it is decided, from a task of their own.
-struct Taken<'a> {
+struct Taken<'a, 'k> {
     policies: &'a [Arc<Policy>],
     cost: u64,
-    entries: SmallVec<[(usize, String, Instant); 2]>,
+    entries: SmallVec<[(usize, Key<'k>, Instant); 2]>,
 }
 
-impl Taken<'_> {
+impl Taken<'_, '_> {
     async fn give_back(&mut self) {
         for (i, key, at) in self.entries.drain(..) {
             self.policies[i].refund(&key, self.cost, at.elapsed()).await;
@@ -281,7 +282,7 @@ impl Taken<'_> {
     }
 }
 
-impl Drop for Taken<'_> {
+impl Drop for Taken<'_, '_> {
     fn drop(&mut self) {
         if self.entries.is_empty() {
             return;
@@ -293,7 +294,7 @@ impl Drop for Taken<'_> {
         let owed: Vec<(Arc<Policy>, String, Instant)> = self
             .entries
             .drain(..)
-            .map(|(i, key, at)| (Arc::clone(&policies[i]), key, at))
+            .map(|(i, key, at)| (Arc::clone(&policies[i]), String::from(&*key), at))
             .collect();
         runtime.spawn(async move {
             for (policy, key, at) in owed {
