@@ -7,9 +7,10 @@
 #   direct     wrk -> upstream (nginx `return 200`)
 #   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy
 #   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
+#   hyper      wrk -> a plain hyper proxy (benches/examples/plain_hyper_proxy.rs) -> upstream
 #   sluice-429 every request denied (capacity 1, 1/h): answered 429 by sluice
 #   nginx-429  every request denied (rate 1r/m, no burst): answered 429 by nginx
-# The five runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
+# The six runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
 # median of each figure, so that a burst of other load on the machine moves one sample, not
 # the result. Then the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
 # count is compared with burst + rate x duration.
@@ -136,11 +137,11 @@ to_ms() { # wrk latency (e.g. 812.00us, 1.20ms, 2.00s) -> milliseconds
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "building sluice (release)..." >&2
-(cd "$ROOT" && cargo build --release -q -p sluice-server)
+(cd "$ROOT" && cargo build --release -q -p sluice-server && cargo build --release -q -p sluice-benches --example plain_hyper_proxy)
 
 UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
 SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
-SLACC=$(free_port); SLACCA=$(free_port)
+SLACC=$(free_port); SLACCA=$(free_port); HY=$(free_port)
 
 start_nginx upstream "server { listen 127.0.0.1:$UP; keepalive_requests 1000000; location / { return 200 \"ok\\n\"; } }"
 wait_port "$UP"
@@ -165,12 +166,17 @@ start_sluice open "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapa
 start_sluice shut "$(printf '[[policy]]\nname = "shut"\nalgorithm = "gcra"\ncapacity = 1\nrate = "1/h"\nkey = "ip"\n'; route shut)" "$SL429" "$SL429A"
 start_sluice acc "$(printf '[[policy]]\nname = "acc"\nalgorithm = "gcra"\ncapacity = 20\nrate = "100/s"\nkey = "ip"\n'; route acc)" "$SLACC" "$SLACCA"
 
+"$ROOT/target/release/examples/plain_hyper_proxy" "127.0.0.1:$HY" "127.0.0.1:$UP" &
+PIDS+=($!)
+MASTER[hyper]=$!
+wait_port "$HY"
+
 # Warm up every path once (connections, pools, caches).
-for port in $UP $NG $SL $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+for port in $UP $NG $SL $HY $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
 declare -A SAMPLES
 for round in $(seq "$ROUNDS"); do
-  for run in "direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429"; do
+  for run in "direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429"; do
     IFS=: read -r label port server <<<"$run"
     # shellcheck disable=SC2046 # one argument per pid
     result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION" $(serving_pids "$server"))
@@ -183,7 +189,7 @@ median_col() { # label column -> median over rounds
   printf '%s' "${SAMPLES[$1]}" | awk -v c="$2" 'NF {print $c}' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
 declare -A R
-for label in direct sluice nginx sluice-429 nginx-429; do
+for label in direct sluice nginx hyper sluice-429 nginx-429; do
   R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6) $(median_col "$label" 7) $(median_col "$label" 8)"
 done
 
@@ -229,15 +235,19 @@ nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), sluice release build, access lo
 $(row direct)
 $(row sluice)
 $(row nginx)
+$(row hyper)
 $(row sluice-429)
 $(row nginx-429)
 
-Server CPU: the user and kernel time of the processes answering wrk (sluice, or nginx's workers; for
+Server CPU: the user and kernel time of the processes answering wrk (sluice, the plain hyper proxy, or nginx's workers; for
 direct, the upstream's workers), divided by the requests of the run (median of the rounds).
 
 - Proxying (unlimited policy): sluice / nginx throughput = **$(ratio "$(field sluice 1)" "$(field nginx 1)")** (target >= 1).
   p99: sluice $S_P99 ms, nginx $N_P99 ms, direct $D_P99 ms; added p99 over direct: sluice $(minus "$S_P99" "$D_P99") ms,
   nginx $(minus "$N_P99" "$D_P99") ms; sluice - nginx = $(minus "$S_P99" "$N_P99") ms (target <= 0.5 ms).
+- The plain hyper proxy (no limiting, nothing added to the request or response, tokio's
+  multi-threaded runtime, hyper_util's pooled client): sluice / hyper throughput =
+  **$(ratio "$(field sluice 1)" "$(field hyper 1)")**, hyper / nginx = $(ratio "$(field hyper 1)" "$(field nginx 1)"); p99 hyper $(field hyper 3) ms.
 - Denying (every request 429): sluice / nginx throughput = **$(ratio "$(field sluice-429 1)" "$(field nginx-429 1)")** (target >= 1);
   p99 sluice $S4_P99 ms, nginx $N4_P99 ms (sluice - nginx = $(minus "$S4_P99" "$N4_P99") ms).
 
