@@ -74,17 +74,26 @@ impl fmt::Display for Upstream {
 impl Upstream {
     /// The upstream URI for a request whose path and query are `path_and_query`.
     pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
-        let pq = path_and_query.map_or("/", PathAndQuery::as_str);
-        let pq = if self.base.is_empty() {
-            PathAndQuery::from_str(pq)
-        } else {
-            PathAndQuery::from_str(&format!("{}{pq}", self.base))
-        };
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(self.scheme.clone());
         parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(pq.unwrap_or_else(|_| PathAndQuery::from_static("/")));
+        parts.path_and_query = Some(self.path_for(path_and_query));
         Uri::from_parts(parts).unwrap_or_default()
+    }
+
+    /// The upstream path and query (the origin form on the wire) for a request's: the
+    /// request's own, shared rather than parsed again, unless the upstream URL has a base
+    /// path to put in front.
+    pub fn path_for(&self, path_and_query: Option<&PathAndQuery>) -> PathAndQuery {
+        match path_and_query {
+            Some(pq) if self.base.is_empty() => pq.clone(),
+            None if self.base.is_empty() => PathAndQuery::from_static("/"),
+            _ => {
+                let pq = path_and_query.map_or("/", PathAndQuery::as_str);
+                PathAndQuery::from_str(&format!("{}{pq}", self.base))
+                    .unwrap_or_else(|_| PathAndQuery::from_static("/"))
+            }
+        }
     }
 
     /// `host:port`.
@@ -274,6 +283,11 @@ mod tests {
             up.uri_for(Some(&pq)),
             "http://127.0.0.1:9000/base/api/x?y=1"
         );
+        assert_eq!(up.path_for(None), "/base/");
+        let root: Upstream = "http://127.0.0.1:9000".parse().unwrap();
+        assert_eq!(root.path_for(Some(&pq)), "/api/x?y=1");
+        assert_eq!(root.path_for(None), "/");
+        assert_eq!(root.uri_for(Some(&pq)), "http://127.0.0.1:9000/api/x?y=1");
         assert!("https://x".parse::<Upstream>().is_err());
         assert!("ftp://x".parse::<Upstream>().is_err());
         assert!("127.0.0.1:9000".parse::<Upstream>().is_err());

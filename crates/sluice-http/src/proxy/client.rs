@@ -87,6 +87,12 @@ where
     }
 }
 
+/// Whether two upstream authorities are the same text. Both sides come from parsed
+/// upstream URLs, so the bytes compare; `Authority`'s own `==` folds case byte by byte.
+fn same(a: &Authority, b: &Authority) -> bool {
+    a.as_str() == b.as_str()
+}
+
 /// A pooled connection lent to one request; back to the pool when dropped.
 pub struct Lease<B> {
     sender: Option<SendRequest<B>>,
@@ -111,7 +117,7 @@ impl<B> Drop for Lease<B> {
             return;
         }
         let mut idle = pool.idle.lock();
-        match idle.iter_mut().find(|(a, _)| *a == self.authority) {
+        match idle.iter_mut().find(|(a, _)| same(a, &self.authority)) {
             Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push(sender),
             Some(_) => {}
             None => idle.push((self.authority.clone(), vec![sender])),
@@ -162,10 +168,7 @@ where
             }
         }
         // Origin form on the wire: `GET /path?query HTTP/1.1`.
-        parts.uri = upstream
-            .uri_for(parts.uri.path_and_query())
-            .path_and_query()
-            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        parts.uri = Uri::from(upstream.path_for(parts.uri.path_and_query()));
         parts.version = Version::HTTP_11;
         let timeout = route.timeout();
         let exchange = async {
@@ -207,7 +210,7 @@ where
     /// An idle connection to `authority` that is ready now, if any.
     fn checkout(&self, authority: &Authority) -> Option<SendRequest<B>> {
         let mut idle = self.pool.idle.lock();
-        let (_, list) = idle.iter_mut().find(|(a, _)| a == authority)?;
+        let (_, list) = idle.iter_mut().find(|(a, _)| same(a, authority))?;
         let mut busy = Vec::new();
         let mut found = None;
         while let Some(mut sender) = list.pop() {

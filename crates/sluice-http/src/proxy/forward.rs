@@ -2,6 +2,7 @@
 
 use std::net::IpAddr;
 
+use http::header::Entry;
 use http::header::{
     HeaderName, HeaderValue, CONNECTION, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER,
     TRANSFER_ENCODING, UPGRADE,
@@ -44,15 +45,24 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     if doomed.contains(&CONNECTION) {
+        // The names `Connection` lists go too. Only those present matter, so each token is
+        // looked for among the (few) names of the message, case-insensitively, rather than
+        // parsed into a `HeaderName` of its own.
         let listed = headers
             .get_all(CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
-        for name in listed {
-            if !doomed.contains(&name) {
-                doomed.push(name);
+            .map(str::trim)
+            .filter(|token| !token.is_empty());
+        for token in listed {
+            let present = headers
+                .keys()
+                .find(|name| name.as_str().eq_ignore_ascii_case(token));
+            if let Some(name) = present {
+                if !doomed.contains(name) {
+                    doomed.push(name.clone());
+                }
             }
         }
     }
@@ -92,21 +102,56 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
-    let peer = peer.to_canonical();
-    let mut value = String::new();
-    for line in headers.get_all(&X_FORWARDED_FOR) {
-        if let Ok(text) = line.to_str() {
-            let text = text.trim();
-            if !text.is_empty() {
-                value.push_str(text);
-                value.push_str(", ");
+    // One lookup of the name, for reading the lines there and for writing the new one.
+    let entry = headers.entry(&X_FORWARDED_FOR);
+    let mut value = String::with_capacity(48);
+    if let Entry::Occupied(lines) = &entry {
+        for line in lines.iter() {
+            if let Ok(text) = line.to_str() {
+                let text = text.trim();
+                if !text.is_empty() {
+                    value.push_str(text);
+                    value.push_str(", ");
+                }
             }
         }
     }
-    use std::fmt::Write as _;
-    let _ = write!(value, "{peer}");
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(X_FORWARDED_FOR.clone(), v);
+    push_ip(&mut value, peer.to_canonical());
+    // Visible text, commas and an address: always a valid value.
+    let Ok(value) = HeaderValue::from_str(&value) else {
+        return;
+    };
+    match entry {
+        Entry::Occupied(mut lines) => {
+            lines.insert(value);
+        }
+        Entry::Vacant(slot) => {
+            slot.insert(value);
+        }
+    }
+}
+
+/// Writes `ip` as `Display` does; IPv4, on every proxied request, without the formatter.
+fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
@@ -152,6 +197,44 @@ mod tests {
         h.insert("proxyish", "1".parse().unwrap());
         remove_hop_by_hop(&mut h);
         assert_eq!(names(&h), ["proxyish", "x-kept"]);
+    }
+
+    #[test]
+    fn ips_are_written_as_display_writes_them() {
+        let ips = [
+            "0.0.0.0",
+            "9.10.99.100",
+            "255.255.255.255",
+            "127.0.0.1",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+        ];
+        for ip in ips {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut out = String::new();
+            push_ip(&mut out, ip);
+            assert_eq!(out, ip.to_string());
+        }
+        for octet in 0..=255u8 {
+            let ip = IpAddr::from([octet, 0, 10, octet]);
+            let mut out = String::new();
+            push_ip(&mut out, ip);
+            assert_eq!(out, ip.to_string());
+        }
+        let mut h = HeaderMap::new();
+        append_forwarded_for(&mut h, "::ffff:10.1.2.3".parse().unwrap());
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3");
+    }
+
+    #[test]
+    fn connection_tokens_match_names_in_any_case() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "X-Secret ,  close".parse().unwrap());
+        h.insert("x-secret", "1".parse().unwrap());
+        h.insert("close", "1".parse().unwrap());
+        h.insert("x-kept", "1".parse().unwrap());
+        remove_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["x-kept"]);
     }
 
     #[test]
