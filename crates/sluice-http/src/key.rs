@@ -172,15 +172,11 @@ pub enum Key<'a> {
 
 impl Key<'_> {
     fn ip(ip: IpAddr) -> Key<'static> {
-        use std::io::Write as _;
-        let mut buf = [0u8; 48];
-        let mut cursor = std::io::Cursor::new(&mut buf[..]);
-        // 45 bytes at most (IPv6 with an embedded IPv4): always fits.
-        if write!(cursor, "{ip}").is_err() {
-            return Key::Owned(ip.to_string());
+        let text = crate::client_ip::IpText::new(ip);
+        Key::Inline {
+            buf: text.buf,
+            len: text.len,
         }
-        let len = cursor.position() as u8;
-        Key::Inline { buf, len }
     }
 }
 

@@ -10,7 +10,7 @@ use http::header::{
 use http::HeaderMap;
 use smallvec::SmallVec;
 
-use crate::client_ip::X_FORWARDED_FOR;
+use crate::client_ip::{IpText, X_FORWARDED_FOR};
 
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
@@ -47,21 +47,27 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     if doomed.contains(&CONNECTION) {
         // The names `Connection` lists go too. Only those present matter, so each token is
         // looked for among the (few) names of the message, case-insensitively, rather than
-        // parsed into a `HeaderName` of its own.
-        let listed = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|token| !token.is_empty());
-        for token in listed {
-            let present = headers
-                .keys()
-                .find(|name| name.as_str().eq_ignore_ascii_case(token));
-            if let Some(name) = present {
-                if !doomed.contains(name) {
-                    doomed.push(name.clone());
+        // parsed into a `HeaderName` of its own. `close` and `keep-alive`, nearly always the
+        // only tokens, name no field to remove (a `Keep-Alive` field is doomed already).
+        for value in headers.get_all(CONNECTION) {
+            let Ok(value) = value.to_str() else {
+                continue;
+            };
+            for token in value.split(',') {
+                let token = token.trim();
+                if token.is_empty()
+                    || token.eq_ignore_ascii_case("close")
+                    || token.eq_ignore_ascii_case("keep-alive")
+                {
+                    continue;
+                }
+                let present = headers
+                    .keys()
+                    .find(|name| name.as_str().eq_ignore_ascii_case(token));
+                if let Some(name) = present {
+                    if !doomed.contains(name) {
+                        doomed.push(name.clone());
+                    }
                 }
             }
         }
@@ -116,7 +122,7 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
             }
         }
     }
-    push_ip(&mut value, peer.to_canonical());
+    value.push_str(IpText::new(peer.to_canonical()).as_str());
     // Visible text, commas and an address: always a valid value.
     let Ok(value) = HeaderValue::from_str(&value) else {
         return;
@@ -127,30 +133,6 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
         }
         Entry::Vacant(slot) => {
             slot.insert(value);
-        }
-    }
-}
-
-/// Writes `ip` as `Display` does; IPv4, on every proxied request, without the formatter.
-fn push_ip(out: &mut String, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push('.');
-                }
-                if octet >= 100 {
-                    out.push(char::from(b'0' + octet / 100));
-                }
-                if octet >= 10 {
-                    out.push(char::from(b'0' + octet / 10 % 10));
-                }
-                out.push(char::from(b'0' + octet % 10));
-            }
-        }
-        IpAddr::V6(v6) => {
-            use std::fmt::Write as _;
-            let _ = write!(out, "{v6}");
         }
     }
 }
@@ -200,27 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn ips_are_written_as_display_writes_them() {
-        let ips = [
-            "0.0.0.0",
-            "9.10.99.100",
-            "255.255.255.255",
-            "127.0.0.1",
-            "::1",
-            "2001:db8::8a2e:370:7334",
-        ];
-        for ip in ips {
-            let ip: IpAddr = ip.parse().unwrap();
-            let mut out = String::new();
-            push_ip(&mut out, ip);
-            assert_eq!(out, ip.to_string());
-        }
-        for octet in 0..=255u8 {
-            let ip = IpAddr::from([octet, 0, 10, octet]);
-            let mut out = String::new();
-            push_ip(&mut out, ip);
-            assert_eq!(out, ip.to_string());
-        }
+    fn an_ipv4_mapped_peer_is_written_as_ipv4() {
         let mut h = HeaderMap::new();
         append_forwarded_for(&mut h, "::ffff:10.1.2.3".parse().unwrap());
         assert_eq!(h["x-forwarded-for"], "10.1.2.3");
@@ -229,9 +191,12 @@ mod tests {
     #[test]
     fn connection_tokens_match_names_in_any_case() {
         let mut h = HeaderMap::new();
-        h.insert("connection", "X-Secret ,  close".parse().unwrap());
+        h.insert(
+            "connection",
+            "X-Secret ,  close, KEEP-ALIVE".parse().unwrap(),
+        );
         h.insert("x-secret", "1".parse().unwrap());
-        h.insert("close", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
         h.insert("x-kept", "1".parse().unwrap());
         remove_hop_by_hop(&mut h);
         assert_eq!(names(&h), ["x-kept"]);
