@@ -5,6 +5,7 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,26 @@ fn uncontended(c: &mut Criterion) {
     let tokio_clock = Limiter::new(Gcra::new(open_quota()));
     g.bench_function("sluice try_acquire (gcra, tokio clock)", |b| {
         b.iter(|| black_box(tokio_clock.try_acquire(1)).is_ok())
+    });
+    // What any such check must do: read the clock (quanta's counter, scaled to nanoseconds)
+    // and swap a new state in. Both limiters above do this and little else.
+    let clock = quanta::Clock::new();
+    let state = AtomicU64::new(0);
+    g.bench_function("floor: quanta read + one compare_exchange", |b| {
+        b.iter(|| {
+            let now = clock.delta_as_nanos(0, clock.raw());
+            let current = state.load(Ordering::Acquire);
+            black_box(
+                state
+                    .compare_exchange(
+                        current,
+                        current.max(now) + 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok(),
+            )
+        })
     });
     g.finish();
 }
