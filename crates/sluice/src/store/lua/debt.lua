@@ -11,37 +11,40 @@
 local interval = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+-- Decimal nanoseconds as (seconds, nanoseconds); nil for text that is not a number.
+local function split(t)
+  if #t > 9 then
+    return tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
+  end
+  return 0, tonumber(t)
+end
 local s, n
 if ARGV[4] and ARGV[4] ~= '' then
-  local t = ARGV[4]
-  if #t > 9 then
-    s, n = tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
-  else
-    s, n = 0, tonumber(t)
-  end
+  s, n = split(ARGV[4])
 else
   local t = redis.call('TIME')
   s, n = tonumber(t[1]), tonumber(t[2]) * 1000
 end
+-- Stores "full again `owed` ns from now", expiring a second after that (see above).
+local function store(owed)
+  local total = n + owed
+  local carry = math.floor(total / 1000000000)
+  local ttl = math.floor(owed / 1000000)
+  if ttl * 1000000 < owed then ttl = ttl + 1 end
+  redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
+    'PX', ttl + 1000)
+end
 local debt = 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local ts, tn
-  if #v > 9 then
-    ts, tn = tonumber(string.sub(v, 1, -10)), tonumber(string.sub(v, -9))
-  else
-    ts, tn = 0, tonumber(v)
-  end
+  local ts, tn = split(v)
   if ts and tn then
     debt = (ts - s) * 1000000000 + (tn - n)
     if debt < 0 then debt = 0 end
   else
     -- Unreadable: the worst case, everything spent now (written, so that it heals).
     debt = tau
-    local total = n + tau
-    local carry = math.floor(total / 1000000000)
-    redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
-      'PX', math.ceil(tau / 1000000) + 1000)
+    store(tau)
   end
 end
 -- A refund (sluice_core::Gcra::refund): the debt shrinks by the cost, never below none; the
@@ -52,12 +55,7 @@ if ARGV[5] then
     if left <= 0 then
       redis.call('DEL', KEYS[1])
     else
-      local total = n + left
-      local carry = math.floor(total / 1000000000)
-      local ttl = math.floor(left / 1000000)
-      if ttl * 1000000 < left then ttl = ttl + 1 end
-      redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
-        'PX', ttl + 1000)
+      store(left)
     end
   end
   return {1, 0, 0, 0}
@@ -73,11 +71,6 @@ end
 local q = math.floor((tau - ahead) / interval)
 if q * interval > tau - ahead then q = q - 1 end
 if cost > 0 then
-  local total = n + ahead
-  local carry = math.floor(total / 1000000000)
-  local ttl = math.floor(ahead / 1000000)
-  if ttl * 1000000 < ahead then ttl = ttl + 1 end
-  redis.call('SET', KEYS[1], string.format('%d%09d', s + carry, total - carry * 1000000000),
-    'PX', ttl + 1000)
+  store(ahead)
 end
 return {1, q, 0, ahead}
