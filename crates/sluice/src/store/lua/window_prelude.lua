@@ -1,28 +1,13 @@
--- sluice: what the window scripts share. Prepended to sliding_window.lua and fixed_window.lua.
+-- sluice: what the window scripts share. Prepended (after time.lua) to sliding_window.lua and
+-- fixed_window.lua.
 -- KEYS[1] the key; ARGV: interval_ns, capacity, cost, [now_ns: tests only, '' for Redis's time],
 -- [ago_ns: a refund of cost admitted ago_ns before now]
--- Times are (seconds, nanoseconds) pairs since the Unix epoch: a Lua number holds integers
--- exactly only below 2^53, so an absolute time in nanoseconds does not fit in one. Windows are
--- aligned to multiples of W = capacity x interval since the epoch, as the Rust core aligns them
+-- Windows are aligned to multiples of W = capacity x interval since the epoch, as the Rust core aligns them
 -- to multiples of W since its clock's origin. The caller keeps W <= 2^52 and capacity^2 < 2^53.
 local interval = tonumber(ARGV[1])
 local cap = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local W = cap * interval
-local E9 = 1000000000
-local s, nn
-local function split(t)
-  if #t > 9 then
-    return tonumber(string.sub(t, 1, -10)), tonumber(string.sub(t, -9))
-  end
-  return 0, tonumber(t)
-end
-if ARGV[4] and ARGV[4] ~= '' then
-  s, nn = split(ARGV[4])
-else
-  local t = redis.call('TIME')
-  s, nn = tonumber(t[1]), tonumber(t[2]) * 1000
-end
 -- floor(a / b) for integers below 2^53, exact.
 local function idiv(a, b)
   local q = math.floor(a / b)
@@ -52,18 +37,4 @@ local function aligned_left()
     r = (r + nn) % W
   end
   return W - r
-end
--- The window end `left` ns from now, as the decimal nanoseconds stored.
-local function end_string(left)
-  local total = nn + left
-  local carry = math.floor(total / E9)
-  return string.format('%d%09d', s + carry, total - carry * E9)
-end
--- The TTL for a key that is idle `ns` from now: that, in milliseconds rounded up, plus a
--- second, because Redis sets expiries from a cached clock that can lag by milliseconds and a
--- key must not vanish while it still counts anything.
-local function ttl_ms(ns)
-  local ms = math.floor(ns / 1000000)
-  if ms * 1000000 < ns then ms = ms + 1 end
-  return ms + 1000
 end

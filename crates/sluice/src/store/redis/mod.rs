@@ -14,6 +14,9 @@
 //! | `fixed_window`                             | `lua/fixed_window.lua`   | TIME, GET, SET / TIME, GET |
 //! | `sliding_log`                              | not offered: one entry per admission does not fit one lean script; use `sliding_window` or `gcra` |
 //!
+//! Each script is sent with `lua/time.lua` in front (reading now, writing times and TTLs), and
+//! the window scripts with `lua/window_prelude.lua` after it (window alignment).
+//!
 //! The three bucket algorithms admit exactly alike (the core documents it), so they share the
 //! GCRA script and its one value per key. Every write sets the key's TTL to the time until the
 //! limit is full again, so idle keys vanish by themselves; a denial writes nothing. (Plus one

@@ -10,12 +10,17 @@ const MAX_WINDOW_NS: u64 = 1 << 52;
 /// The largest capacity of the window scripts: its square must stay exact.
 const MAX_WINDOW_CAPACITY: u64 = 94_906_265;
 
-const DEBT: &str = include_str!("../lua/debt.lua");
+const DEBT: &str = concat!(
+    include_str!("../lua/time.lua"),
+    include_str!("../lua/debt.lua")
+);
 const SLIDING_WINDOW: &str = concat!(
+    include_str!("../lua/time.lua"),
     include_str!("../lua/window_prelude.lua"),
     include_str!("../lua/sliding_window.lua")
 );
 const FIXED_WINDOW: &str = concat!(
+    include_str!("../lua/time.lua"),
     include_str!("../lua/window_prelude.lua"),
     include_str!("../lua/fixed_window.lua")
 );
