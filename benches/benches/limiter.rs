@@ -59,6 +59,11 @@ fn uncontended(c: &mut Criterion) {
             )
         })
     });
+    // The clock read alone, with nothing after it: on this machine the counter read's own
+    // throughput is what bounds both limiters above, whatever follows it.
+    g.bench_function("clock: one quanta counter read", |b| {
+        b.iter(|| black_box(clock.raw()))
+    });
     g.finish();
 }
 
