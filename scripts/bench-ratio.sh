@@ -4,11 +4,11 @@
 #   scripts/bench-ratio.sh [ROUNDS]
 #
 # Prints, per round, criterion's median estimate for governor's `check()`, sluice's
-# `try_acquire` (GCRA, quanta clock), the floor row (one quanta read and one
-# compare-exchange) and the clock row (one quanta counter read, nothing else), uncontended
-# and with 2 threads on one limiter; then the median ratio
-# sluice / governor of each pair over the rounds. One run swings by a few percent on a noisy
-# 2-core machine; the median over rounds is the figure to compare with the target (<= 1.0).
+# `try_acquire` (GCRA, quanta clock), the floor row (one quanta read and one compare-exchange)
+# and the clock row (one quanta counter read, nothing else), uncontended and with 2 threads on
+# one limiter; then the median ratio sluice / governor of each pair over the rounds, and of the
+# clock read alone to governor's whole check. One run swings by a few percent on a noisy 2-core
+# machine; the median over rounds is the figure to compare with the target (<= 1.0).
 set -euo pipefail
 ROUNDS=${1:-10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
