@@ -11,6 +11,7 @@ use crate::admit::{admit, Ask, Reason};
 use crate::body::Body;
 use crate::client_ip::TrustedProxies;
 use crate::headers;
+use crate::path::canonical_uri;
 use crate::proxy::{Proxy, ProxyError};
 use crate::route::{Lookup, Route, RouteTable};
 
@@ -34,6 +35,8 @@ pub enum Outcome<'a> {
     UpstreamRefused,
     /// Admitted, but the upstream did not answer in time (504).
     UpstreamTimeout,
+    /// The path's encoded slashes would change its meaning (400; see [`crate::path`]).
+    AmbiguousPath,
 }
 
 impl fmt::Display for Outcome<'_> {
@@ -45,6 +48,7 @@ impl fmt::Display for Outcome<'_> {
             Outcome::MethodNotAllowed => f.write_str("method_not_allowed"),
             Outcome::UpstreamRefused => f.write_str("upstream_refused"),
             Outcome::UpstreamTimeout => f.write_str("upstream_timeout"),
+            Outcome::AmbiguousPath => f.write_str("ambiguous_path"),
         }
     }
 }
@@ -103,6 +107,21 @@ impl Gateway {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
+        // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
+        let mut request = request;
+        match canonical_uri(request.uri()) {
+            Ok(None) => {}
+            Ok(Some(uri)) => *request.uri_mut() = uri,
+            Err(e) => {
+                return Handled {
+                    response: headers::problem(StatusCode::BAD_REQUEST, &e.to_string())
+                        .map(Body::from),
+                    route: None,
+                    client_ip,
+                    outcome: Outcome::AmbiguousPath,
+                }
+            }
+        }
         let route: &Route = match self.routes.find(request.method(), request.uri().path()) {
             Lookup::Found(route) => route,
             Lookup::NotFound => {

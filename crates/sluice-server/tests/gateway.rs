@@ -74,6 +74,34 @@ async fn every_response_of_a_limited_route_carries_the_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_cannot_walk_around_its_route() {
+    let up = Upstream::start().await;
+    let policy = "[[policy]]\nname = \"api\"\ncapacity = 3\nrate = \"1/min\"\nkey = \"global\"";
+    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    // Each of these is `/api/x` to an upstream that resolves dot segments, merges slashes or
+    // decodes `%61`: each is routed, limited and forwarded as `/api/x`.
+    for path in ["/free/../api/x", "//api/x", "/%61pi/x?k=1"] {
+        let r = get(&gw.url(path)).await.unwrap();
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        assert_eq!(r.json()["path"], "/api/x", "{path}");
+        assert!(r.header("ratelimit").is_some(), "{path} was not limited");
+    }
+    let r = get(&gw.url("/free/%2e%2e/api/x")).await.unwrap();
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "the 4th on /api/");
+    // An encoded slash next to `..` means `/api/x` only to upstreams that decode it first:
+    // refused, never forwarded.
+    let r = get(&gw.url("/free/..%2Fapi/x")).await.unwrap();
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.json()["status"], 400);
+    // An encoded slash inside a segment is data, forwarded as it came.
+    let r = get(&gw.url("/free/a%2Fb")).await.unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json()["path"], "/free/a%2Fb");
+    assert_eq!(up.count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_isolated() {
     let up = Upstream::start().await;
     let policy =

@@ -1,0 +1,356 @@
+//! The path a request is routed by and forwarded with.
+//!
+//! Routing on the path exactly as sent would let a client walk around a limit. The path
+//! `/free/../api/x` starts with `/free/`, but an upstream that resolves dot segments serves
+//! `/api/x`, without `/api/`'s limit. The same goes for `//api/x` and `/%61pi/x`. So the
+//! gateway routes on the *canonical* path, and forwards that one, so that the upstream serves
+//! exactly what was matched. To make a path canonical:
+//!
+//! - percent-encoded unreserved characters are decoded (`%61` is `a`, `%2E` is `.`), and the
+//!   hex digits of every other escape are upper-cased (RFC 3986 §6.2.2.1 and §6.2.2.2);
+//! - each run of `/` becomes one `/`;
+//! - `.` and `..` segments are resolved (RFC 3986 §5.2.4); `..` stops at the root.
+//!
+//! An encoded slash or backslash (`%2F`, `%5C`) is data inside a segment, not a separator, and
+//! it stays encoded. Some upstreams decode them before resolving dot segments. For those,
+//! `/free/..%2Fapi/x` would mean `/api/x`, so such a path is [`Canonical::Ambiguous`]: the
+//! gateway refuses it with 400.
+
+use http::uri::PathAndQuery;
+use http::Uri;
+
+/// What [`canonical_path`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Canonical {
+    /// The path is canonical already (nearly every request: one scan, no allocation).
+    Unchanged,
+    /// The canonical form of the path.
+    Changed(String),
+    /// Encoded slashes or backslashes next to dot segments or empty segments. The path would
+    /// mean something else to an upstream that decodes them first.
+    Ambiguous,
+}
+
+/// The canonical form of a request path (see the [module docs](self)). A path that does not
+/// start with `/` (`*`, or an empty path) is left as it is.
+///
+/// # Examples
+///
+/// ```
+/// use sluice_http::path::{canonical_path, Canonical};
+///
+/// assert_eq!(canonical_path("/api/x"), Canonical::Unchanged);
+/// assert_eq!(canonical_path("/free/../api/x"), Canonical::Changed("/api/x".into()));
+/// assert_eq!(canonical_path("//api//x/./"), Canonical::Changed("/api/x/".into()));
+/// assert_eq!(canonical_path("/%61pi/%2e%2e/api/a%2fb"), Canonical::Changed("/api/a%2Fb".into()));
+/// assert_eq!(canonical_path("/free/..%2Fapi/x"), Canonical::Ambiguous);
+/// ```
+pub fn canonical_path(path: &str) -> Canonical {
+    if !path.starts_with('/') {
+        return Canonical::Unchanged;
+    }
+    let bytes = path.as_bytes();
+    if !bytes.contains(&b'%') && !has_dot_or_empty_segment(bytes) {
+        return Canonical::Unchanged;
+    }
+    let decoded = decode_unreserved(bytes);
+    let resolved = resolve(&decoded);
+    if contains_escaped_separator(&resolved) {
+        // What an upstream that decodes `%2F` and `%5C` first would see.
+        let decoded_separators = resolved.replace("%2F", "/").replace("%5C", "/");
+        if has_dot_or_empty_segment(decoded_separators.as_bytes()) {
+            return Canonical::Ambiguous;
+        }
+    }
+    if resolved == path {
+        Canonical::Unchanged
+    } else {
+        Canonical::Changed(resolved)
+    }
+}
+
+/// A path whose encoded slashes would change its meaning (see [`Canonical::Ambiguous`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the path has an encoded slash or backslash next to a dot segment or another slash: \
+     an upstream that decodes it would read another path"
+)]
+pub struct AmbiguousPath;
+
+/// `uri` with its path made canonical, the query kept: `Ok(None)` when the path is canonical
+/// already.
+///
+/// # Errors
+///
+/// [`AmbiguousPath`], or when the canonical path does not make a URI again (it always does:
+/// it has only the characters of the path it came from).
+///
+/// # Examples
+///
+/// ```
+/// use http::Uri;
+/// use sluice_http::path::canonical_uri;
+///
+/// let uri: Uri = "/free/../api/x?k=1".parse()?;
+/// assert_eq!(canonical_uri(&uri)?.unwrap(), "/api/x?k=1");
+/// assert_eq!(canonical_uri(&"/api/x".parse()?)?, None);
+/// assert!(canonical_uri(&"/free/..%2Fapi".parse()?).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn canonical_uri(uri: &Uri) -> Result<Option<Uri>, AmbiguousPath> {
+    let path = match canonical_path(uri.path()) {
+        Canonical::Unchanged => return Ok(None),
+        Canonical::Changed(path) => path,
+        Canonical::Ambiguous => return Err(AmbiguousPath),
+    };
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(|_| AmbiguousPath)?);
+    Uri::from_parts(parts).map(Some).map_err(|_| AmbiguousPath)
+}
+
+/// Whether a `/`-led path has a `.` or `..` segment, or two `/` in a row.
+fn has_dot_or_empty_segment(path: &[u8]) -> bool {
+    let mut segments = path.split(|&b| b == b'/').skip(1).peekable();
+    while let Some(segment) = segments.next() {
+        // An empty last segment is a trailing slash, which is kept.
+        let last = segments.peek().is_none();
+        if (segment.is_empty() && !last) || segment == b"." || segment == b".." {
+            return true;
+        }
+    }
+    false
+}
+
+fn contains_escaped_separator(path: &str) -> bool {
+    path.contains("%2F") || path.contains("%5C")
+}
+
+/// Decodes the escapes of unreserved characters; upper-cases the hex of the others. A `%`
+/// not followed by two hex digits is kept as it is.
+fn decode_unreserved(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        let b = path[i];
+        if b == b'%' && i + 2 < path.len() {
+            if let (Some(hi), Some(lo)) = (hex(path[i + 1]), hex(path[i + 2])) {
+                let value = hi << 4 | lo;
+                if is_unreserved(value) {
+                    out.push(value);
+                } else {
+                    out.push(b'%');
+                    out.push(path[i + 1].to_ascii_uppercase());
+                    out.push(path[i + 2].to_ascii_uppercase());
+                }
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// RFC 3986 §2.3.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Merges runs of `/` and resolves `.` and `..` segments of a `/`-led path.
+fn resolve(path: &[u8]) -> String {
+    let mut segments: Vec<&[u8]> = Vec::new();
+    // Whether the result ends with `/`: a trailing slash, or a last segment `.` or `..`.
+    let mut trailing = false;
+    for segment in path.split(|&b| b == b'/').skip(1) {
+        trailing = false;
+        match segment {
+            b"" => trailing = true,
+            b"." => trailing = true,
+            b".." => {
+                segments.pop();
+                trailing = true;
+            }
+            s => segments.push(s),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in &segments {
+        out.push('/');
+        // Only ASCII came in (a `&str` path with unreserved escapes decoded to ASCII).
+        out.push_str(&String::from_utf8_lossy(segment));
+    }
+    if trailing || segments.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changed(s: &str) -> Canonical {
+        Canonical::Changed(s.to_owned())
+    }
+
+    #[test]
+    fn canonical_paths_are_left_alone() {
+        for p in [
+            "/",
+            "/api",
+            "/api/",
+            "/api/x",
+            "/api/x.json",
+            "/a/.well-known/b",
+            "/a/..b/c",
+            "/a/b../c",
+            "/files/a%2Fb",
+            "/q%20r",
+            "*",
+            "",
+        ] {
+            assert_eq!(canonical_path(p), Canonical::Unchanged, "{p}");
+        }
+    }
+
+    #[test]
+    fn dot_segments_and_slash_runs_resolve() {
+        let cases = [
+            ("/free/../api/x", "/api/x"),
+            ("/free/./../api/x", "/api/x"),
+            ("//api/x", "/api/x"),
+            ("/api//x", "/api/x"),
+            ("///", "/"),
+            ("/..", "/"),
+            ("/../../api/x", "/api/x"),
+            ("/a/b/..", "/a/"),
+            ("/a/b/.", "/a/b/"),
+            ("/a/.", "/a/"),
+            ("/a/b/../", "/a/"),
+            ("/.", "/"),
+            ("/a//", "/a/"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(canonical_path(input), changed(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn unreserved_escapes_decode_and_others_upper_case() {
+        let cases = [
+            ("/%61pi/x", "/api/x"),
+            ("/free/%2e%2e/api/x", "/api/x"),
+            ("/free/%2E./api/x", "/api/x"),
+            ("/a/%7e%5f%2d", "/a/~_-"),
+            ("/a/b%2fc", "/a/b%2Fc"),
+            ("/a/%c3%a9", "/a/%C3%A9"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(canonical_path(input), changed(want), "{input}");
+        }
+        // Broken escapes stay as they were.
+        assert_eq!(canonical_path("/a/%zz"), Canonical::Unchanged);
+        assert_eq!(canonical_path("/a/%4"), Canonical::Unchanged);
+        assert_eq!(canonical_path("/a/%"), Canonical::Unchanged);
+    }
+
+    #[test]
+    fn escaped_separators_next_to_dots_are_ambiguous() {
+        for p in [
+            "/free/..%2Fapi/x",
+            "/free/..%2fapi/x",
+            "/free/%2E%2E%2Fapi/x",
+            "/free/..%5Capi/x",
+            "/free%2F..%2F..%2Fapi",
+            "/a/%2F%2Fb",
+            "/a/%2F/b",
+        ] {
+            assert_eq!(canonical_path(p), Canonical::Ambiguous, "{p}");
+        }
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        /// Paths of short segments drawn from letters, dots, slashes and a few escapes.
+        fn path() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("a"),
+                Just("b"),
+                Just("."),
+                Just(".."),
+                Just(""),
+                Just("%2e"),
+                Just("%2E%2e"),
+                Just("%61"),
+                Just("%2F"),
+                Just("%20"),
+                Just("x.y"),
+            ];
+            proptest::collection::vec(piece, 0..8)
+                .prop_map(|pieces| format!("/{}", pieces.join("/")))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 5_000, ..ProptestConfig::default() })]
+
+            /// The result is canonical: again it is unchanged, it starts with `/`, and it has no
+            /// dot segment and no empty segment but a trailing slash.
+            #[test]
+            fn the_result_is_a_fixed_point(p in path()) {
+                if let Canonical::Changed(c) = canonical_path(&p) {
+                    prop_assert_eq!(canonical_path(&c), Canonical::Unchanged, "{} -> {}", p, c);
+                    prop_assert!(c.starts_with('/'));
+                    prop_assert!(!has_dot_or_empty_segment(c.as_bytes()), "{} -> {}", p, c);
+                }
+            }
+
+            /// Spelling a letter or a dot as its escape does not change the canonical path.
+            #[test]
+            fn escapes_of_unreserved_characters_do_not_matter(p in path(), at in any::<prop::sample::Index>()) {
+                // Letters, digits and dots outside escapes (`%2e`'s digits are not candidates).
+                let bytes = p.as_bytes();
+                let mut candidates = Vec::new();
+                let mut j = 0;
+                while j < bytes.len() {
+                    if bytes[j] == b'%' {
+                        j += 3;
+                        continue;
+                    }
+                    if bytes[j].is_ascii_alphanumeric() || bytes[j] == b'.' {
+                        candidates.push(j);
+                    }
+                    j += 1;
+                }
+                if candidates.is_empty() {
+                    return Ok(());
+                }
+                let i = candidates[at.index(candidates.len())];
+                let c = p.as_bytes()[i];
+                let spelled = format!("{}%{:02X}{}", &p[..i], c, &p[i + 1..]);
+                let resolve = |q: &str| match canonical_path(q) {
+                    Canonical::Unchanged => Some(q.to_owned()),
+                    Canonical::Changed(c) => Some(c),
+                    Canonical::Ambiguous => None,
+                };
+                prop_assert_eq!(resolve(&p), resolve(&spelled), "{} vs {}", p, spelled);
+            }
+        }
+    }
+}
