@@ -25,7 +25,7 @@ use sluice_core::Decision;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::key::Key;
+use crate::key::{AmbiguousKey, Key};
 use crate::policy::Policy;
 
 /// Why a request was denied.
@@ -42,20 +42,24 @@ pub enum Reason {
     Capacity = 3,
     /// The store could not answer and its policy denies.
     Unavailable = 4,
+    /// The request carries the policy's key header or query parameter more than once, with
+    /// different values (see [`crate::key`]).
+    AmbiguousKey = 5,
 }
 
 impl Reason {
     /// Every reason, in `repr` order.
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::Limit,
         Reason::QueueFull,
         Reason::Timeout,
         Reason::Capacity,
         Reason::Unavailable,
+        Reason::AmbiguousKey,
     ];
 
     /// The name in problem bodies, logs and metrics: `limit`, `queue_full`, `timeout`,
-    /// `capacity`, `unavailable`.
+    /// `capacity`, `unavailable`, `ambiguous_key`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::Limit => "limit",
@@ -63,11 +67,12 @@ impl Reason {
             Reason::Timeout => "timeout",
             Reason::Capacity => "capacity",
             Reason::Unavailable => "unavailable",
+            Reason::AmbiguousKey => "ambiguous_key",
         }
     }
 
     /// The HTTP status: 429 for `limit`, `queue_full` and `timeout`, 422 for `capacity`,
-    /// 503 for `unavailable`.
+    /// 503 for `unavailable`, 400 for `ambiguous_key`.
     pub const fn status(self) -> http::StatusCode {
         match self {
             Reason::Limit | Reason::QueueFull | Reason::Timeout => {
@@ -75,6 +80,7 @@ impl Reason {
             }
             Reason::Capacity => http::StatusCode::UNPROCESSABLE_ENTITY,
             Reason::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+            Reason::AmbiguousKey => http::StatusCode::BAD_REQUEST,
         }
     }
 }
@@ -173,7 +179,7 @@ pub struct Ask<'a> {
 }
 
 impl Ask<'_> {
-    fn key(&self, policy: &Policy) -> Key<'_> {
+    fn key(&self, policy: &Policy) -> Result<Key<'_>, AmbiguousKey> {
         policy
             .key_spec()
             .extract(self.headers, self.uri, self.client_ip)
@@ -211,7 +217,16 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
             if ask.waits(policy) != waiting {
                 continue;
             }
-            let key = ask.key(policy);
+            let Ok(key) = ask.key(policy) else {
+                taken.give_back().await;
+                policy.metrics.denied(Reason::AmbiguousKey);
+                return Err(Denial {
+                    index: i,
+                    reason: Reason::AmbiguousKey,
+                    retry_after: Duration::ZERO,
+                    verdicts: admission.verdicts,
+                });
+            };
             match decide(policy, &key, ask.cost, waiting).await {
                 Ok(decision) => {
                     admission.verdicts.push(Verdict::new(i, &decision));

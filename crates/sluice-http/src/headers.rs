@@ -114,9 +114,9 @@ pub fn insert(
     }
 }
 
-/// The response to a denied request: 429 (or 422, 503: see
-/// [`Reason::status`](crate::Reason::status)) with `Retry-After`, the RateLimit fields and a
-/// problem body.
+/// The response to a denied request: 429 (or 422, 503, 400: see
+/// [`Reason::status`](crate::Reason::status)) with `Retry-After` (not for 422 and 400), the
+/// RateLimit fields and a problem body.
 ///
 /// # Examples
 ///
@@ -139,12 +139,21 @@ pub fn denied(
     policy: Option<&HeaderValue>,
 ) -> Response<Full<Bytes>> {
     let status = denial.reason.status();
+    let denier = denial.policy(policies);
+    let ambiguous;
     let detail = match denial.reason {
         crate::Reason::Limit => "the rate limit of this policy is exhausted",
         crate::Reason::QueueFull => "too many requests are already waiting",
         crate::Reason::Timeout => "the wait for a turn would exceed the maximum wait",
         crate::Reason::Capacity => "the cost exceeds the capacity and can never be admitted",
         crate::Reason::Unavailable => "the limit store is unavailable",
+        crate::Reason::AmbiguousKey => {
+            ambiguous = format!(
+                "the policy's key `{}` appears more than once with different values",
+                denier.key_spec()
+            );
+            &ambiguous
+        }
     };
     let mut num = itoa::Buffer::new();
     let mut body = String::with_capacity(192);
@@ -152,10 +161,10 @@ pub fn denied(
     body.push_str(status.canonical_reason().unwrap_or(""));
     body.push_str("\",\"status\":");
     body.push_str(num.format(status.as_u16()));
-    body.push_str(",\"detail\":\"");
-    body.push_str(detail);
-    body.push_str("\",\"policy\":\"");
-    body.push_str(denial.policy(policies).name());
+    body.push_str(",\"detail\":");
+    json_string(&mut body, detail);
+    body.push_str(",\"policy\":\"");
+    body.push_str(denier.name());
     body.push_str("\",\"reason\":\"");
     body.push_str(denial.reason.as_str());
     body.push_str("\",\"retry_after_ms\":");
@@ -165,7 +174,11 @@ pub fn denied(
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, PROBLEM_JSON.clone());
-    if denial.reason != crate::Reason::Capacity {
+    // No wait admits a cost above the capacity, nor makes a key unambiguous.
+    if !matches!(
+        denial.reason,
+        crate::Reason::Capacity | crate::Reason::AmbiguousKey
+    ) {
         headers.insert(RETRY_AFTER, number_header(denial.retry_after_secs()));
     }
     insert(headers, policy, policies, &denial.verdicts);

@@ -10,6 +10,20 @@
 //! bucket of their own. A request without the header, cookie or query parameter is keyed by
 //! the empty string: all such requests share one bucket, so leaving the key out is no way
 //! around the limit.
+//!
+//! # Keys a client could spell two ways
+//!
+//! A key is what the upstream will read, or a client could get a fresh bucket per request
+//! while the upstream sees one user:
+//!
+//! - A query parameter's name and value are percent-decoded (and `+` is a space), as every
+//!   server framework decodes them: `?api_key=%61bc` and `?api_key=abc` are one key.
+//! - A header or query parameter that appears more than once with different values has no
+//!   key: frameworks disagree on which one they read (the first, the last, or all joined). So
+//!   [`KeySpec::extract`] returns [`AmbiguousKey`], and the gateway answers 400. The same
+//!   value repeated is one key.
+//! - A cookie is the first one of that name. Browsers send one name more than once when
+//!   cookies of several paths match, the most specific path first, and servers read that one.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -47,7 +61,7 @@ pub enum KeySpec {
     Header(HeaderName),
     /// The value of a cookie.
     Cookie(String),
-    /// The value of a query parameter, as written (not percent-decoded).
+    /// The value of a query parameter, percent-decoded.
     Query(String),
 }
 
@@ -119,38 +133,61 @@ impl fmt::Display for KeySpec {
     }
 }
 
+/// A header or query parameter that a request carries more than once, with different values:
+/// which one would the upstream read? (See the [module docs](self).)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the key appears more than once with different values")]
+pub struct AmbiguousKey;
+
 impl KeySpec {
     /// The key of a request with these `headers` and `uri`, from a client at `client_ip`.
     ///
-    /// Never fails: a missing value is the empty key, a long or binary one is hashed (see the
+    /// A missing value is the empty key, a long or binary one is hashed (see the
     /// [module docs](self)). Without a client address, `ip` keys by the empty string. Never
-    /// allocates but for hashed keys.
+    /// allocates but for hashed keys and percent-decoded query values.
+    ///
+    /// # Errors
+    ///
+    /// [`AmbiguousKey`] when the header or query parameter appears more than once with
+    /// different values.
     pub fn extract<'a>(
         &self,
         headers: &'a HeaderMap,
         uri: &'a Uri,
         client_ip: Option<IpAddr>,
-    ) -> Key<'a> {
-        match self {
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        Ok(match self {
             KeySpec::Global => Key::from(""),
             KeySpec::Ip => match client_ip {
                 Some(ip) => Key::ip(ip),
                 None => Key::from(""),
             },
-            KeySpec::Header(name) => match headers.get(name) {
-                Some(value) => normalize(value.as_bytes()).into(),
-                None => Key::from(""),
-            },
+            KeySpec::Header(name) => {
+                let mut values = headers.get_all(name).iter();
+                match values.next() {
+                    None => Key::from(""),
+                    Some(first) => {
+                        if values.any(|v| v != first) {
+                            return Err(AmbiguousKey);
+                        }
+                        normalize(first.as_bytes()).into()
+                    }
+                }
+            }
             KeySpec::Cookie(name) => headers
                 .get_all(COOKIE)
                 .iter()
                 .find_map(|value| cookie_value(value.as_bytes(), name.as_bytes()))
                 .map_or(Key::from(""), |v| normalize(v).into()),
-            KeySpec::Query(name) => uri
-                .query()
-                .and_then(|query| query_value(query, name))
-                .map_or(Key::from(""), |v| normalize(v.as_bytes()).into()),
-        }
+            KeySpec::Query(name) => match uri.query() {
+                None => Key::from(""),
+                Some(query) => match query_value(query, name)? {
+                    None => Key::from(""),
+                    Some(Cow::Borrowed(v)) => normalize(v).into(),
+                    Some(Cow::Owned(v)) => Key::Owned(normalize(&v).into_owned()),
+                },
+            },
+        })
     }
 }
 
@@ -256,14 +293,56 @@ fn cookie_value<'a>(header: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     })
 }
 
-fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
-    query
-        .split('&')
-        .find_map(|pair| match pair.split_once('=') {
-            Some((k, v)) if k == name => Some(v),
-            None if pair == name => Some(""),
-            _ => None,
-        })
+/// The percent-decoded value of the query parameter `name` (also percent-decoded), if any.
+fn query_value<'a>(query: &'a str, name: &str) -> Result<Option<Cow<'a, [u8]>>, AmbiguousKey> {
+    let mut found: Option<Cow<'a, [u8]>> = None;
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if *form_decode(k.as_bytes()) != *name.as_bytes() {
+            continue;
+        }
+        let v = form_decode(v.as_bytes());
+        match &found {
+            None => found = Some(v),
+            Some(first) if *first == v => {}
+            Some(_) => return Err(AmbiguousKey),
+        }
+    }
+    Ok(found)
+}
+
+/// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte; a `%` not
+/// followed by two hex digits stays as it is. Borrows when there is nothing to decode.
+fn form_decode(text: &[u8]) -> Cow<'_, [u8]> {
+    if !text.iter().any(|&b| b == b'%' || b == b'+') {
+        return Cow::Borrowed(text);
+    }
+    let hex = |b: u8| {
+        char::from(b)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let digit = |at: usize| text.get(at).copied().and_then(hex);
+                match (digit(i + 1), digit(i + 2)) {
+                    (Some(hi), Some(lo)) => {
+                        out.push(hi << 4 | lo);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Cow::Owned(out)
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -292,7 +371,7 @@ mod tests {
         spec.parse::<KeySpec>()
             .unwrap()
             .extract(&map, &uri, ip)
-            .to_string()
+            .map_or_else(|AmbiguousKey| "<ambiguous>".to_owned(), |k| k.to_string())
     }
 
     #[test]
@@ -320,9 +399,55 @@ mod tests {
             "xyz"
         );
         assert_eq!(key("cookie:sid", &[("cookie", b"sidx=1")], "/", None), "");
-        assert_eq!(key("query:u", &[], "/p?a=1&u=7&u=8", None), "7");
+        assert_eq!(key("query:u", &[], "/p?a=1&u=7", None), "7");
         assert_eq!(key("query:u", &[], "/p?u", None), "");
         assert_eq!(key("query:u", &[], "/p", None), "");
+    }
+
+    /// One value the upstream reads one way is one key, however the client spells it.
+    #[test]
+    fn query_names_and_values_are_percent_decoded() {
+        assert_eq!(key("query:api_key", &[], "/p?api_key=%61b%63", None), "abc");
+        assert_eq!(key("query:api_key", &[], "/p?api%5Fkey=abc", None), "abc");
+        assert_eq!(key("query:u", &[], "/p?u=a+b%20c", None), "a b c");
+        assert_eq!(key("query:u", &[], "/p?u=100%", None), "100%");
+        assert_eq!(key("query:u", &[], "/p?u=%zz", None), "%zz");
+        // Decoding to bytes that are not UTF-8 gives the digest, like any binary key.
+        assert_eq!(key("query:u", &[], "/p?u=%ff", None).len(), 33);
+    }
+
+    /// Which of two values would the upstream read? Refused, rather than guessed.
+    #[test]
+    fn different_repeated_values_are_ambiguous() {
+        assert_eq!(key("query:u", &[], "/p?u=7&a=1&u=8", None), "<ambiguous>");
+        assert_eq!(
+            key("query:u", &[], "/p?u=7&u=%37", None),
+            "7",
+            "the same value"
+        );
+        assert_eq!(
+            key(
+                "header:x-user",
+                &[("x-user", b"a"), ("x-user", b"b")],
+                "/",
+                None
+            ),
+            "<ambiguous>"
+        );
+        assert_eq!(
+            key(
+                "header:x-user",
+                &[("x-user", b"a"), ("x-user", b"a")],
+                "/",
+                None
+            ),
+            "a"
+        );
+        // Cookies: browsers repeat a name for cookies of several paths, most specific first.
+        assert_eq!(
+            key("cookie:sid", &[("cookie", b"sid=a; sid=b")], "/", None),
+            "a"
+        );
     }
 
     #[test]

@@ -136,6 +136,49 @@ async fn keys_are_isolated() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_cannot_be_spelled_two_ways() {
+    let up = Upstream::start().await;
+    let policy =
+        "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"query:api_key\"";
+    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    // `abc`, however it is percent-encoded, is one bucket, as it is one key to the upstream.
+    let mut statuses = Vec::new();
+    for query in ["api_key=abc", "api_key=%61bc", "api%5Fkey=ab%63"] {
+        statuses.push(
+            get(&gw.url(&format!("/api/x?{query}")))
+                .await
+                .unwrap()
+                .status
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    // Two different values: which would the upstream read? Refused, not guessed.
+    let r = get(&gw.url("/api/x?api_key=fresh&api_key=abc"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(r.header("retry-after").is_none());
+    let problem = r.json();
+    assert_eq!(problem["reason"], "ambiguous_key");
+    assert_eq!(problem["policy"], "api");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("query:api_key"),
+        "{problem}"
+    );
+    // The same value twice is one key.
+    let r = get(&gw.url("/api/x?api_key=other&api_key=other"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(up.count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
     let up = Upstream::start().await;
     let policy = "[[policy]]\nname = \"api\"\ncapacity = 1\nrate = \"1/min\"\nkey = \"ip\"";

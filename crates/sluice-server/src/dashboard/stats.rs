@@ -12,7 +12,7 @@
 //!     "name": "api", "algorithm": "token_bucket", "capacity": 10, "rate": "5/s",
 //!     "rate_per_s": 5.0, "key": "ip", "store": "memory",
 //!     "queue": {"depth": 20, "max_wait_ms": 2000}, "concurrency": null, "in_flight": null,
-//!     "admitted": 59, "denied": {"limit": 41, "queue_full": 0, "timeout": 0, "capacity": 0, "unavailable": 0},
+//!     "admitted": 59, "denied": {"limit": 41, "queue_full": 0, "timeout": 0, "capacity": 0, "unavailable": 0, "ambiguous_key": 0},
 //!     "waiting": 0, "queue_wait_ms": {"p50": 0.0, "p99": 180.0, "count": 12},
 //!     "hottest": [{"key": "127.0.0.1", "tokens": 0.4, "remaining": 0, "limit": 10,
 //!                  "level": 0.04, "reset_after_ms": 1920, "retry_after_ms": 120}]

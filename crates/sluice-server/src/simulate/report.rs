@@ -145,7 +145,10 @@ impl Summary {
         );
         let reasons: Vec<String> = Reason::ALL
             .iter()
-            .filter(|r| **r != Reason::Unavailable || self.denied[**r as usize] > 0)
+            .filter(|r| {
+                !matches!(r, Reason::Unavailable | Reason::AmbiguousKey)
+                    || self.denied[**r as usize] > 0
+            })
             .map(|r| format!("{} {}", r.as_str(), self.denied[*r as usize]))
             .collect();
         let _ = writeln!(

@@ -5,7 +5,7 @@
   'use strict';
 
   const HISTORY = 120; // points kept per chart
-  const REASONS = ['limit', 'queue_full', 'timeout', 'capacity', 'unavailable'];
+  const REASONS = ['limit', 'queue_full', 'timeout', 'capacity', 'unavailable', 'ambiguous_key'];
   const $ = (id) => document.getElementById(id);
 
   /** h('div', {class: 'x'}, child, 'text'): an element, children appended as nodes or text. */
