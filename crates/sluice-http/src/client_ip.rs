@@ -15,6 +15,34 @@ use ipnet::IpNet;
 /// `X-Forwarded-For`.
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// How long an IPv6 prefix a limit counts as one client: the /64 of one network segment,
+/// the smallest block a site is given.
+pub const IPV6_CLIENT_PREFIX: u8 = 64;
+
+/// The address a limit counts a client by: an IPv4 address as it is, an IPv6 address with all
+/// but its first [`IPV6_CLIENT_PREFIX`] bits cleared. A host on IPv6 usually has a whole /64
+/// to itself and can pick a new address for every request, so per-address buckets would not
+/// limit it.
+///
+/// # Examples
+///
+/// ```
+/// use sluice_http::client_ip::limit_address;
+///
+/// assert_eq!(limit_address("203.0.113.7".parse()?), "203.0.113.7".parse::<std::net::IpAddr>()?);
+/// assert_eq!(limit_address("2001:db8:1:2:a:b:c:d".parse()?), "2001:db8:1:2::".parse::<std::net::IpAddr>()?);
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+pub fn limit_address(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let keep = u128::MAX << (128 - u32::from(IPV6_CLIENT_PREFIX));
+            IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & keep))
+        }
+    }
+}
+
 /// An IP address as `Display` writes it, in a buffer of its own. IPv4, which a gateway writes
 /// for most requests (the `ip` key, `X-Forwarded-For`), is written digit by digit rather than
 /// through the formatter, which costs about a thousand instructions per address.

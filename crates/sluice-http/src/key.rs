@@ -55,7 +55,8 @@ pub enum KeySpec {
     /// One bucket for everyone.
     #[default]
     Global,
-    /// The client's IP address (see [`crate::TrustedProxies`] for `X-Forwarded-For`).
+    /// The client's IP address (see [`crate::TrustedProxies`] for `X-Forwarded-For`); an
+    /// IPv6 client by its /64 prefix (see [`crate::client_ip::limit_address`]).
     Ip,
     /// The value of a request header.
     Header(HeaderName),
@@ -208,8 +209,21 @@ pub enum Key<'a> {
 }
 
 impl Key<'_> {
+    /// An IPv4 address, or an IPv6 /64 prefix written `2001:db8:1:2::/64` (see
+    /// [`limit_address`](crate::client_ip::limit_address)).
     fn ip(ip: IpAddr) -> Key<'static> {
-        let text = crate::client_ip::IpText::new(ip);
+        let mut text = crate::client_ip::IpText::new(crate::client_ip::limit_address(ip));
+        if ip.is_ipv6() {
+            // At most 39 bytes of address and 4 of suffix: they fit in the 48.
+            let mut digits = itoa::Buffer::new();
+            let digits = digits
+                .format(crate::client_ip::IPV6_CLIENT_PREFIX)
+                .as_bytes();
+            let at = usize::from(text.len);
+            text.buf[at] = b'/';
+            text.buf[at + 1..at + 1 + digits.len()].copy_from_slice(digits);
+            text.len += 1 + digits.len() as u8;
+        }
         Key::Inline {
             buf: text.buf,
             len: text.len,
@@ -379,10 +393,20 @@ mod tests {
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
         assert_eq!(key("global", &[], "/", Some(ip)), "");
         assert_eq!(key("ip", &[], "/", Some(ip)), "10.1.2.3");
+        // IPv6 by its /64: a host picks any address of its /64 for each request.
         let long: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
             .parse()
             .unwrap();
-        assert_eq!(key("ip", &[], "/", Some(long)), long.to_string());
+        assert_eq!(key("ip", &[], "/", Some(long)), "ffff:ffff:ffff:ffff::/64");
+        let a: IpAddr = "2001:db8:1:2::a".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::b".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::a".parse().unwrap();
+        assert_eq!(key("ip", &[], "/", Some(a)), "2001:db8:1:2::/64");
+        assert_eq!(key("ip", &[], "/", Some(a)), key("ip", &[], "/", Some(b)));
+        assert_ne!(
+            key("ip", &[], "/", Some(a)),
+            key("ip", &[], "/", Some(other))
+        );
         assert_eq!(key("ip", &[], "/", None), "");
         assert_eq!(
             key("header:x-user", &[("x-user", b"bob")], "/", None),

@@ -179,6 +179,32 @@ async fn a_key_cannot_be_spelled_two_ways() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_clients_are_counted_by_their_64() {
+    let up = Upstream::start().await;
+    let policy = "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"ip\"";
+    let gw = Gateway::start(
+        "trusted_proxies = [\"127.0.0.1/32\"]",
+        &routes(&up.url(), policy, ""),
+    )
+    .await;
+    // One host picking a new address of its /64 for each request spends one bucket.
+    let mut statuses = Vec::new();
+    for client in ["2001:db8:1:2::a", "2001:db8:1:2:ffff::b", "2001:db8:1:2::c"] {
+        let r = get_with(&gw.url("/api/x"), &[("x-forwarded-for", client)]).await;
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    // The next /64 is another client.
+    let r = get_with(&gw.url("/api/x"), &[("x-forwarded-for", "2001:db8:1:3::a")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // `X-Forwarded-For` still carries the address itself.
+    assert_eq!(
+        r.json()["headers"]["x-forwarded-for"],
+        "2001:db8:1:3::a, 127.0.0.1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
     let up = Upstream::start().await;
     let policy = "[[policy]]\nname = \"api\"\ncapacity = 1\nrate = \"1/min\"\nkey = \"ip\"";

@@ -253,7 +253,7 @@ impl Browser {
             return r;
         }
         if let Some(limiter) = &self.limiter {
-            if let Err(e) = limiter.try_acquire(&client, 1) {
+            if let Err(e) = limiter.try_acquire(&sluice_http::client_ip::limit_address(client), 1) {
                 self.metrics.refused(Refusal::Limit);
                 let wait = e.retry_after().unwrap_or(Duration::from_secs(1));
                 let secs = wait.as_nanos().div_ceil(1_000_000_000).max(1);
