@@ -715,6 +715,29 @@ fn route(
                 &f.path("path_prefix"),
                 format!("`{p}` must start with `/`"),
             );
+        } else {
+            // Requests are routed by their canonical path: a prefix in another form would
+            // never match.
+            use sluice_http::path::{canonical_path, Canonical};
+            match canonical_path(p) {
+                Canonical::Unchanged => {}
+                Canonical::Changed(c) => errors.at(
+                    at,
+                    &f.path("path_prefix"),
+                    format!(
+                        "`{p}` would never match: requests are routed by their canonical \
+                         path, so write `{c}`"
+                    ),
+                ),
+                Canonical::Ambiguous => errors.at(
+                    at,
+                    &f.path("path_prefix"),
+                    format!(
+                        "`{p}` would never match: a request path with an encoded slash next \
+                         to a dot segment or another slash is refused"
+                    ),
+                ),
+            }
         }
     } else if !t.contains_key("path_prefix") {
         errors.at(
@@ -908,5 +931,33 @@ queue_max_body = "64 parsecs"
         assert!(errors[0].message.contains("first defined on line 2"));
         let errors = parse("[server\nlisten = 1", "s.toml").unwrap_err();
         assert_eq!(errors[0].line, 1);
+    }
+
+    /// Requests are routed by their canonical path, so a prefix in another form is refused
+    /// with the form to write.
+    #[test]
+    fn path_prefixes_must_be_canonical() {
+        let route = |prefix: &str| {
+            format!("[[route]]\npath_prefix = \"{prefix}\"\nupstream = \"http://127.0.0.1:1\"\n")
+        };
+        for ok in ["/", "/api/", "/api", "/files/a%2Fb/"] {
+            assert!(parse(&route(ok), "p.toml").is_ok(), "{ok}");
+        }
+        for (bad, hint) in [
+            ("/api//", "write `/api/`"),
+            ("/./api/", "write `/api/`"),
+            ("/%61pi/", "write `/api/`"),
+            ("/v1/../api/", "write `/api/`"),
+            ("/a/..%2F", "encoded slash"),
+        ] {
+            let errors = parse(&route(bad), "p.toml").unwrap_err();
+            assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+            let shown = errors[0].to_string();
+            assert!(
+                shown.starts_with("p.toml:2:") && shown.contains("route[0].path_prefix"),
+                "{shown}"
+            );
+            assert!(shown.contains(hint), "{bad}: {shown}");
+        }
     }
 }
