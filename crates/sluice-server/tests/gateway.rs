@@ -610,6 +610,50 @@ async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+/// Sends `request` on a fresh connection and reads until the gateway closes it.
+async fn raw_exchange(port: u16, request: &[u8]) -> String {
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    raw.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the gateway kept the connection open");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The framings request smuggling relies on: the gateway and the upstream must never read a
+/// different number of requests from one stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smuggling_framings_are_refused_or_reframed() {
+    let up = Upstream::start().await;
+    let policy = "[[policy]]\nname = \"api\"\ncapacity = 100\nrate = \"1/min\"";
+    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    // Two different lengths: refused by the HTTP layer, nothing forwarded.
+    let answer = raw_exchange(
+        gw.port,
+        b"POST /api/x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(up.count(), 0);
+    // `Content-Length` beside `Transfer-Encoding: chunked`: the chunked framing wins, the
+    // stale length is not forwarded, and the connection is closed after the answer (RFC 9112
+    // §6.3), so the bytes after the last chunk are never read as a request.
+    let answer = raw_exchange(
+        gw.port,
+        b"POST /api/x HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /free/next HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(answer.contains(r#""path":"/api/x""#), "{answer}");
+    assert!(answer.contains(r#""body_len":0"#), "{answer}");
+    assert!(!answer.contains(r#""content-length":"40""#), "{answer}");
+    assert_eq!(up.count(), 1, "the trailing request was never forwarded");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_connections_are_reused_and_closed_ones_replaced() {
     let up = Upstream::start().await;
