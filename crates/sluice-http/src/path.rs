@@ -13,8 +13,9 @@
 //!
 //! An encoded slash or backslash (`%2F`, `%5C`) is data inside a segment, not a separator, and
 //! it stays encoded. Some upstreams decode them before resolving dot segments. For those,
-//! `/free/..%2Fapi/x` would mean `/api/x`, so such a path is [`Canonical::Ambiguous`]: the
-//! gateway refuses it with 400.
+//! `/free/..%2Fapi/x` would mean `/api/x`. Java servlet containers drop a segment's `;`
+//! parameters first, so to them `/free/..;/api/x` is `/api/x`. Such paths are
+//! [`Canonical::Ambiguous`], and the gateway refuses them with 400.
 
 use http::uri::PathAndQuery;
 use http::Uri;
@@ -26,8 +27,9 @@ pub enum Canonical {
     Unchanged,
     /// The canonical form of the path.
     Changed(String),
-    /// Encoded slashes or backslashes next to dot segments or empty segments. The path would
-    /// mean something else to an upstream that decodes them first.
+    /// Encoded slashes or backslashes, or `;` parameters, next to dot segments or empty
+    /// segments. The path would mean something else to an upstream that decodes the slashes
+    /// or drops the parameters first.
     Ambiguous,
 }
 
@@ -50,17 +52,13 @@ pub fn canonical_path(path: &str) -> Canonical {
         return Canonical::Unchanged;
     }
     let bytes = path.as_bytes();
-    if !bytes.contains(&b'%') && !has_dot_or_empty_segment(bytes) {
+    if !bytes.contains(&b'%') && !bytes.contains(&b';') && !has_dot_or_empty_segment(bytes) {
         return Canonical::Unchanged;
     }
     let decoded = decode_unreserved(bytes);
     let resolved = resolve(&decoded);
-    if contains_escaped_separator(&resolved) {
-        // What an upstream that decodes `%2F` and `%5C` first would see.
-        let decoded_separators = resolved.replace("%2F", "/").replace("%5C", "/");
-        if has_dot_or_empty_segment(decoded_separators.as_bytes()) {
-            return Canonical::Ambiguous;
-        }
+    if read_otherwise(&resolved) {
+        return Canonical::Ambiguous;
     }
     if resolved == path {
         Canonical::Unchanged
@@ -69,11 +67,12 @@ pub fn canonical_path(path: &str) -> Canonical {
     }
 }
 
-/// A path whose encoded slashes would change its meaning (see [`Canonical::Ambiguous`]).
+/// A path that some upstreams would read as another path (see [`Canonical::Ambiguous`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the path has an encoded slash or backslash next to a dot segment or another slash: \
-     an upstream that decodes it would read another path"
+    "the path has an encoded slash or backslash, or a `;` parameter, next to a dot segment or \
+     an empty one: an upstream that decodes the slash or drops the parameter would read \
+     another path"
 )]
 pub struct AmbiguousPath;
 
@@ -125,8 +124,25 @@ fn has_dot_or_empty_segment(path: &[u8]) -> bool {
     false
 }
 
-fn contains_escaped_separator(path: &str) -> bool {
-    path.contains("%2F") || path.contains("%5C")
+/// Whether some upstream would find a dot segment or an empty one in a resolved path that has
+/// none: one that decodes `%2F` and `%5C` into separators, or one that drops the `;`
+/// parameters of each segment before resolving dot segments, as Java servlet containers do
+/// (`/free/..;/api` is `/api` to them).
+fn read_otherwise(resolved: &str) -> bool {
+    let separators = resolved.contains("%2F") || resolved.contains("%5C");
+    let parameters = resolved.contains(';') || resolved.contains("%3B");
+    if !separators && !parameters {
+        return false;
+    }
+    let decoded = resolved
+        .replace("%2F", "/")
+        .replace("%5C", "/")
+        .replace("%3B", ";");
+    let without_parameters: Vec<&str> = decoded
+        .split('/')
+        .map(|segment| segment.split(';').next().unwrap_or(""))
+        .collect();
+    has_dot_or_empty_segment(without_parameters.join("/").as_bytes())
 }
 
 /// Decodes the escapes of unreserved characters; upper-cases the hex of the others. A `%`
@@ -226,6 +242,8 @@ mod tests {
             "/a/..b/c",
             "/a/b../c",
             "/files/a%2Fb",
+            "/app/x;jsessionid=0a1b",
+            "/api/;v=2",
             "/q%20r",
             "*",
             "",
@@ -272,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn escaped_separators_next_to_dots_are_ambiguous() {
+    fn separators_and_parameters_next_to_dots_are_ambiguous() {
         for p in [
             "/free/..%2Fapi/x",
             "/free/..%2fapi/x",
@@ -281,6 +299,12 @@ mod tests {
             "/free%2F..%2F..%2Fapi",
             "/a/%2F%2Fb",
             "/a/%2F/b",
+            "/free/..;/api/x",
+            "/free/..;x=1/api/x",
+            "/free/.;/api/x",
+            "/free/..%3B/api/x",
+            "/free/..%3b/api/x",
+            "/a/;x/b",
         ] {
             assert_eq!(canonical_path(p), Canonical::Ambiguous, "{p}");
         }
@@ -305,6 +329,8 @@ mod tests {
                 Just("%2F"),
                 Just("%20"),
                 Just("x.y"),
+                Just("x;p=1"),
+                Just("..;"),
             ];
             proptest::collection::vec(piece, 0..8)
                 .prop_map(|pieces| format!("/{}", pieces.join("/")))

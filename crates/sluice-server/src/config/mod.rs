@@ -733,8 +733,8 @@ fn route(
                     at,
                     &f.path("path_prefix"),
                     format!(
-                        "`{p}` would never match: a request path with an encoded slash next \
-                         to a dot segment or another slash is refused"
+                        "`{p}` would never match: a request path with an encoded slash or a \
+                         `;` parameter next to a dot segment or another slash is refused"
                     ),
                 ),
             }
