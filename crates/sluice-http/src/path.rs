@@ -12,8 +12,8 @@
 //! - `.` and `..` segments are resolved (RFC 3986 §5.2.4); `..` stops at the root.
 //!
 //! An encoded slash or backslash (`%2F`, `%5C`) is data inside a segment, not a separator, and
-//! it stays encoded. Some upstreams decode them before resolving dot segments. For those,
-//! `/free/..%2Fapi/x` would mean `/api/x`. Java servlet containers drop a segment's `;`
+//! it stays encoded. Some upstreams decode them, or read a raw `\` as `/`, before resolving dot
+//! segments. For those, `/free/..%2Fapi/x` would mean `/api/x`. Java servlet containers drop a segment's `;`
 //! parameters first, so to them `/free/..;/api/x` is `/api/x`. Such paths are
 //! [`Canonical::Ambiguous`], and the gateway refuses them with 400.
 
@@ -52,7 +52,8 @@ pub fn canonical_path(path: &str) -> Canonical {
         return Canonical::Unchanged;
     }
     let bytes = path.as_bytes();
-    if !bytes.contains(&b'%') && !bytes.contains(&b';') && !has_dot_or_empty_segment(bytes) {
+    let special = |b: &u8| matches!(b, b'%' | b';' | b'\\');
+    if !bytes.iter().any(special) && !has_dot_or_empty_segment(bytes) {
         return Canonical::Unchanged;
     }
     let decoded = decode_unreserved(bytes);
@@ -125,11 +126,15 @@ fn has_dot_or_empty_segment(path: &[u8]) -> bool {
 }
 
 /// Whether some upstream would find a dot segment or an empty one in a resolved path that has
-/// none: one that decodes `%2F` and `%5C` into separators, or one that drops the `;`
-/// parameters of each segment before resolving dot segments, as Java servlet containers do
-/// (`/free/..;/api` is `/api` to them).
+/// none. Two kinds of upstream would:
+///
+/// - one that decodes `%2F` and `%5C` into separators, or reads a raw `\` as one (as Windows
+///   servers do);
+/// - one that drops the `;` parameters of each segment before resolving dot segments, as Java
+///   servlet containers do (`/free/..;/api` is `/api` to them).
 fn read_otherwise(resolved: &str) -> bool {
-    let separators = resolved.contains("%2F") || resolved.contains("%5C");
+    let separators =
+        resolved.contains("%2F") || resolved.contains("%5C") || resolved.contains('\\');
     let parameters = resolved.contains(';') || resolved.contains("%3B");
     if !separators && !parameters {
         return false;
@@ -137,6 +142,7 @@ fn read_otherwise(resolved: &str) -> bool {
     let decoded = resolved
         .replace("%2F", "/")
         .replace("%5C", "/")
+        .replace('\\', "/")
         .replace("%3B", ";");
     let without_parameters: Vec<&str> = decoded
         .split('/')
@@ -300,6 +306,8 @@ mod tests {
             "/a/%2F%2Fb",
             "/a/%2F/b",
             "/free/..;/api/x",
+            "/free\\..\\api/x",
+            "/free/..\\api/x",
             "/free/..;x=1/api/x",
             "/free/.;/api/x",
             "/free/..%3B/api/x",
