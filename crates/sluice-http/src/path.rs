@@ -12,10 +12,10 @@
 //! - `.` and `..` segments are resolved (RFC 3986 §5.2.4); `..` stops at the root.
 //!
 //! An encoded slash or backslash (`%2F`, `%5C`) is data inside a segment, not a separator, and
-//! it stays encoded. Some upstreams decode them, or read a raw `\` as `/`, before resolving dot
-//! segments. For those, `/free/..%2Fapi/x` would mean `/api/x`. Java servlet containers drop a segment's `;`
-//! parameters first, so to them `/free/..;/api/x` is `/api/x`. Such paths are
-//! [`Canonical::Ambiguous`], and the gateway refuses them with 400.
+//! it stays encoded. Some upstreams decode them, or read a raw `\` as `/`, before resolving
+//! dot segments. For those, `/free/..%2Fapi/x` would mean `/api/x`. Java servlet containers
+//! drop a segment's `;` parameters first, so to them `/free/..;/api/x` is `/api/x`. Such paths
+//! are [`Canonical::Ambiguous`], and the gateway refuses them with 400.
 
 use http::uri::PathAndQuery;
 use http::Uri;
