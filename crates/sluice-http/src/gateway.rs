@@ -35,7 +35,7 @@ pub enum Outcome<'a> {
     UpstreamRefused,
     /// Admitted, but the upstream did not answer in time (504).
     UpstreamTimeout,
-    /// The path's encoded slashes would change its meaning (400; see [`crate::path`]).
+    /// Some upstreams would read the path as another one (400; see [`crate::path`]).
     AmbiguousPath,
 }
 
