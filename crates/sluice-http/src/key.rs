@@ -331,29 +331,15 @@ fn form_decode(text: &[u8]) -> Cow<'_, [u8]> {
     if !text.iter().any(|&b| b == b'%' || b == b'+') {
         return Cow::Borrowed(text);
     }
-    let hex = |b: u8| {
-        char::from(b)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
     let mut out = Vec::with_capacity(text.len());
     let mut i = 0;
     while i < text.len() {
-        match text[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let digit = |at: usize| text.get(at).copied().and_then(hex);
-                match (digit(i + 1), digit(i + 2)) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(hi << 4 | lo);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
+        if let Some(byte) = crate::path::escape_at(text, i) {
+            out.push(byte);
+            i += 3;
+            continue;
         }
+        out.push(if text[i] == b'+' { b' ' } else { text[i] });
         i += 1;
     }
     Cow::Owned(out)

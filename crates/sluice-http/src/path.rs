@@ -157,34 +157,36 @@ fn decode_unreserved(path: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(path.len());
     let mut i = 0;
     while i < path.len() {
-        let b = path[i];
-        if b == b'%' && i + 2 < path.len() {
-            if let (Some(hi), Some(lo)) = (hex(path[i + 1]), hex(path[i + 2])) {
-                let value = hi << 4 | lo;
-                if is_unreserved(value) {
-                    out.push(value);
-                } else {
-                    out.push(b'%');
-                    out.push(path[i + 1].to_ascii_uppercase());
-                    out.push(path[i + 2].to_ascii_uppercase());
-                }
-                i += 3;
-                continue;
+        if let Some(value) = escape_at(path, i) {
+            if is_unreserved(value) {
+                out.push(value);
+            } else {
+                out.push(b'%');
+                out.push(path[i + 1].to_ascii_uppercase());
+                out.push(path[i + 2].to_ascii_uppercase());
             }
+            i += 3;
+            continue;
         }
-        out.push(b);
+        out.push(path[i]);
         i += 1;
     }
     out
 }
 
-fn hex(b: u8) -> Option<u8> {
-    match b {
+/// The byte a `%XX` escape starting at `at` stands for; `None` when there is no `%` there or
+/// it is not followed by two hex digits.
+pub(crate) fn escape_at(text: &[u8], at: usize) -> Option<u8> {
+    let hex = |b: u8| match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
+    };
+    if text.get(at) != Some(&b'%') {
+        return None;
     }
+    Some(hex(*text.get(at + 1)?)? << 4 | hex(*text.get(at + 2)?)?)
 }
 
 /// RFC 3986 §2.3.
