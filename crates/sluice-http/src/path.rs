@@ -52,8 +52,7 @@ pub fn canonical_path(path: &str) -> Canonical {
         return Canonical::Unchanged;
     }
     let bytes = path.as_bytes();
-    let special = |b: &u8| matches!(b, b'%' | b';' | b'\\');
-    if !bytes.iter().any(special) && !has_dot_or_empty_segment(bytes) {
+    if !may_change(bytes) {
         return Canonical::Unchanged;
     }
     let decoded = decode_unreserved(bytes);
@@ -110,6 +109,23 @@ pub fn canonical_uri(uri: &Uri) -> Result<Option<Uri>, AmbiguousPath> {
     let mut parts = uri.clone().into_parts();
     parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(|_| AmbiguousPath)?);
     Uri::from_parts(parts).map(Some).map_err(|_| AmbiguousPath)
+}
+
+/// Whether a `/`-led path may not be canonical: it has an escape, a `;`, a `\\`, a `.` or
+/// `..` segment, or two `/` in a row. One pass over the bytes: this runs on every request.
+fn may_change(path: &[u8]) -> bool {
+    let ends_segment = |at: usize| matches!(path.get(at), None | Some(b'/'));
+    path.iter().enumerate().any(|(i, &b)| match b {
+        b'%' | b';' | b'\\' => true,
+        b'/' => match path.get(i + 1) {
+            Some(b'/') => true,
+            Some(b'.') => {
+                ends_segment(i + 2) || (path.get(i + 2) == Some(&b'.') && ends_segment(i + 3))
+            }
+            _ => false,
+        },
+        _ => false,
+    })
 }
 
 /// Whether a `/`-led path has a `.` or `..` segment, or two `/` in a row.
@@ -358,6 +374,17 @@ mod tests {
                     prop_assert!(c.starts_with('/'));
                     prop_assert!(!has_dot_or_empty_segment(c.as_bytes()), "{} -> {}", p, c);
                 }
+            }
+
+            /// The one-pass check agrees with the segment-by-segment definition.
+            #[test]
+            fn the_quick_check_is_the_definition(p in path()) {
+                let special = p.bytes().any(|b| matches!(b, b'%' | b';' | b'\\'));
+                prop_assert_eq!(
+                    may_change(p.as_bytes()),
+                    special || has_dot_or_empty_segment(p.as_bytes()),
+                    "{}", p
+                );
             }
 
             /// Spelling a letter or a dot as its escape does not change the canonical path.
