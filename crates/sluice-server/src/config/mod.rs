@@ -17,6 +17,7 @@ use std::time::Duration;
 use http::Method;
 use ipnet::IpNet;
 use sluice_core::{Kind, Quota, Rate};
+use sluice_http::path::{canonical_path, Canonical};
 use sluice_http::policy::{is_valid_name, QueueSpec};
 use sluice_http::{KeySpec, Upstream};
 use toml::de::{DeTable, DeValue};
@@ -718,7 +719,6 @@ fn route(
         } else {
             // Requests are routed by their canonical path: a prefix in another form would
             // never match.
-            use sluice_http::path::{canonical_path, Canonical};
             match canonical_path(p) {
                 Canonical::Unchanged => {}
                 Canonical::Changed(c) => errors.at(
