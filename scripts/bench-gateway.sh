@@ -7,10 +7,13 @@
 #   direct     wrk -> upstream (nginx `return 200`)
 #   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy
 #   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
+#   nginx-same the same nginx doing the header work sluice does on every proxied request:
+#              X-Forwarded-For appended (the issue's contract for the gateway) and a request id
+#              (X-Request-Id: the client's, or a new one) sent upstream and echoed to the client
 #   hyper      wrk -> a plain hyper proxy (benches/examples/plain_hyper_proxy.rs) -> upstream
 #   sluice-429 every request denied (capacity 1, 1/h): answered 429 by sluice
 #   nginx-429  every request denied (rate 1r/m, no burst): answered 429 by nginx
-# The six runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
+# The seven runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
 # median of each figure, so that a burst of other load on the machine moves one sample, not
 # the result. Then the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
 # count is compared with burst + rate x duration.
@@ -105,15 +108,26 @@ cpu_ticks() { # pids... -> "user sys", clock ticks summed over the processes
   echo "$u $s"
 }
 
-# wrk -> "req/s p50 p99 total non2xx seconds user_us sys_us": the last two are the CPU time
-# the serving processes (PIDS...) spent per request, in microseconds.
+# wrk -> "req/s p50 p99 total non2xx seconds user_us sys_us upstream_us wrk_us": user_us and
+# sys_us are the CPU time the serving processes (PIDS...) spent per request, in microseconds;
+# upstream_us the upstream's workers' (user + kernel), wrk_us wrk's own. The three add up to the
+# machine's CPU per request, which sets the throughput when all of them share two cores.
 run_wrk() {
   local label=$1 url=$2 secs=$3
   shift 3
-  local out u0 s0 u1 s1
+  local out u0 s0 u1 s1 up0 up1 _u _s wrk_ticks
   read -r u0 s0 < <(cpu_ticks "$@")
-  out=$("$WRK" -t2 -c"$CONNS" -d"${secs}s" --latency "$url" 2>&1)
+  # shellcheck disable=SC2046 # one argument per pid
+  read -r _u _s < <(cpu_ticks $(serving_pids upstream)); up0=$((_u + _s))
+  # wrk runs as the child of a shell that reads its own children's CPU time once wrk is reaped
+  # (fields 16 and 17 of /proc/PID/stat, cutime and cstime).
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  out=$(bash -c '"$@" 2>&1; echo "wrk-cpu-ticks $(cut -d" " -f16,17 /proc/$$/stat)"' _ \
+    "$WRK" -t2 -c"$CONNS" -d"${secs}s" --latency "$url")
   read -r u1 s1 < <(cpu_ticks "$@")
+  # shellcheck disable=SC2046
+  read -r _u _s < <(cpu_ticks $(serving_pids upstream)); up1=$((_u + _s))
+  wrk_ticks=$(awk '/^wrk-cpu-ticks/ {print $2 + $3}' <<<"$out")
   { echo "=== $label ($url)"; echo "$out"; } >> "$OUT"
   local rps p50 p99 total non2xx took
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
@@ -123,8 +137,9 @@ run_wrk() {
   took=$(awk '/requests in/ {gsub(/s,/,"",$4); print $4}' <<<"$out")
   non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
   local per
-  per=$(awk -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v n="$total" -v k="$(getconf CLK_TCK)" \
-    'BEGIN { printf "%.2f %.2f", u / k * 1e6 / n, s / k * 1e6 / n }')
+  per=$(awk -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v up=$((up1 - up0)) -v w="$wrk_ticks" -v n="$total" \
+    -v k="$(getconf CLK_TCK)" \
+    'BEGIN { f = 1e6 / k / n; printf "%.2f %.2f %.2f %.2f", u * f, s * f, up * f, w * f }')
   echo "$rps $p50 $p99 $total ${non2xx:-0} $took $per"
 }
 
@@ -141,7 +156,7 @@ echo "building sluice (release)..." >&2
 
 UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
 SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
-SLACC=$(free_port); SLACCA=$(free_port); HY=$(free_port)
+SLACC=$(free_port); SLACCA=$(free_port); HY=$(free_port); NGSAME=$(free_port)
 
 start_nginx upstream "server { listen 127.0.0.1:$UP; keepalive_requests 1000000; location / { return 200 \"ok\\n\"; } }"
 wait_port "$UP"
@@ -151,6 +166,12 @@ start_nginx proxy "$PROXY_COMMON
   limit_req_zone \$binary_remote_addr zone=open:10m rate=1000000r/s;
   server { listen 127.0.0.1:$NG; keepalive_requests 1000000;
     location / { limit_req zone=open burst=1000000 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+start_nginx proxysame "$PROXY_COMMON
+  limit_req_zone \$binary_remote_addr zone=same:10m rate=1000000r/s;
+  map \$http_x_request_id \$rid { default \$http_x_request_id; \"\" \$request_id; }
+  server { listen 127.0.0.1:$NGSAME; keepalive_requests 1000000;
+    location / { limit_req zone=same burst=1000000 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Request-Id \$rid; add_header X-Request-Id \$rid always; } }"
 start_nginx proxy429 "$PROXY_COMMON
   limit_req_zone \$binary_remote_addr zone=shut:10m rate=1r/m;
   server { listen 127.0.0.1:$NG429; keepalive_requests 1000000;
@@ -159,7 +180,7 @@ start_nginx proxyacc "$PROXY_COMMON
   limit_req_zone \$binary_remote_addr zone=acc:10m rate=100r/s;
   server { listen 127.0.0.1:$NGACC; keepalive_requests 1000000;
     location / { limit_req zone=acc burst=20 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
-wait_port "$NG"; wait_port "$NG429"; wait_port "$NGACC"
+wait_port "$NG"; wait_port "$NGSAME"; wait_port "$NG429"; wait_port "$NGACC"
 
 route() { printf '[[route]]\npath_prefix = "/"\npolicies = ["%s"]\nupstream = "http://127.0.0.1:%s"\n' "$1" "$UP"; }
 start_sluice open "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SL" "$SLA"
@@ -172,25 +193,25 @@ MASTER[hyper]=$!
 wait_port "$HY"
 
 # Warm up every path once (connections, pools, caches).
-for port in $UP $NG $SL $HY $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
 declare -A SAMPLES
 for round in $(seq "$ROUNDS"); do
-  for run in "direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429"; do
+  for run in "direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "nginx-same:$NGSAME:proxysame" "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429"; do
     IFS=: read -r label port server <<<"$run"
     # shellcheck disable=SC2046 # one argument per pid
     result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION" $(serving_pids "$server"))
     echo "round $round $label: $result" >&2
-    read -r rps p50 p99 total non2xx took cpu_user cpu_sys <<<"$result"
-    SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took $cpu_user $cpu_sys"$'\n'
+    read -r rps p50 p99 total non2xx took cpu_user cpu_sys cpu_up cpu_wrk <<<"$result"
+    SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took $cpu_user $cpu_sys $cpu_up $cpu_wrk"$'\n'
   done
 done
 median_col() { # label column -> median over rounds
   printf '%s' "${SAMPLES[$1]}" | awk -v c="$2" 'NF {print $c}' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
 declare -A R
-for label in direct sluice nginx hyper sluice-429 nginx-429; do
-  R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6) $(median_col "$label" 7) $(median_col "$label" 8)"
+for label in direct sluice nginx nginx-same hyper sluice-429 nginx-429; do
+  R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6) $(median_col "$label" 7) $(median_col "$label" 8) $(median_col "$label" 9) $(median_col "$label" 10)"
 done
 
 # Accuracy: flood for 10 s; admitted = total - non-2xx; expected = burst + rate x duration.
@@ -200,16 +221,20 @@ ACC_S=$(run_wrk "sluice-accuracy" "http://127.0.0.1:$SLACC/" 10 $(serving_pids a
 ACC_N=$(run_wrk "nginx-accuracy" "http://127.0.0.1:$NGACC/" 10 $(serving_pids proxyacc))
 
 row() { # label
-  read -r rps p50 p99 total non2xx took cpu_user cpu_sys <<<"${R[$1]}"
-  local all
+  read -r rps p50 p99 total non2xx took cpu_user cpu_sys cpu_up cpu_wrk <<<"${R[$1]}"
+  local all machine
   all=$(printf '%s' "${SAMPLES[$1]}" | awk 'NF {printf "%s%.0f", (n++ ? ", " : ""), $1}')
-  printf '| %s | %s | %s | %s | %s | %s + %s | %s |\n' "$1" "$rps" "$p50" "$p99" "$non2xx" "$cpu_user" "$cpu_sys" "$all"
+  # direct: the server is the upstream, counted once.
+  if [ "$1" = direct ]; then cpu_up=0; fi
+  machine=$(awk -v a="$cpu_user" -v b="$cpu_sys" -v c="$cpu_up" -v d="$cpu_wrk" 'BEGIN { printf "%.2f", a + b + c + d }')
+  printf '| %s | %s | %s | %s | %s | %s + %s | %s | %s | %s | %s |\n' "$1" "$rps" "$p50" "$p99" "$non2xx" "$cpu_user" "$cpu_sys" \
+    "$([ "$1" = direct ] && echo "(the server)" || echo "$cpu_up")" "$cpu_wrk" "$machine" "$all"
 }
 field() { awk -v i="$2" '{print $i}' <<<"${R[$1]}"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
 acc_line() { # label result burst
-  read -r rps p50 p99 total non2xx took _ _ <<<"$2"
+  read -r rps p50 p99 total non2xx took _ _ _ _ <<<"$2"
   local admitted=$((total - non2xx))
   local expected
   expected=$(awk -v b="$3" -v t="$took" 'BEGIN { printf "%.1f", b + 100 * t }')
@@ -217,7 +242,7 @@ acc_line() { # label result burst
 }
 
 D_P99=$(field direct 3)
-S_P99=$(field sluice 3); N_P99=$(field nginx 3)
+S_P99=$(field sluice 3); N_P99=$(field nginx 3); NS_P99=$(field nginx-same 3)
 S4_P99=$(field sluice-429 3); N4_P99=$(field nginx-429 3)
 
 cat <<MD
@@ -230,21 +255,27 @@ nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), sluice release build, access lo
 (1 worker per core), the same process for every run. sluice: \`key = "ip"\`, GCRA; nginx: \`limit_req_zone \$binary_remote_addr\`,
 \`limit_req_status 429\`, upstream keepalive 256.
 
-| run | req/s (median) | p50 ms | p99 ms | non-2xx | server CPU µs/request, user + kernel | req/s of each round |
-|---|---|---|---|---|---|---|
+| run | req/s (median) | p50 ms | p99 ms | non-2xx | server CPU µs/request, user + kernel | upstream CPU µs/request | wrk CPU µs/request | machine CPU µs/request | req/s of each round |
+|---|---|---|---|---|---|---|---|---|---|
 $(row direct)
 $(row sluice)
 $(row nginx)
+$(row nginx-same)
 $(row hyper)
 $(row sluice-429)
 $(row nginx-429)
 
 Server CPU: the user and kernel time of the processes answering wrk (sluice, the plain hyper proxy, or nginx's workers; for
-direct, the upstream's workers), divided by the requests of the run (median of the rounds).
+direct, the upstream's workers), divided by the requests of the run (median of the rounds). Upstream and wrk CPU: the same for
+the upstream's workers and for wrk itself; machine CPU is the sum of the three (each a median of the rounds), the CPU the
+machine spends on a request, which sets the throughput while all three processes share the two cores.
 
 - Proxying (unlimited policy): sluice / nginx throughput = **$(ratio "$(field sluice 1)" "$(field nginx 1)")** (target >= 1).
   p99: sluice $S_P99 ms, nginx $N_P99 ms, direct $D_P99 ms; added p99 over direct: sluice $(minus "$S_P99" "$D_P99") ms,
   nginx $(minus "$N_P99" "$D_P99") ms; sluice - nginx = $(minus "$S_P99" "$N_P99") ms (target <= 0.5 ms).
+- Proxying, nginx doing the same header work (nginx-same: X-Forwarded-For, X-Request-Id both ways):
+  sluice / nginx-same throughput = **$(ratio "$(field sluice 1)" "$(field nginx-same 1)")**; nginx-same / nginx = $(ratio "$(field nginx-same 1)" "$(field nginx 1)");
+  p99 nginx-same $NS_P99 ms, sluice - nginx-same = $(minus "$S_P99" "$NS_P99") ms.
 - The plain hyper proxy (no limiting, nothing added to the request or response, tokio's
   multi-threaded runtime, hyper_util's pooled client): sluice / hyper throughput =
   **$(ratio "$(field sluice 1)" "$(field hyper 1)")**, hyper / nginx = $(ratio "$(field hyper 1)" "$(field nginx 1)"); p99 hyper $(field hyper 3) ms.
