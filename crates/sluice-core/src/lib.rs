@@ -47,7 +47,7 @@ mod quota;
 mod snapshot;
 
 pub use algorithm::{
-    Algorithm, FixedWindow, FixedWindowState, Gcra, Kind, LeakyBucket, LeakyBucketState,
+    Advance, Algorithm, FixedWindow, FixedWindowState, Gcra, Kind, LeakyBucket, LeakyBucketState,
     SavedState, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState, TokenBucket,
     TokenBucketState, UnknownKind, MAX_TIME_NS,
 };

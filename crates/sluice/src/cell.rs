@@ -73,14 +73,22 @@ fn gcra_cas(
     now: u64,
     cost: u64,
 ) -> Result<Decision, CheckError> {
+    // Only the new TAT is computed between the load and the swap, so that under contention
+    // the window in which another thread can take the cache line away stays short; the
+    // decision is drawn afterwards from what the successful attempt computed.
     let mut current = atomic.load(Ordering::Acquire);
     loop {
-        let (decision, next) = algorithm.step(current, now, cost)?;
-        if next == current {
-            return Ok(decision);
+        let advance = algorithm.advance(current, now, cost)?;
+        if advance.tat == current {
+            return Ok(algorithm.decision(advance));
         }
-        match atomic.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(decision),
+        match atomic.compare_exchange_weak(
+            current,
+            advance.tat,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Ok(algorithm.decision(advance)),
             Err(actual) => current = actual,
         }
     }

@@ -56,6 +56,20 @@ impl Gcra {
     /// As [`Algorithm::check`].
     #[inline]
     pub fn step(&self, tat: u64, now: u64, cost: u64) -> Result<(Decision, u64), CheckError> {
+        let advance = self.advance(tat, now, cost)?;
+        Ok((self.decision(advance), advance.tat))
+    }
+
+    /// The first half of [`Gcra::step`]: the TAT after a check of `cost` at `now` against
+    /// `tat` (the same `tat` when the check is denied). For a caller that swaps the TAT in
+    /// with a compare-and-swap: only this needs to run between its load and its swap, and
+    /// [`Gcra::decision`] gives the decision once the swap is done.
+    ///
+    /// # Errors
+    ///
+    /// As [`Algorithm::check`].
+    #[inline]
+    pub fn advance(&self, tat: u64, now: u64, cost: u64) -> Result<Advance, CheckError> {
         ensure_cost(&self.quota, cost)?;
         let now = clamp_time(now);
         // cost ≤ capacity and capacity·T ≤ 2^62, so this product cannot overflow.
@@ -67,27 +81,52 @@ impl Gcra {
         // while keeping the saturation off the path from `now`, which is below the cap.
         let new_tat = tat.min(u64::MAX - need).max(now) + need;
         let ahead = new_tat - now;
+        Ok(Advance {
+            tat: if ahead <= self.tau { new_tat } else { tat },
+            before: tat,
+            now,
+            ahead,
+        })
+    }
+
+    /// The second half of [`Gcra::step`]: the decision of the check that gave `advance`.
+    #[inline]
+    pub fn decision(&self, advance: Advance) -> Decision {
+        let Advance {
+            before, now, ahead, ..
+        } = advance;
         if ahead <= self.tau {
-            let decision = Decision {
+            Decision {
                 allowed: true,
                 limit: self.quota.capacity(),
                 remaining: self.per_token.div(self.tau - ahead),
                 retry_after_ns: 0,
                 reset_after_ns: ahead,
-            };
-            Ok((decision, new_tat))
+            }
         } else {
-            let debt = tat.max(now) - now;
-            let decision = Decision {
+            let debt = before.max(now) - now;
+            Decision {
                 allowed: false,
                 limit: self.quota.capacity(),
                 remaining: self.per_token.div(self.tau.saturating_sub(debt)),
                 retry_after_ns: ahead - self.tau,
                 reset_after_ns: debt,
-            };
-            Ok((decision, tat))
+            }
         }
     }
+}
+
+/// One check of [`Gcra::advance`], before its decision is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advance {
+    /// The TAT after the check: the new one if admitted, else the one checked against.
+    pub tat: u64,
+    /// The TAT the check was made against.
+    before: u64,
+    /// The time of the check, clamped.
+    now: u64,
+    /// How far the TAT would be ahead of `now` if the check were admitted.
+    ahead: u64,
 }
 
 impl Algorithm for Gcra {

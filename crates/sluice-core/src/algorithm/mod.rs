@@ -21,7 +21,7 @@ mod step;
 mod token_bucket;
 
 pub use fixed_window::{FixedWindow, FixedWindowState};
-pub use gcra::Gcra;
+pub use gcra::{Advance, Gcra};
 pub use kind::{Kind, UnknownKind};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
