@@ -180,15 +180,21 @@ async fn a_key_cannot_be_spelled_two_ways() {
     assert_eq!(up.count(), 3);
 }
 
+/// A gateway with `server_extra` in `[server]`, and `/api/` limited per client address to
+/// `capacity` requests a minute.
+async fn ip_limited(up: &Upstream, capacity: u64, server_extra: &str) -> Gateway {
+    let policy = format!(
+        "[[policy]]\nname = \"api\"\ncapacity = {capacity}\nrate = \"1/min\"\nkey = \"ip\""
+    );
+    Gateway::start(server_extra, &routes(&up.url(), &policy, "")).await
+}
+
+const TRUST_LOCALHOST: &str = "trusted_proxies = [\"127.0.0.1/32\"]";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_clients_are_counted_by_their_64() {
     let up = Upstream::start().await;
-    let policy = "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"ip\"";
-    let gw = Gateway::start(
-        "trusted_proxies = [\"127.0.0.1/32\"]",
-        &routes(&up.url(), policy, ""),
-    )
-    .await;
+    let gw = ip_limited(&up, 2, TRUST_LOCALHOST).await;
     // One host picking a new address of its /64 for each request spends one bucket.
     let mut statuses = Vec::new();
     for client in ["2001:db8:1:2::a", "2001:db8:1:2:ffff::b", "2001:db8:1:2::c"] {
@@ -209,12 +215,7 @@ async fn ipv6_clients_are_counted_by_their_64() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
     let up = Upstream::start().await;
-    let policy = "[[policy]]\nname = \"api\"\ncapacity = 1\nrate = \"1/min\"\nkey = \"ip\"";
-    let trusted = Gateway::start(
-        "trusted_proxies = [\"127.0.0.1/32\"]",
-        &routes(&up.url(), policy, ""),
-    )
-    .await;
+    let trusted = ip_limited(&up, 1, TRUST_LOCALHOST).await;
     // Behind a trusted proxy, each forwarded client has its own bucket.
     let a = get_with(
         &trusted.url("/api/x"),
@@ -245,7 +246,7 @@ async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
         "6.6.6.6, 203.0.113.2, 127.0.0.1"
     );
     // Nobody trusted: the header is ignored; all three share the peer's bucket.
-    let untrusted = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    let untrusted = ip_limited(&up, 1, "").await;
     let a = get_with(
         &untrusted.url("/api/x"),
         &[("x-forwarded-for", "203.0.113.1")],
