@@ -24,11 +24,10 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
-use smallvec::SmallVec;
 
 use crate::admit::{Denial, Verdict};
 use crate::policy::Policy;
@@ -58,9 +57,7 @@ pub fn policy_header(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
 
 /// The `RateLimit` value for these verdicts about `policies`, or `None` without any.
 pub fn ratelimit_header(policies: &[Arc<Policy>], verdicts: &[Verdict]) -> Option<HeaderValue> {
-    // Written on the stack and copied once into the value: one allocation, of the exact size
-    // (a `BytesMut` frozen with spare capacity costs a second one for its shared header).
-    let mut text = SmallVec::<[u8; 128]>::new();
+    let mut text = BytesMut::with_capacity(48 * verdicts.len());
     let mut num = itoa::Buffer::new();
     for v in verdicts {
         let Some(policy) = policies.get(v.index) else {
@@ -81,7 +78,7 @@ pub fn ratelimit_header(policies: &[Arc<Policy>], verdicts: &[Verdict]) -> Optio
         return None;
     }
     // Names are token characters and the rest digits: always a valid value.
-    HeaderValue::from_bytes(&text).ok()
+    HeaderValue::from_maybe_shared(text.freeze()).ok()
 }
 
 /// A header value of `n` decimal digits, without allocating for `n < 100`.

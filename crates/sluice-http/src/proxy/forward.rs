@@ -110,22 +110,21 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     // One lookup of the name, for reading the lines there and for writing the new one.
     let entry = headers.entry(&X_FORWARDED_FOR);
-    // Written on the stack and copied once into the value: one allocation, of the exact size.
-    let mut value = SmallVec::<[u8; 128]>::new();
+    let mut value = String::with_capacity(48);
     if let Entry::Occupied(lines) = &entry {
         for line in lines.iter() {
             if let Ok(text) = line.to_str() {
                 let text = text.trim();
                 if !text.is_empty() {
-                    value.extend_from_slice(text.as_bytes());
-                    value.extend_from_slice(b", ");
+                    value.push_str(text);
+                    value.push_str(", ");
                 }
             }
         }
     }
-    value.extend_from_slice(IpText::new(peer.to_canonical()).as_str().as_bytes());
+    value.push_str(IpText::new(peer.to_canonical()).as_str());
     // Visible text, commas and an address: always a valid value.
-    let Ok(value) = HeaderValue::from_bytes(&value) else {
+    let Ok(value) = HeaderValue::from_str(&value) else {
         return;
     };
     match entry {
