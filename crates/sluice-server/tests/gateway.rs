@@ -28,6 +28,15 @@ upstream = "{upstream}"
     )
 }
 
+/// A gateway with `server_extra` in `[server]`, and `/api/` limited to `capacity` requests a
+/// minute per `key` (the policy's `key`, e.g. `ip` or `header:x-user`), the policy named `api`.
+async fn per_minute(up: &Upstream, capacity: u64, key: &str, server_extra: &str) -> Gateway {
+    let policy = format!(
+        "[[policy]]\nname = \"api\"\ncapacity = {capacity}\nrate = \"1/min\"\nkey = \"{key}\""
+    );
+    Gateway::start(server_extra, &routes(&up.url(), &policy, "")).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_response_of_a_limited_route_carries_the_headers() {
     let up = Upstream::start().await;
@@ -106,9 +115,7 @@ async fn a_path_cannot_walk_around_its_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_isolated() {
     let up = Upstream::start().await;
-    let policy =
-        "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"header:x-user\"";
-    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    let gw = per_minute(&up, 2, "header:x-user", "").await;
     let status = |r: common::Answer| r.status.as_u16();
     let mut alice = Vec::new();
     for _ in 0..3 {
@@ -140,9 +147,7 @@ async fn keys_are_isolated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_cannot_be_spelled_two_ways() {
     let up = Upstream::start().await;
-    let policy =
-        "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"query:api_key\"";
-    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    let gw = per_minute(&up, 2, "query:api_key", "").await;
     // `abc`, however it is percent-encoded, is one bucket, as it is one key to the upstream.
     let mut statuses = Vec::new();
     for query in ["api_key=abc", "api_key=%61bc", "api%5Fkey=ab%63"] {
@@ -180,21 +185,12 @@ async fn a_key_cannot_be_spelled_two_ways() {
     assert_eq!(up.count(), 3);
 }
 
-/// A gateway with `server_extra` in `[server]`, and `/api/` limited per client address to
-/// `capacity` requests a minute.
-async fn ip_limited(up: &Upstream, capacity: u64, server_extra: &str) -> Gateway {
-    let policy = format!(
-        "[[policy]]\nname = \"api\"\ncapacity = {capacity}\nrate = \"1/min\"\nkey = \"ip\""
-    );
-    Gateway::start(server_extra, &routes(&up.url(), &policy, "")).await
-}
-
 const TRUST_LOCALHOST: &str = "trusted_proxies = [\"127.0.0.1/32\"]";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_clients_are_counted_by_their_64() {
     let up = Upstream::start().await;
-    let gw = ip_limited(&up, 2, TRUST_LOCALHOST).await;
+    let gw = per_minute(&up, 2, "ip", TRUST_LOCALHOST).await;
     // One host picking a new address of its /64 for each request spends one bucket.
     let mut statuses = Vec::new();
     for client in ["2001:db8:1:2::a", "2001:db8:1:2:ffff::b", "2001:db8:1:2::c"] {
@@ -215,7 +211,7 @@ async fn ipv6_clients_are_counted_by_their_64() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
     let up = Upstream::start().await;
-    let trusted = ip_limited(&up, 1, TRUST_LOCALHOST).await;
+    let trusted = per_minute(&up, 1, "ip", TRUST_LOCALHOST).await;
     // Behind a trusted proxy, each forwarded client has its own bucket.
     let a = get_with(
         &trusted.url("/api/x"),
@@ -246,7 +242,7 @@ async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
         "6.6.6.6, 203.0.113.2, 127.0.0.1"
     );
     // Nobody trusted: the header is ignored; all three share the peer's bucket.
-    let untrusted = ip_limited(&up, 1, "").await;
+    let untrusted = per_minute(&up, 1, "ip", "").await;
     let a = get_with(
         &untrusted.url("/api/x"),
         &[("x-forwarded-for", "203.0.113.1")],
@@ -486,9 +482,7 @@ upstream_timeout = "200ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_decision_api() {
     let up = Upstream::start().await;
-    let policy =
-        "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"header:x-user\"";
-    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    let gw = per_minute(&up, 2, "header:x-user", "").await;
     let check = gw.admin("/v1/check");
     let r = post(&check, r#"{"policy": "api", "key": "user-42", "cost": 1}"#).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -555,9 +549,7 @@ async fn the_decision_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_errors_and_the_server_keeps_serving() {
     let up = Upstream::start().await;
-    let policy =
-        "[[policy]]\nname = \"api\"\ncapacity = 2\nrate = \"1/min\"\nkey = \"header:x-key\"";
-    let gw = Gateway::start("", &routes(&up.url(), policy, "")).await;
+    let gw = per_minute(&up, 2, "header:x-key", "").await;
     // An oversized key is hashed: a bucket of its own, limited like any other.
     let long = "k".repeat(10_000);
     let statuses: Vec<u16> = [
