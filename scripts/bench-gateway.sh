@@ -195,9 +195,12 @@ wait_port "$HY"
 # Warm up every path once (connections, pools, caches).
 for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
+# label:port:server of each run, in the order they are interleaved.
+RUNS=("direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "nginx-same:$NGSAME:proxysame"
+  "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429")
 declare -A SAMPLES
 for round in $(seq "$ROUNDS"); do
-  for run in "direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "nginx-same:$NGSAME:proxysame" "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429"; do
+  for run in "${RUNS[@]}"; do
     IFS=: read -r label port server <<<"$run"
     # shellcheck disable=SC2046 # one argument per pid
     result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION" $(serving_pids "$server"))
@@ -210,8 +213,10 @@ median_col() { # label column -> median over rounds
   printf '%s' "${SAMPLES[$1]}" | awk -v c="$2" 'NF {print $c}' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
 declare -A R
-for label in direct sluice nginx nginx-same hyper sluice-429 nginx-429; do
-  R[$label]="$(median_col "$label" 1) $(median_col "$label" 2) $(median_col "$label" 3) $(median_col "$label" 4) $(median_col "$label" 5) $(median_col "$label" 6) $(median_col "$label" 7) $(median_col "$label" 8) $(median_col "$label" 9) $(median_col "$label" 10)"
+for run in "${RUNS[@]}"; do
+  label=${run%%:*}
+  # The median of each of the ten columns a sample has.
+  R[$label]=$(for column in $(seq 10); do printf '%s ' "$(median_col "$label" "$column")"; done)
 done
 
 # Accuracy: flood for 10 s; admitted = total - non-2xx; expected = burst + rate x duration.
