@@ -12,7 +12,7 @@ use crate::serve::{self, ServeError};
 
 /// sluice: a rate-limiting gateway.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(name = "sluice", version = env!("SLUICE_VERSION_LINE"), about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
