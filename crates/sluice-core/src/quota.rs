@@ -137,8 +137,9 @@ impl FromStr for Rate {
     type Err = QuotaError;
 
     /// Reads `N/unit`, `N/Munit` and `N per Munit`, where N may have a fraction (`0.5/s`) and the
-    /// units are `ns`, `us`, `ms`, `s`, `sec`, `second(s)`, `m`, `min`, `minute(s)`, `h`, `hour(s)`,
-    /// `d`, `day(s)`.
+    /// units are `ns` (`nanosecond(s)`), `us` (`µs`, `microsecond(s)`), `ms` (`millisecond(s)`),
+    /// `s` (`sec(s)`, `second(s)`), `m` (`min(s)`, `minute(s)`), `h` (`hr(s)`, `hour(s)`) and `d`
+    /// (`day(s)`).
     fn from_str(text: &str) -> Result<Rate, QuotaError> {
         parse_rate(text)
     }
