@@ -8,7 +8,7 @@
 #   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy
 #   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
 #   nginx-same the same nginx doing the header work sluice does on every proxied request:
-#              X-Forwarded-For appended (the contract for the gateway) and a request id
+#              X-Forwarded-For appended (part of the gateway's contract) and a request id
 #              (X-Request-Id: the client's, or a new one) sent upstream and echoed to the client
 #   hyper      wrk -> a plain hyper proxy (benches/examples/plain_hyper_proxy.rs) -> upstream
 #   sluice-429 every request denied (capacity 1, 1/h): answered 429 by sluice

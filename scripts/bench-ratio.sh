@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 3's two limiter pairs, N criterion runs in a row, each run holding both sides:
+# The limiter's two pairs against governor, N criterion runs in a row, each run holding both
+# sides:
 #
 #   scripts/bench-ratio.sh [ROUNDS]
 #

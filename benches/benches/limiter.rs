@@ -1,4 +1,4 @@
-//! Issue 3's in-process benchmarks, each beside its peer in the same run:
+//! The async crate's in-process benchmarks, each beside its peer in the same run:
 //! `try_acquire` vs governor's `check()` (alone and with 2 threads on one limiter), a pool
 //! slot vs a bare tokio `Semaphore` permit, and a keyed limiter over 1,000,000 keys vs
 //! governor's keyed limiter.

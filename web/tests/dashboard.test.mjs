@@ -1,4 +1,4 @@
-// The gateway's live dashboard (issue 7, acceptance 3): the real `sluice serve` in front of a
+// The gateway's live dashboard under load: the real `sluice serve` in front of a
 // real upstream, loaded by the real `sluice stress`; the dashboard is opened in headless
 // Chromium, its figures must move while the load runs, it must fetch nothing from elsewhere,
 // and a screenshot is saved to web/test-results/dashboard.png.

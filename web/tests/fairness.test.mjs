@@ -1,4 +1,4 @@
-// Acceptance 4: a tab firing 100 req/s cannot starve one firing 1 req/s: tabs take turns in the
+// A tab firing 100 req/s cannot starve one firing 1 req/s: tabs take turns in the
 // queue, so the quiet tab waits about one turn, not behind the busy tab's whole queue.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -243,7 +243,8 @@ function proxy(req, res, upstream) {
 
 /**
  * The gateway config for a test: every path proxied to `upstream` with no policy (the gateway
- * itself limits nothing: issue 6, acceptance 1), plus [browser] from `config`.
+ * itself limits nothing, so every limit the test sees is the browser's), plus [browser] from
+ * `config`.
  */
 export function gatewayToml({ listen, adminListen, upstream, config }) {
   const str = (s) => JSON.stringify(s);
@@ -444,7 +445,7 @@ export function workerState(page) {
   return page.evaluate(async () => (await fetch('/sluice/state', { cache: 'no-store' })).json());
 }
 
-/** Stops every Service Worker of the browser through CDP, as the issue asks. */
+/** Stops every Service Worker of the browser through CDP, as the browser does to an idle worker. */
 export async function stopWorkers(page) {
   const cdp = await page.context().newCDPSession(page);
   await cdp.send('ServiceWorker.enable');

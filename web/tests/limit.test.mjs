@@ -1,4 +1,4 @@
-// Acceptance 1: three tabs share one bucket. Capacity 10, 1/s, queue 100 deep with a 10 s
+// Three tabs share one bucket. Capacity 10, 1/s, queue 100 deep with a 10 s
 // maximum wait; each tab fires 20 req/s for 10 s; the front itself does not limit.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// Acceptance 3: a full queue and a wait beyond the maximum give 429 with Retry-After and a JSON
+// A full queue and a wait beyond the maximum give 429 with Retry-After and a JSON
 // reason; large bodies never wait; assets and navigations are never delayed, even while the
 // queue is full.
 import assert from 'node:assert/strict';

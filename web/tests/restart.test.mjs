@@ -1,4 +1,4 @@
-// Acceptance 2: the bucket survives a worker restart (CDP ServiceWorker.stopAllWorkers); a
+// The bucket survives a worker restart (CDP ServiceWorker.stopAllWorkers); a
 // missing or corrupt store gives an empty bucket that refills; a request the browser
 // dispatches again to the restarted worker is not sent upstream twice.
 import assert from 'node:assert/strict';

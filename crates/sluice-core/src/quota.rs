@@ -137,8 +137,9 @@ impl FromStr for Rate {
     type Err = QuotaError;
 
     /// Reads `N/unit`, `N/Munit` and `N per Munit`, where N may have a fraction (`0.5/s`) and the
-    /// units are `ns`, `us`, `ms`, `s`, `sec`, `second(s)`, `m`, `min`, `minute(s)`, `h`, `hour(s)`,
-    /// `d`, `day(s)`.
+    /// units are `ns` (`nanosecond(s)`), `us` (`µs`, `microsecond(s)`), `ms` (`millisecond(s)`),
+    /// `s` (`sec(s)`, `second(s)`), `m` (`min(s)`, `minute(s)`), `h` (`hr(s)`, `hour(s)`) and `d`
+    /// (`day(s)`).
     fn from_str(text: &str) -> Result<Rate, QuotaError> {
         parse_rate(text)
     }
@@ -353,7 +354,26 @@ impl fmt::Display for Quota {
     }
 }
 
-/// Renders a nanosecond count the way users write durations (`1.5s`, `200ms`).
+/// Renders a nanosecond count in the largest unit that divides it exactly: `s`, `ms`, `us` or
+/// `ns`, so 1.5 s is `1500ms` and zero is `0s`. Every form it writes is one a quota's rate
+/// accepts back (`10 per 1500ms`).
+///
+/// # Examples
+///
+/// ```
+/// use sluice_core::format_duration_ns;
+///
+/// assert_eq!(format_duration_ns(2_000_000_000), "2s");
+/// assert_eq!(format_duration_ns(1_500_000_000), "1500ms");
+/// assert_eq!(format_duration_ns(200_000_000), "200ms");
+/// assert_eq!(format_duration_ns(15_000), "15us");
+/// assert_eq!(format_duration_ns(7), "7ns");
+/// assert_eq!(format_duration_ns(0), "0s");
+///
+/// let text = format!("10 per {}", format_duration_ns(1_500_000_000));
+/// let rate: sluice_core::Rate = text.parse().unwrap();
+/// assert_eq!(rate.interval_ns(), 150_000_000);
+/// ```
 pub fn format_duration_ns(ns: u64) -> String {
     if ns == 0 {
         return "0s".to_string();

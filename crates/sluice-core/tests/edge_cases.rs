@@ -866,10 +866,10 @@ proptest! {
 
 // === Times near u64::MAX ===
 
-/// Regression: GCRA stored `now + cost × interval` saturating at `u64::MAX`, so within one
-/// window of `u64::MAX` its TAT stopped growing and it admitted every request; the window
-/// algorithms and the sliding log did the same at `u64::MAX` itself. Times past
-/// `MAX_TIME_NS` now count as `MAX_TIME_NS`: the clock stops, and a burst gets the capacity.
+/// Near `u64::MAX`: a GCRA that stored `now + cost × interval` saturating at `u64::MAX` would
+/// stop its TAT growing within one window of `u64::MAX` and admit every request, and the
+/// window algorithms and the sliding log would do the same at `u64::MAX` itself. Times past
+/// `MAX_TIME_NS` count as `MAX_TIME_NS`: the clock stops, and a burst gets the capacity.
 #[test]
 fn near_u64_max_a_burst_gets_the_capacity_once() {
     assert_eq!(MAX_TIME_NS, i64::MAX as u64);

@@ -8,8 +8,9 @@
 //! browser (a Service Worker over sluice-core compiled to WebAssembly) and its telemetry.
 //! `main.rs` only calls [`cli::run`].
 //!
-//! Subcommands live in their own modules (`serve`, `check-config`, `default-config`; later
-//! `simulate` and `stress`) and share [`config`].
+//! `serve`, `simulate` and `stress` live in modules of their own, [`dashboard`] serves
+//! `/dashboard` and `/v1/stats` on the admin listener, and the two small subcommands,
+//! `check-config` and `default-config`, are in [`cli`]. All of them read [`config`].
 //!
 //! ```
 //! let config = sluice_server::config::parse(

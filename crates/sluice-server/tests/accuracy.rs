@@ -1,4 +1,4 @@
-//! Issue 5, acceptance 1: capacity 10 at 5/s under 4 s of load at 100 req/s admits within 1
+//! The gateway's exactness: capacity 10 at 5/s under 4 s of load at 100 req/s admits within 1
 //! of 10 + 5 × 4, and the upstream sees exactly the admitted requests.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The browser limiter as the real `sluice serve` serves it (`[browser]`, issue 6): the
+//! The browser limiter as the real `sluice serve` serves it (`[browser]`): the
 //! `/sluice/sw.js` contract of `web/README.md`, `/sluice/config.json`, the files of `web/`,
 //! `POST /v1/telemetry` and the `sluice_browser_*` metrics, reloads, and `check-config`.
 

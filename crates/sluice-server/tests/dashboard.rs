@@ -1,4 +1,4 @@
-//! Issue 7: `/dashboard` and its data, `/v1/stats`, on the admin listener of the real binary.
+//! `/dashboard` and its data, `/v1/stats`, on the admin listener of the real binary.
 //! The figures agree with /metrics; keys that may be secrets are masked; the page loads
 //! nothing from elsewhere. (web/tests/dashboard.test.mjs opens it in a browser under load.)
 

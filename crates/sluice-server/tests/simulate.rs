@@ -1,4 +1,4 @@
-//! Issue 7, acceptance 1 and 4: `sluice simulate` matches the hand-computed examples of
+//! `sluice simulate` matches the hand-computed examples of
 //! docs/simulate.md exactly, its SVG rasterises to a real picture, and bad arguments, traces
 //! and patterns get clear errors with their line (or column) and exit status 2.
 

@@ -1,4 +1,4 @@
-//! Issue 7, acceptance 2 and 4, and the access log: `sluice stress` against the real
+//! `sluice stress` and the access log: `sluice stress` against the real
 //! `sluice serve` and a real upstream on 127.0.0.1 reports exactly the admitted counts of the
 //! gateway's /metrics (and of the upstream), close to what `sluice simulate` predicts; the
 //! access log has a request id and the decision for every request; bad arguments exit 2.

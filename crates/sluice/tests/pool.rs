@@ -159,7 +159,7 @@ async fn ordered_and_unordered_streams() {
 
 #[tokio::test(start_paused = true)]
 async fn throttle_bounds_both_concurrency_and_rate() {
-    // Seed 003, scenario 3: at most 5 in flight, at most 20 per minute.
+    // At most 5 in flight, at most 20 per minute.
     let throttle = Throttle::new(
         Pool::with_size(5).unwrap(),
         Limiter::new(TokenBucket::new(Quota::parse(20, "20/min").unwrap())),

@@ -190,8 +190,9 @@ mod tests {
     use crate::Decision;
     use proptest::prelude::*;
 
-    /// The step as written before the saturation moved to the TAT side: `max(tat, now)`, then
-    /// a saturating add.
+    /// The step in its textbook form: `max(tat, now)`, then a saturating add. The shipped step
+    /// caps the TAT at `u64::MAX - need` before the max instead (one max and one add between
+    /// the clock read and the swap); the proptest below checks that the two agree.
     fn reference(gcra: &Gcra, tat: u64, now: u64, cost: u64) -> (Decision, u64) {
         let now = clamp_time(now);
         let base = tat.max(now);

@@ -12,8 +12,8 @@ use crate::quota::Quota;
 ///
 /// A request is admitted when the cost admitted in `(now − W, now]` plus its own stays within
 /// N. This is exact for any window, at the price of memory proportional to the admissions in
-/// one window (entries at the same instant are merged). It is seed 003's limiter, with the
-/// window boundary, weighted costs and the exact wait handled.
+/// one window (entries at the same instant are merged). It handles the window boundary,
+/// weighted costs and the exact wait.
 ///
 /// # Examples
 ///

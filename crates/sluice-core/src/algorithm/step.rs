@@ -30,8 +30,9 @@ pub(crate) fn clamp_time(now: u64) -> u64 {
 /// Used where a check's arithmetic on the clock reading would otherwise be split by a branch
 /// that LLVM's x86 cmov-to-branch heuristic inserts when the step is inlined into a caller's
 /// loop: the branch is well predicted, yet the core bench measured the branchy token bucket
-/// about 1 ns slower per check than the same code with a conditional move (the GCRA step,
-/// whose `max` keeps its conditional move, did not have the problem).
+/// 0.6 to 1.3 ns slower per check than the same code with a conditional move (the GCRA step,
+/// whose `max` keeps its conditional move, does not have the problem). The figures are in
+/// BENCHMARKS.md, section "sluice-core: one allowed check".
 #[inline(always)]
 pub(crate) fn select_unpredictable(condition: bool, a: u64, b: u64) -> u64 {
     core::hint::select_unpredictable(condition, a, b)

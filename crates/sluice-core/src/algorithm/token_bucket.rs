@@ -9,7 +9,7 @@ use crate::divisor::Divisor;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
 
-/// The token bucket of the seeds, done with integers.
+/// The classic token bucket, done with integers.
 ///
 /// The level is kept in nanoseconds of refill (one token = one interval), which makes
 /// fractional tokens exact: after 1.5 intervals an empty bucket holds exactly 1.5 tokens. No
@@ -20,7 +20,7 @@ use crate::quota::Quota;
 /// ```
 /// use sluice_core::{Algorithm, Quota, TokenBucket};
 ///
-/// // 5 messages in a burst, 10 per minute on average (seed 001).
+/// // 5 messages in a burst, 10 per minute on average.
 /// let bucket = TokenBucket::new(Quota::parse(5, "10/min").unwrap());
 /// let mut state = bucket.initial_state();
 /// for _ in 0..5 {

@@ -1,4 +1,4 @@
-//! The browser limiter, served by the gateway (issue 6): with a `[browser]` table, the main
+//! The browser limiter, served by the gateway: with a `[browser]` table, the main
 //! listener answers these paths itself, before the route table, and proxies everything else.
 //!
 //! | method, path | answer |

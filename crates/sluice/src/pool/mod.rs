@@ -2,7 +2,7 @@
 //! back when a task finishes, panics or is cancelled.
 //!
 //! [`Throttle`] layers a pool and a [`Limiter`](crate::Limiter) in one call: at most N in
-//! flight *and* at most a rate of starts (seed 003's third scenario).
+//! flight *and* at most a rate of starts.
 
 mod handle;
 mod stream;

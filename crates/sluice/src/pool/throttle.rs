@@ -23,7 +23,7 @@ use crate::pool::handle::Pool;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // Seed 003, scenario 3: at most 5 in flight, at most 20 per minute.
+/// // At most 5 in flight, at most 20 per minute.
 /// let throttle = Throttle::new(
 ///     Pool::with_size(5)?,
 ///     Limiter::new(TokenBucket::new(Quota::parse(20, "20/min")?)),
