@@ -304,9 +304,6 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
         .table("browser", &mut errors)
         .map(|(t, _)| browser::parse(t, &mut errors));
     top.finish(&mut errors);
-    if server.admin_listen == server.listen {
-        errors.at(0, "server.admin_listen", "must differ from server.listen");
-    }
     if errors.list.is_empty() {
         Ok(Config {
             source: file.to_owned(),
@@ -392,10 +389,27 @@ fn socket_addr(
     }
 }
 
+/// Whether two listeners cannot both bind: the same fixed port on the same address, or on
+/// any address when either is the unspecified one (`0.0.0.0`, `[::]`). Port 0 asks the kernel
+/// for a free port, so two port-0 listeners never collide.
+fn listeners_collide(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
 fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
     let mut f = Fields::new(t, "server");
     let listen = socket_addr(&mut f, "listen", "127.0.0.1:8080", errors);
+    let admin_at = f.get("admin_listen").map_or(0, |v| v.span().start);
     let admin_listen = socket_addr(&mut f, "admin_listen", "127.0.0.1:8081", errors);
+    if listeners_collide(listen, admin_listen) {
+        errors.at(
+            admin_at,
+            "server.admin_listen",
+            format!("`{admin_listen}` would take the same port as server.listen (`{listen}`): give one of them another port, or port 0 for any free one"),
+        );
+    }
     let mut trusted_proxies = Vec::new();
     for (text, at) in f.strings("trusted_proxies", errors).unwrap_or_default() {
         let net = text
@@ -919,6 +933,41 @@ queue_max_body = "64 parsecs"
                     .any(|s| s.starts_with(line) && s.contains(&format!(" {field}: "))),
                 "missing {line} {field} in\n{}",
                 shown.join("\n")
+            );
+        }
+    }
+
+    #[test]
+    fn two_listeners_may_both_ask_for_a_free_port() {
+        let config = |listen: &str, admin: &str| {
+            format!(
+                "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\n\
+                 [[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9\"\n"
+            )
+        };
+        for (listen, admin) in [
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("[::1]:0", "[::1]:0"),
+            ("0.0.0.0:0", "127.0.0.1:0"),
+            ("127.0.0.1:8080", "127.0.0.2:8080"),
+            ("127.0.0.1:8080", "127.0.0.1:8081"),
+        ] {
+            let parsed = parse(&config(listen, admin), "p.toml");
+            assert!(parsed.is_ok(), "{listen} and {admin}: {:?}", parsed.err());
+        }
+        for (listen, admin) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("127.0.0.1:8080", "[::]:8080"),
+        ] {
+            let errors = parse(&config(listen, admin), "p.toml").unwrap_err();
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            let shown = errors[0].to_string();
+            assert!(
+                shown.starts_with("p.toml:3:")
+                    && shown.contains("server.admin_listen")
+                    && shown.contains(admin),
+                "{shown}"
             );
         }
     }

@@ -103,7 +103,9 @@ impl<'t, 'i> Fields<'t, 'i> {
 
     /// Takes `key`, if present.
     pub(crate) fn get(&mut self, key: &'static str) -> Option<&'t Spanned<DeValue<'i>>> {
-        self.taken.push(key);
+        if !self.taken.contains(&key) {
+            self.taken.push(key);
+        }
         self.table.get(key)
     }
 
