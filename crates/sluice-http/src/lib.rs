@@ -46,6 +46,7 @@ pub mod headers;
 pub mod key;
 pub mod limit;
 mod metrics;
+pub use metrics::describe as describe_metrics;
 pub mod path;
 pub mod policy;
 pub mod proxy;

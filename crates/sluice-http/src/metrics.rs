@@ -4,7 +4,7 @@
 //! | name | kind | labels |
 //! |------|------|--------|
 //! | `sluice_policy_admitted_total` | counter | `policy` |
-//! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`) |
+//! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`, `ambiguous_key`) |
 //! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
 //! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`) |
 //! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`) |
@@ -65,4 +65,41 @@ impl RouteMetrics {
         let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
         self.status[class].increment(1);
     }
+}
+
+/// Gives every metric of the gateway (this crate's and `sluice`'s) its help text and unit, for
+/// the installed recorder. Call it once, after installing the recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+
+    sluice::describe_metrics();
+    describe_counter!(
+        "sluice_policy_admitted_total",
+        Unit::Count,
+        "Requests a gateway policy admitted, by `policy`."
+    );
+    describe_counter!(
+        "sluice_policy_denied_total",
+        Unit::Count,
+        "Requests a gateway policy refused, by `policy` and `reason`: `limit`, `queue_full` and \
+         `timeout` (429), `capacity` (422: the cost exceeds the capacity), `unavailable` (503: \
+         the store could not answer and on_error denies), `ambiguous_key` (400: the key appears \
+         twice with different values)."
+    );
+    describe_gauge!(
+        "sluice_policy_waiting",
+        Unit::Count,
+        "Requests waiting in a policy's queues now, by `policy`."
+    );
+    describe_counter!(
+        "sluice_upstream_responses_total",
+        Unit::Count,
+        "Upstream responses, by `route` and `status` class (`1xx` to `5xx`)."
+    );
+    describe_counter!(
+        "sluice_upstream_errors_total",
+        Unit::Count,
+        "Requests that got no upstream response, by `route` and `error`: `refused` (502), \
+         `timeout` (504), `other` (502)."
+    );
 }

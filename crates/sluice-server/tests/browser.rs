@@ -229,9 +229,9 @@ async fn telemetry_statuses_and_metrics() {
         ("sluice_browser_rejected_total{reason=\"limit\"}", 10.0),
         ("sluice_browser_cancelled_total", 2.0),
         ("sluice_browser_redispatched_total", 2.0),
-        ("sluice_browser_queue_wait_ms_sum", 3660.0),
-        ("sluice_browser_queue_wait_ms_count", 6.0),
-        ("sluice_browser_queue_wait_ms_max", 950.0),
+        ("sluice_browser_queue_wait_seconds_total", 3.66),
+        ("sluice_browser_queue_waits_total", 6.0),
+        ("sluice_browser_queue_wait_max_seconds", 0.95),
     ] {
         assert_eq!(metric(&gw, series).await, value, "{series}");
     }

@@ -27,6 +27,7 @@ pub use clock::{Clock, ManualClock, TokioClock};
 pub use error::Error;
 pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::{Acquire, AcquireOptions, Limiter};
+pub use metrics::describe as describe_metrics;
 pub use pool::{Pool, PoolError, PoolPermit, Throttle};
 pub use sluice_core::queue::Priority;
 

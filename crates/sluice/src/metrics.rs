@@ -75,3 +75,98 @@ impl PoolMetrics {
         }
     }
 }
+
+/// Gives every metric this crate registers its help text and unit, for the installed recorder
+/// (Prometheus renders them as `# HELP` lines). Call it once, after installing the recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+
+    describe_counter!(
+        "sluice_admitted_total",
+        Unit::Count,
+        "Acquisitions admitted, by `limiter` (a rate limiter's name) or `pool` (a pool's name)."
+    );
+    describe_counter!(
+        "sluice_denied_total",
+        Unit::Count,
+        "Acquisitions refused, by `limiter` or `pool` and `reason`: `limit` (no token and no queue), \
+         `queue_full`, `timeout` (the wait would pass or passed max_wait), `closed`."
+    );
+    describe_gauge!(
+        "sluice_queued",
+        Unit::Count,
+        "Acquisitions waiting in the queue now, by `limiter` or `pool`."
+    );
+    describe_histogram!(
+        "sluice_queue_wait_seconds",
+        Unit::Seconds,
+        "Time admitted acquisitions spent queued, in seconds, by `limiter` or `pool`."
+    );
+    describe_gauge!(
+        "sluice_in_flight",
+        Unit::Count,
+        "Tasks holding a pool permit now, by `pool`."
+    );
+    describe_counter!(
+        "sluice_keys_evicted_total",
+        Unit::Count,
+        "Keys a keyed limiter forgot to stay within max_keys, by `limiter`."
+    );
+    describe_counter!(
+        "sluice_retries_total",
+        Unit::Count,
+        "Retries scheduled or given up, by `retry` (the policy's name) and `outcome`."
+    );
+    describe_counter!(
+        "sluice_retry_runs_total",
+        Unit::Count,
+        "Retried operations finished, by `retry` and `outcome`."
+    );
+    describe_histogram!(
+        "sluice_retry_delay_seconds",
+        Unit::Seconds,
+        "Delays slept before retries, in seconds, by `retry`."
+    );
+    describe_gauge!(
+        "sluice_breaker_state",
+        Unit::Count,
+        "A circuit breaker's state, by `breaker`: 0 closed, 1 half-open, 2 open (higher is worse)."
+    );
+    describe_counter!(
+        "sluice_breaker_calls_total",
+        Unit::Count,
+        "Calls through a circuit breaker, by `breaker` and `outcome`."
+    );
+    describe_counter!(
+        "sluice_breaker_rejections_total",
+        Unit::Count,
+        "Calls a circuit breaker refused without running them, by `breaker`."
+    );
+    describe_counter!(
+        "sluice_breaker_transitions_total",
+        Unit::Count,
+        "Circuit breaker state changes, by `breaker`, `from` and `to`."
+    );
+    describe_counter!(
+        "sluice_store_round_trips_total",
+        Unit::Count,
+        "Decisions sent to a shared store, by `store` and `prefix`."
+    );
+    describe_counter!(
+        "sluice_store_cached_denials_total",
+        Unit::Count,
+        "Denials answered from the local cache of a shared store's recent denials, without a \
+         round trip, by `store` and `prefix`."
+    );
+    describe_counter!(
+        "sluice_store_fallbacks_total",
+        Unit::Count,
+        "Decisions made by the store's on_error rule because the store could not answer, by \
+         `store` and `prefix`."
+    );
+    describe_counter!(
+        "sluice_store_errors_total",
+        Unit::Count,
+        "Failed round trips to a shared store, by `store` and `prefix`."
+    );
+}

@@ -9,15 +9,20 @@
 //! | `sluice_browser_rejected_total` | counter | `reason`: `queue_full`, `timeout`, `limit` (the workers' 429s) |
 //! | `sluice_browser_cancelled_total` | counter | waiters whose page went away |
 //! | `sluice_browser_redispatched_total` | counter | re-dispatched copies refused after a worker restart |
-//! | `sluice_browser_queue_wait_ms_sum`, `_count` | counter | the wait of requests admitted after waiting |
-//! | `sluice_browser_queue_wait_ms_max` | gauge | the longest such wait reported since the gateway started |
+//! | `sluice_browser_queue_wait_seconds_total` | counter | the waits of requests admitted after waiting, summed |
+//! | `sluice_browser_queue_waits_total` | counter | how many such waits were reported |
+//! | `sluice_browser_queue_wait_max_seconds` | gauge | the longest such wait reported since the gateway started |
 //! | `sluice_browser_telemetry_refused_total` | counter | `reason`: `malformed` (400), `too_large` (413), `limit` (429), `method` (405) |
 //!
 //! Counters are summed as received: a sampled batch (`sample` < 1) is not scaled up.
+//!
+//! The three wait series carry seconds with a fractional part, which the `metrics` facade's
+//! integer counters cannot hold, so [`render_waits`] writes them in the exposition format
+//! after the recorder's own output.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use metrics::{Counter, Gauge};
+use metrics::Counter;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -175,9 +180,89 @@ pub enum Refusal {
     Method,
 }
 
-/// The longest wait reported since the process started (the gauge is set from it, so a
-/// reload, which makes new handles, never lowers it).
-static WAIT_MAX: AtomicU64 = AtomicU64::new(0);
+/// The waits reported since the process started, in milliseconds: their sum, their count and
+/// the longest (process-wide, so a reload, which makes new handles, never resets them).
+static WAIT_SUM_MS: AtomicU64 = AtomicU64::new(0);
+static WAIT_COUNT: AtomicU64 = AtomicU64::new(0);
+static WAIT_MAX_MS: AtomicU64 = AtomicU64::new(0);
+/// Whether a gateway with a `[browser]` table registered the telemetry metrics.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Appends the wait series to `out` in the Prometheus exposition format (version 0.0.4),
+/// when the browser telemetry is on.
+pub fn render_waits(out: &mut String) {
+    use std::fmt::Write;
+    if !REGISTERED.load(Ordering::Relaxed) {
+        return;
+    }
+    let seconds = |ms: u64| ms as f64 / 1000.0;
+    let series = [
+        (
+            "sluice_browser_queue_wait_seconds_total",
+            "counter",
+            "Time requests waited in the Service Workers' queues before admission, summed over every admitted request that waited (seconds, as the workers report it).",
+            seconds(WAIT_SUM_MS.load(Ordering::Relaxed)),
+        ),
+        (
+            "sluice_browser_queue_waits_total",
+            "counter",
+            "Requests the Service Workers admitted after waiting in their queues.",
+            WAIT_COUNT.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "sluice_browser_queue_wait_max_seconds",
+            "gauge",
+            "The longest wait in a Service Worker's queue reported since the gateway started (seconds).",
+            seconds(WAIT_MAX_MS.load(Ordering::Relaxed)),
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n\n"
+        );
+    }
+}
+
+/// Gives every `sluice_browser_*` metric the recorder renders its help text.
+pub fn describe() {
+    use metrics::{describe_counter, Unit};
+    describe_counter!(
+        "sluice_browser_telemetry_batches_total",
+        Unit::Count,
+        "Telemetry batches from Service Workers accepted on POST /v1/telemetry."
+    );
+    describe_counter!(
+        "sluice_browser_admitted_total",
+        Unit::Count,
+        "Requests the Service Workers admitted, as they reported them."
+    );
+    describe_counter!(
+        "sluice_browser_queued_total",
+        Unit::Count,
+        "Requests that waited in a Service Worker's queue."
+    );
+    describe_counter!(
+        "sluice_browser_rejected_total",
+        Unit::Count,
+        "Requests the Service Workers answered with 429, by `reason`: `queue_full`, `timeout`, `limit`."
+    );
+    describe_counter!(
+        "sluice_browser_cancelled_total",
+        Unit::Count,
+        "Queued requests whose page went away before their turn."
+    );
+    describe_counter!(
+        "sluice_browser_redispatched_total",
+        Unit::Count,
+        "Re-dispatched copies of requests refused after a Service Worker restart."
+    );
+    describe_counter!(
+        "sluice_browser_telemetry_refused_total",
+        Unit::Count,
+        "Telemetry requests refused, by `reason`: `malformed` (400), `too_large` (413), `limit` (429), `method` (405)."
+    );
+}
 
 /// The `sluice_browser_*` handles.
 #[derive(Debug, Clone)]
@@ -190,9 +275,6 @@ pub struct Metrics {
     limit: Counter,
     cancelled: Counter,
     redispatched: Counter,
-    wait_sum: Counter,
-    wait_count: Counter,
-    wait_max: Gauge,
     refused: [Counter; 4],
 }
 
@@ -212,9 +294,6 @@ impl Metrics {
             limit: rejected("limit"),
             cancelled: metrics::counter!("sluice_browser_cancelled_total"),
             redispatched: metrics::counter!("sluice_browser_redispatched_total"),
-            wait_sum: metrics::counter!("sluice_browser_queue_wait_ms_sum"),
-            wait_count: metrics::counter!("sluice_browser_queue_wait_ms_count"),
-            wait_max: metrics::gauge!("sluice_browser_queue_wait_ms_max"),
             refused: [
                 refused("malformed"),
                 refused("too_large"),
@@ -232,15 +311,13 @@ impl Metrics {
             &m.limit,
             &m.cancelled,
             &m.redispatched,
-            &m.wait_sum,
-            &m.wait_count,
         ]
         .into_iter()
         .chain(&m.refused)
         {
             c.increment(0);
         }
-        m.wait_max.set(WAIT_MAX.load(Ordering::Relaxed) as f64);
+        REGISTERED.store(true, Ordering::Relaxed);
         m
     }
 
@@ -254,12 +331,9 @@ impl Metrics {
         self.limit.increment(b.rejected.limit);
         self.cancelled.increment(b.cancelled);
         self.redispatched.increment(b.redispatched);
-        self.wait_sum.increment(b.wait_ms.sum);
-        self.wait_count.increment(b.wait_ms.count);
-        let max = WAIT_MAX
-            .fetch_max(b.wait_ms.max, Ordering::Relaxed)
-            .max(b.wait_ms.max);
-        self.wait_max.set(max as f64);
+        WAIT_SUM_MS.fetch_add(b.wait_ms.sum, Ordering::Relaxed);
+        WAIT_COUNT.fetch_add(b.wait_ms.count, Ordering::Relaxed);
+        WAIT_MAX_MS.fetch_max(b.wait_ms.max, Ordering::Relaxed);
     }
 
     /// Counts a refused request.

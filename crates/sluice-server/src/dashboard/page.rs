@@ -42,7 +42,7 @@ pub async fn page() -> Response {
 
 /// `GET /v1/stats`.
 pub async fn stats(State(shared): State<&'static Shared>) -> Response {
-    let metrics = shared.prometheus.render();
+    let metrics = shared.metrics_text();
     let runtime = shared.current();
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -132,7 +132,7 @@ fn answer(d: &Decision) -> String {
 }
 
 async fn metrics(State(shared): State<&'static Shared>) -> Response {
-    let mut response = shared.prometheus.render().into_response();
+    let mut response = shared.metrics_text().into_response();
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -63,6 +63,8 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
+    sluice_http::describe_metrics();
+    crate::browser::telemetry::describe();
     let upkeep = prometheus.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));

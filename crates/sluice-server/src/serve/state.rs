@@ -24,6 +24,14 @@ impl Shared {
     pub fn current(&self) -> Arc<Runtime> {
         self.runtime.load_full()
     }
+
+    /// The `/metrics` text: the recorder's series, then the browser wait series it cannot
+    /// hold ([`crate::browser::telemetry::render_waits`]).
+    pub fn metrics_text(&self) -> String {
+        let mut text = self.prometheus.render();
+        crate::browser::telemetry::render_waits(&mut text);
+        text
+    }
 }
 
 /// Request ids: 16 hex digits, from a per-thread counter that starts at a random point (no
