@@ -167,3 +167,63 @@ fn the_default_config_is_printed_and_valid() {
     let (code, _, stderr, _) = check(&text);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// The workspace's `docs/examples/`.
+fn examples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples")
+}
+
+#[test]
+fn every_example_config_passes_check_config() {
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(examples()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = Command::new(bin())
+                .arg("check-config")
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}{}",
+                path.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    assert!(
+        checked.iter().any(|n| n == "gateway.toml"),
+        "the production example is checked: {checked:?}"
+    );
+}
+
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_and_reloads_with_sighup() {
+    let unit = std::fs::read_to_string(examples().join("sluice.service")).unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l == "ExecReload=/bin/kill -HUP $MAINPID"),
+        "reload sends SIGHUP:\n{unit}"
+    );
+    // systemd checks that each command exists: point them at the binary under test.
+    let dir = TempDir::new();
+    let path = dir.0.join("sluice.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/sluice", bin())).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze runs (Debian package `systemd`; ./scripts/test installs it)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+}
