@@ -338,9 +338,10 @@ export async function startGateway({ upstream, config, cmd = gatewayCommand(), t
           timeout: value('sluice_browser_rejected_total', '{reason="timeout"}'),
           limit: value('sluice_browser_rejected_total', '{reason="limit"}'),
         },
-        wait_ms_count: value('sluice_browser_queue_wait_ms_count'),
-        wait_ms_sum: value('sluice_browser_queue_wait_ms_sum'),
-        wait_ms_max: value('sluice_browser_queue_wait_ms_max'),
+        // The wait series are in seconds; the workers report whole milliseconds.
+        wait_ms_count: value('sluice_browser_queue_waits_total'),
+        wait_ms_sum: Math.round(value('sluice_browser_queue_wait_seconds_total') * 1000),
+        wait_ms_max: Math.round(value('sluice_browser_queue_wait_max_seconds') * 1000),
       };
     },
     close: async () => {
