@@ -206,8 +206,6 @@ struct Waiter<P> {
     /// When the queue expected to admit it; an admission at another time invalidates the
     /// cached tail prediction.
     predicted: u64,
-    /// When it was offered.
-    since: u64,
     /// The caller's data for this waiter (a waker, a promise index...).
     payload: P,
 }
@@ -348,8 +346,6 @@ pub struct WaitQueue<S, P = ()> {
     deadlines: BinaryHeap<Reverse<(u64, u64)>>,
     tail: Option<Tail<S>>,
     closed: bool,
-    /// The moment of the latest admission made through the queue.
-    last_admission: u64,
 }
 
 impl<S: Clone> WaitQueue<S, ()> {
@@ -370,7 +366,6 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             deadlines: BinaryHeap::new(),
             tail: None,
             closed: false,
-            last_admission: 0,
         }
     }
 
@@ -451,10 +446,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         }
         if !self.blocks(priority) {
             match cell.check(algorithm, now, cost) {
-                Ok(decision) if decision.allowed => {
-                    self.last_admission = self.last_admission.max(now);
-                    return Offer::Admitted(decision);
-                }
+                Ok(decision) if decision.allowed => return Offer::Admitted(decision),
                 Ok(decision) => {
                     if self.config.depth == 0 {
                         return Offer::Rejected(Rejection::Limited { decision });
@@ -520,10 +512,13 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     /// [`WaitQueue::poll`], handing back each finished waiter's payload and the moment its
     /// outcome took effect.
     ///
-    /// A waiter is admitted at the moment its turn came, which may be before `now` when the
-    /// caller's timer fired late: the decisions then stay exactly those of a perfect timer,
-    /// and a timer coarser than the interval between tokens costs no throughput. That moment
-    /// is what [`Algorithm::refund`] needs if the admission is handed back.
+    /// Every outcome takes effect at `now`, the moment the caller hands it over, and each
+    /// admission is checked against what the limiter holds at `now`. A caller whose timer
+    /// fired late therefore gets no more than the limiter holds then (at most its capacity);
+    /// the waiters whose turns went by follow one by one at the limiter's rate. So the
+    /// admissions handed over stay within capacity + rate·T in every window of length T,
+    /// whatever the timer does; the price of a late timer is throughput, never the bound.
+    /// The moment is what [`Algorithm::refund`] needs if the admission is handed back.
     pub fn poll_timed<A, C, F>(
         &mut self,
         algorithm: &A,
@@ -538,61 +533,33 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     {
         let mut admit_at = None;
         while let Some((level, id)) = self.head() {
-            let (cost, flow, deadline, predicted, since) = {
+            let (cost, flow, deadline, predicted) = {
                 let w = &self.levels[level].waiters[&id];
-                (w.cost, w.flow, w.deadline, w.predicted, w.since)
+                (w.cost, w.flow, w.deadline, w.predicted)
             };
-            // Replay time from when this waiter could first have gone: never before it came,
-            // never before the previous admission, never after now.
-            let mut at = since.max(self.last_admission).min(now);
-            let mut outcome = None;
-            for _ in 0..8 {
-                if at > deadline {
+            if now > deadline {
+                // Its deadline went by before this poll: it never waits longer than it may.
+                self.expire_one(algorithm, cell, now, level, id, &mut emit);
+                continue;
+            }
+            // Checked at `now`, never at the earlier moment its turn came: a late poll finds
+            // only what the limiter holds now, so it cannot release a burst.
+            let outcome = match cell.check(algorithm, now, cost) {
+                Ok(decision) if decision.allowed => Outcome::Admitted(decision),
+                Ok(decision) => {
+                    admit_at = Some(now.saturating_add(decision.retry_after_ns.max(1)));
                     break;
                 }
-                match cell.check(algorithm, at, cost) {
-                    Ok(decision) if decision.allowed => {
-                        outcome = Some(Outcome::Admitted(decision));
-                        break;
-                    }
-                    Ok(decision) => {
-                        let next = at.saturating_add(decision.retry_after_ns.max(1));
-                        if next > now {
-                            admit_at = Some(next);
-                            break;
-                        }
-                        at = next;
-                    }
-                    Err(_) => {
-                        // Unreachable for costs checked at the door; never leave it stuck.
-                        outcome = Some(Outcome::Closed);
-                        break;
-                    }
-                }
+                // Unreachable for costs checked at the door; never leave it stuck.
+                Err(_) => Outcome::Closed,
+            };
+            let popped = self.levels[level].pop_head(id);
+            self.len -= 1;
+            if predicted != now || self.len == 0 || !matches!(outcome, Outcome::Admitted(_)) {
+                self.tail = None;
             }
-            if outcome.is_none() && admit_at.is_none() && at <= deadline && deadline >= now {
-                // The checks did not settle (a state shared with others): look again soon.
-                admit_at = Some(at.max(now.saturating_add(1)));
-            }
-            match outcome {
-                Some(outcome) => {
-                    let popped = self.levels[level].pop_head(id);
-                    self.len -= 1;
-                    self.last_admission = self.last_admission.max(at);
-                    if predicted != at || self.len == 0 || !matches!(outcome, Outcome::Admitted(_))
-                    {
-                        self.tail = None;
-                    }
-                    if let Some(w) = popped {
-                        emit(Ticket { id, flow }, outcome, w.payload, at);
-                    }
-                }
-                None if at > deadline || deadline < now => {
-                    // Its turn would come after its deadline.
-                    admit_at = None;
-                    self.expire_one(algorithm, cell, now, level, id, &mut emit);
-                }
-                None => break,
+            if let Some(w) = popped {
+                emit(Ticket { id, flow }, outcome, w.payload, now);
             }
         }
         self.expire(algorithm, cell, now.saturating_add(1), &mut emit);
@@ -679,7 +646,6 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
                 flow,
                 deadline,
                 predicted: now,
-                since: now,
                 payload: P::default(),
             },
         );
@@ -844,7 +810,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         self.tail = None;
     }
 
-    /// Times out the head `id` of `level`, whose turn would come after its deadline.
+    /// Times out the head `id` of `level`, whose deadline has passed.
     fn expire_one<A, C, F>(
         &mut self,
         algorithm: &A,
@@ -1163,26 +1129,97 @@ mod tests {
         ));
     }
 
+    /// Panics unless every window `[times[i], times[j]]` holds at most `capacity` plus the
+    /// tokens one per `interval` adds over its length.
+    fn assert_within_bound(times: &[u64], capacity: u64, interval: u64) {
+        for i in 0..times.len() {
+            for j in i..times.len() {
+                let count = (j - i + 1) as u64;
+                let span = times[j] - times[i];
+                assert!(
+                    count <= capacity || (count - capacity) * interval <= span,
+                    "{count} admissions within {span} ns: above {capacity} + rate·T ({times:?})"
+                );
+            }
+        }
+    }
+
     #[test]
-    fn a_late_poll_admits_everyone_whose_turn_came_at_their_turn() {
-        // One token per millisecond, capacity 1: a timer that fires 20 ms late must not lose
-        // the 19 tokens a naive check at "now" would cap away.
+    fn a_late_poll_admits_only_what_the_bucket_holds_at_now() {
+        // One token per millisecond, capacity 1, 31 waiters behind a spent bucket: a timer
+        // that fires 20 ms late finds one token, not the twenty whose turns went by.
         const MS: u64 = 1_000_000;
         let alg = Gcra::new(Quota::new(1, crate::Rate::from_interval_ns(MS).unwrap()).unwrap());
         let mut st = alg.initial_state();
         let mut q = WaitQueue::new(cfg(100, 10));
         q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        let mut tickets = Vec::new();
         for _ in 0..30 {
-            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+            if let Offer::Queued { ticket, .. } =
+                q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0)
+            {
+                tickets.push(ticket);
+            }
         }
-        let mut at = Vec::new();
-        let wake = q.poll_timed(&alg, &mut Owned(&mut st), 20 * MS, |_, o, _, t| {
+        let mut out = Vec::new();
+        let wake = q.poll_timed(&alg, &mut Owned(&mut st), 20 * MS, |t, o, _, at| {
             assert!(matches!(o, Outcome::Admitted(_)));
-            at.push(t);
+            out.push((at, t));
         });
-        assert_eq!(at, (1..=20).map(|k| k * MS).collect::<Vec<_>>());
+        assert_eq!(out, vec![(20 * MS, tickets[0])]);
         assert_eq!(wake, Some(21 * MS));
-        // The 21st waiter is not early: still denied at 20 ms.
-        assert_eq!(q.len(), 10);
+        assert_eq!(q.len(), 29);
+        // From then on one per millisecond, in arrival order, within the bound throughout.
+        out.extend(
+            run_until(&mut q, &alg, &mut st, 21 * MS, 100 * MS)
+                .into_iter()
+                .map(|(at, t, _)| (at, t)),
+        );
+        let times: Vec<u64> = out.iter().map(|&(at, _)| at).collect();
+        assert_eq!(times, (20..50).map(|k| k * MS).collect::<Vec<_>>());
+        assert_eq!(out.iter().map(|&(_, t)| t).collect::<Vec<_>>(), tickets);
+        assert_within_bound(&times, 1, MS);
+    }
+
+    #[test]
+    fn polls_late_by_any_amount_stay_within_capacity_plus_rate() {
+        // Capacity 3, one token per 10 ms; the caller polls at its own pace, often long after
+        // the wake it was asked for. Whatever the lateness, the admissions it hands over never
+        // exceed capacity + rate·T in any window.
+        const MS: u64 = 1_000_000;
+        let alg = TokenBucket::new(
+            Quota::new(3, crate::Rate::from_interval_ns(10 * MS).unwrap()).unwrap(),
+        );
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(1000, 100));
+        let mut times = Vec::new();
+        let mut now = 0;
+        for step in 0..200u64 {
+            for _ in 0..step % 7 {
+                if let Offer::Admitted(_) = q.offer(
+                    &alg,
+                    &mut Owned(&mut st),
+                    now,
+                    1,
+                    Priority::Normal,
+                    step % 2,
+                ) {
+                    times.push(now);
+                }
+            }
+            // The caller hands each admission over when the poll returns: at `now`.
+            let wake = q.poll_timed(&alg, &mut Owned(&mut st), now, |_, o, _, at| {
+                assert!(at <= now);
+                if let Outcome::Admitted(_) = o {
+                    times.push(now);
+                }
+            });
+            // Late by 0 to 57 ms, in a fixed irregular pattern.
+            let late = (step * 37 % 58) * MS;
+            now = wake.unwrap_or(now + MS).max(now + 1) + late;
+        }
+        assert!(times.len() > 100, "{}", times.len());
+        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        assert_within_bound(&times, 3, 10 * MS);
     }
 }

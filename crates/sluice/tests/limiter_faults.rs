@@ -1,0 +1,152 @@
+//! The waiting limiter when its timer or its runtime misbehaves: a driver that wakes late never
+//! releases a burst, and a driver that dies never leaves a waiter hanging.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice::Limiter;
+use sluice_core::{Gcra, Quota};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn gcra(capacity: u64, rate: &str) -> Gcra {
+    Gcra::new(Quota::parse(capacity, rate).unwrap())
+}
+
+/// Lets every spawned task run until it blocks, without moving paused time.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Panics unless every window `[at[i], at[j]]` of sorted admission instants holds at most
+/// `capacity + (span + slack) / interval` admissions of cost 1. `slack` allows for the time
+/// between the limiter's decision and the instant its caller could record it.
+fn assert_within_bound(at: &[Duration], capacity: u64, interval: Duration, slack: Duration) {
+    for i in 0..at.len() {
+        for j in i..at.len() {
+            let count = (j - i + 1) as u64;
+            let span = at[j] - at[i] + slack;
+            let allowed = capacity + (span.as_nanos() / interval.as_nanos()) as u64;
+            assert!(
+                count <= allowed,
+                "{count} admissions within {:?}: above capacity + rate·T = {allowed} ({at:?})",
+                at[j] - at[i],
+            );
+        }
+    }
+}
+
+// === a late timer ===
+
+#[tokio::test(start_paused = true)]
+async fn a_driver_woken_late_releases_no_more_than_the_bucket_holds() {
+    // Capacity 2 at 10/s, 30 waiters behind a spent bucket. The clock then jumps a whole
+    // second at once, past ten turns: the driver wakes once, 900 ms late.
+    let limiter = Limiter::builder(gcra(2, "10/s"))
+        .queue(100, 60 * SEC)
+        .build();
+    limiter.try_acquire(2).unwrap();
+    let start = tokio::time::Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..30u32 {
+        let (limiter, log) = (limiter.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            limiter.acquire(1).await.unwrap();
+            log.lock().unwrap().push((i, start.elapsed()));
+        }));
+        settle().await;
+    }
+    assert_eq!(limiter.queued(), 30);
+    tokio::time::advance(SEC).await;
+    settle().await;
+    // At 1 s the bucket holds its capacity, two tokens: two go, the rest wait their turns.
+    assert_eq!(log.lock().unwrap().len(), 2);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let log = log.lock().unwrap();
+    let order: Vec<u32> = log.iter().map(|&(i, _)| i).collect();
+    assert_eq!(order, (0..30).collect::<Vec<_>>(), "FIFO");
+    let at: Vec<Duration> = log.iter().map(|&(_, at)| at).collect();
+    assert_eq!(at[..3], [SEC, SEC, SEC + SEC / 10]);
+    assert_within_bound(&at, 2, SEC / 10, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_driver_woken_late_again_and_again_stays_within_the_bound() {
+    // Capacity 3 at 20/s; the clock moves in irregular jumps of up to 370 ms (many turns at
+    // once), with newcomers arriving in between; none of them barges past the waiters.
+    let limiter = Limiter::builder(gcra(3, "20/s"))
+        .queue(1000, 600 * SEC)
+        .build();
+    let start = tokio::time::Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let mut next = 0u32;
+    for step in 0..40u64 {
+        for _ in 0..step % 9 {
+            let (limiter, log, i) = (limiter.clone(), log.clone(), next);
+            next += 1;
+            tasks.push(tokio::spawn(async move {
+                limiter.acquire(1).await.unwrap();
+                log.lock().unwrap().push((i, start.elapsed()));
+            }));
+            settle().await;
+        }
+        tokio::time::advance(Duration::from_millis(step * 37 % 371)).await;
+        settle().await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), next as usize);
+    let order: Vec<u32> = log.iter().map(|&(i, _)| i).collect();
+    assert_eq!(order, (0..next).collect::<Vec<_>>(), "FIFO");
+    let at: Vec<Duration> = log.iter().map(|&(_, at)| at).collect();
+    assert_within_bound(&at, 3, SEC / 20, Duration::ZERO);
+}
+
+#[test]
+fn a_starved_runtime_releases_no_burst_when_it_resumes() {
+    // Real time: one thread runs the driver and every waiter, and a task blocks it for 300 ms
+    // while turns come due every 50 ms. When the thread is back, one token is there, not six.
+    const INTERVAL: Duration = Duration::from_millis(50);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let at = rt.block_on(async {
+        let limiter = Limiter::builder(gcra(1, "20/s"))
+            .queue(100, 60 * SEC)
+            .build();
+        limiter.try_acquire(1).unwrap();
+        let start = std::time::Instant::now();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for _ in 0..10 {
+            let (limiter, log) = (limiter.clone(), log.clone());
+            tasks.push(tokio::spawn(async move {
+                limiter.acquire(1).await.unwrap();
+                log.lock().unwrap().push(start.elapsed());
+            }));
+        }
+        settle().await;
+        assert_eq!(limiter.queued(), 10);
+        tokio::spawn(async { std::thread::sleep(6 * INTERVAL) })
+            .await
+            .unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let at = log.lock().unwrap().clone();
+        at
+    });
+    assert_eq!(at.len(), 10);
+    assert!(at[0] >= 6 * INTERVAL, "{at:?}");
+    // Half an interval of slack for the scheduling between a decision and its record.
+    assert_within_bound(&at, 1, INTERVAL, INTERVAL / 2);
+}
