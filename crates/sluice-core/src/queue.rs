@@ -592,6 +592,14 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             .map(|w| &mut w.payload)
     }
 
+    /// The data attached to every waiting request, in no particular order (for example to wake
+    /// them all when whatever drove the queue went away).
+    pub fn payloads_mut(&mut self) -> impl Iterator<Item = &mut P> + '_ {
+        self.levels
+            .iter_mut()
+            .flat_map(|level| level.waiters.values_mut().map(|w| &mut w.payload))
+    }
+
     /// Turns every waiter away with [`Outcome::Closed`] and refuses new offers.
     pub fn close<F: FnMut(Ticket, Outcome)>(&mut self, mut emit: F) {
         self.close_with(|t, o, _| emit(t, o));

@@ -1,10 +1,10 @@
 //! The waiting limiter when its timer or its runtime misbehaves: a driver that wakes late never
 //! releases a burst, and a driver that dies never leaves a waiter hanging.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use sluice::Limiter;
+use sluice::{Error, Limiter};
 use sluice_core::{Gcra, Quota};
 
 const SEC: Duration = Duration::from_secs(1);
@@ -149,4 +149,106 @@ fn a_starved_runtime_releases_no_burst_when_it_resumes() {
     assert!(at[0] >= 6 * INTERVAL, "{at:?}");
     // Half an interval of slack for the scheduling between a decision and its record.
     assert_within_bound(&at, 1, INTERVAL, INTERVAL / 2);
+}
+
+// === a dead driver ===
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_limiter_outlives_the_runtime_that_ran_its_driver() {
+    let first = paused_runtime();
+    let limiter = first.block_on(async {
+        let limiter = Limiter::builder(gcra(1, "1/s"))
+            .queue(100, 60 * SEC)
+            .build();
+        limiter.try_acquire(1).unwrap();
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire(1).await })
+        };
+        settle().await;
+        assert_eq!(limiter.queued(), 1);
+        drop(waiter); // detached: it is still queued when the runtime goes
+        limiter
+    });
+    // The driver and the waiter go down with their runtime.
+    drop(first);
+    assert_eq!(limiter.queued(), 0);
+
+    let second = paused_runtime();
+    second.block_on(async {
+        let start = tokio::time::Instant::now();
+        let got = tokio::time::timeout(10 * SEC, limiter.acquire(1)).await;
+        assert!(matches!(got, Ok(Ok(_))), "{got:?}");
+        assert!(start.elapsed() <= SEC, "{:?}", start.elapsed());
+        // And the queue keeps working there: a second waiter one token later.
+        let got = tokio::time::timeout(10 * SEC, limiter.acquire(1)).await;
+        assert!(matches!(got, Ok(Ok(_))), "{got:?}");
+    });
+}
+
+#[test]
+fn waiters_survive_the_runtime_that_ran_their_driver() {
+    // Two runtimes at once: the driver runs on the first, a waiter on the second. When the
+    // first shuts down, the waiter gets a driver of its own and is served.
+    let first = paused_runtime();
+    let limiter = Limiter::builder(gcra(1, "1/s"))
+        .queue(100, 60 * SEC)
+        .build();
+    first.block_on(async {
+        limiter.try_acquire(1).unwrap();
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire(1).await })
+        };
+        settle().await;
+        assert_eq!(limiter.queued(), 1);
+        drop(waiter);
+    });
+    let second = paused_runtime();
+    second.block_on(async {
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire(1).await })
+        };
+        settle().await;
+        assert_eq!(limiter.queued(), 2);
+        first.shutdown_background();
+        let got = tokio::time::timeout(10 * SEC, waiter).await;
+        assert!(matches!(got, Ok(Ok(Ok(_)))), "{got:?}");
+        assert_eq!(limiter.queued(), 0);
+    });
+}
+
+#[test]
+fn a_runtime_without_timers_gets_a_clear_error_at_once() {
+    // Run on a thread of its own so that a hang fails the test instead of stalling it.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let limiter = Limiter::builder(gcra(1, "1/s"))
+                .queue(100, 60 * SEC)
+                .build();
+            limiter.try_acquire(1).unwrap();
+            let got = limiter.acquire(1).await;
+            (got, limiter.queued())
+        });
+        tx.send(got).unwrap();
+    });
+    let got = rx.recv_timeout(10 * SEC);
+    assert_eq!(got, Ok((Err(Error::NoRuntime), 0)));
+    assert_eq!(
+        Error::NoRuntime.to_string(),
+        "acquire needs a tokio runtime with time enabled"
+    );
 }
