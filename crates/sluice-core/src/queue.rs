@@ -203,21 +203,38 @@ struct Waiter<P> {
     cost: u64,
     flow: u64,
     deadline: u64,
-    /// When the queue expected to admit it; an admission at another time invalidates the
-    /// cached tail prediction.
+    /// When the queue expects to admit it, exact while the cached tail prediction stands (a
+    /// replay that builds the tail records every waiter's); an admission at another time
+    /// drops the tail.
     predicted: u64,
     /// The caller's data for this waiter (a waker, a promise index...).
     payload: P,
+}
+
+/// One flow's place in a level: its ticket ids and how many of them still wait.
+#[derive(Debug)]
+struct Flow {
+    /// Ticket ids in arrival order; ids no longer in `Level::waiters` are skipped.
+    ids: VecDeque<u64>,
+    /// How many of `ids` still wait; the flow is dropped when none does.
+    live: usize,
+    /// Which of the flow's stays in the turns this is (see `Level::turns`).
+    stay: u64,
 }
 
 #[derive(Debug)]
 struct Level<P> {
     /// Live waiters by ticket id (ascending id = arrival order).
     waiters: BTreeMap<u64, Waiter<P>>,
-    /// Each flow's ticket ids in arrival order; ids no longer in `waiters` are skipped.
-    flows: BTreeMap<u64, VecDeque<u64>>,
-    /// Flows with waiters, in the order they take turns.
-    turns: VecDeque<u64>,
+    /// The flows with live waiters.
+    flows: BTreeMap<u64, Flow>,
+    /// `(flow, stay)` in the order the flows take turns. A flow leaves the turns as soon as
+    /// none of its requests waits (whether served, cancelled, expired or turned away at the
+    /// door) and comes back at the end with its next request; the entry of a stay that ended
+    /// is skipped lazily.
+    turns: VecDeque<(u64, u64)>,
+    /// The next `Flow::stay`.
+    stays: u64,
 }
 
 impl<P> Default for Level<P> {
@@ -226,45 +243,88 @@ impl<P> Default for Level<P> {
             waiters: BTreeMap::new(),
             flows: BTreeMap::new(),
             turns: VecDeque::new(),
+            stays: 0,
         }
     }
 }
 
 impl<P> Level<P> {
-    /// The id at the head of this level, dropping stale ids and empty flows on the way.
+    /// Whether a turn entry belongs to a flow's current stay.
+    fn current(&self, (flow, stay): (u64, u64)) -> bool {
+        self.flows.get(&flow).is_some_and(|f| f.stay == stay)
+    }
+
+    /// Adds a waiter at the end of its flow; a flow that had none joins the end of the turns.
+    fn push(&mut self, id: u64, waiter: Waiter<P>) {
+        let flow = waiter.flow;
+        self.waiters.insert(id, waiter);
+        if let Some(f) = self.flows.get_mut(&flow) {
+            f.ids.push_back(id);
+            f.live += 1;
+            return;
+        }
+        let stay = self.stays;
+        self.stays += 1;
+        self.flows.insert(
+            flow,
+            Flow {
+                ids: VecDeque::from([id]),
+                live: 1,
+                stay,
+            },
+        );
+        self.turns.push_back((flow, stay));
+    }
+
+    /// Removes a waiter wherever it stands (cancelled, expired, turned away); its flow keeps
+    /// its turn unless it has no one left. Leaves no trace of the latest arrival.
+    fn take(&mut self, id: u64) -> Option<Waiter<P>> {
+        let waiter = self.waiters.remove(&id)?;
+        if let Some(f) = self.flows.get_mut(&waiter.flow) {
+            if f.ids.back() == Some(&id) {
+                f.ids.pop_back();
+            }
+            f.live -= 1;
+            if f.live == 0 {
+                let stay = f.stay;
+                self.flows.remove(&waiter.flow);
+                if self.turns.back() == Some(&(waiter.flow, stay)) {
+                    self.turns.pop_back();
+                }
+            }
+        }
+        Some(waiter)
+    }
+
+    /// The id at the head of this level, dropping stale ids and ended stays on the way.
     fn head(&mut self) -> Option<u64> {
-        while let Some(&flow) = self.turns.front() {
-            if let Some(ids) = self.flows.get_mut(&flow) {
-                while let Some(&id) = ids.front() {
+        while let Some(&(flow, stay)) = self.turns.front() {
+            if let Some(f) = self.flows.get_mut(&flow).filter(|f| f.stay == stay) {
+                while let Some(&id) = f.ids.front() {
                     if self.waiters.contains_key(&id) {
                         return Some(id);
                     }
-                    ids.pop_front();
+                    f.ids.pop_front();
                 }
-                self.flows.remove(&flow);
             }
             self.turns.pop_front();
         }
         None
     }
 
-    /// Removes the head (just admitted) and passes the turn to the next flow.
+    /// Removes the head (just served or timed out) and passes the turn to the next flow.
     fn pop_head(&mut self, id: u64) -> Option<Waiter<P>> {
         let waiter = self.waiters.remove(&id)?;
-        if let Some(flow) = self.turns.pop_front() {
-            let more = match self.flows.get_mut(&flow) {
-                Some(ids) => {
-                    if ids.front() == Some(&id) {
-                        ids.pop_front();
-                    }
-                    !ids.is_empty()
-                }
-                None => false,
-            };
-            if more {
-                self.turns.push_back(flow);
-            } else {
-                self.flows.remove(&flow);
+        let turn = self.turns.pop_front();
+        if let Some(f) = self.flows.get_mut(&waiter.flow) {
+            if f.ids.front() == Some(&id) {
+                f.ids.pop_front();
+            }
+            f.live -= 1;
+            if f.live == 0 {
+                self.flows.remove(&waiter.flow);
+            } else if let Some(turn) = turn {
+                self.turns.push_back(turn);
             }
         }
         Some(waiter)
@@ -272,29 +332,42 @@ impl<P> Level<P> {
 
     /// Live waiters in service order (round robin across flows).
     fn service_order(&self, out: &mut Vec<u64>) {
-        let mut cursors: Vec<(u64, usize)> = self.turns.iter().map(|&f| (f, 0)).collect();
+        let mut cursors: Vec<(&Flow, usize)> = self
+            .turns
+            .iter()
+            .filter(|&&turn| self.current(turn))
+            .filter_map(|(flow, _)| self.flows.get(flow).map(|f| (f, 0)))
+            .collect();
         let mut remaining = self.waiters.len();
         while remaining > 0 && !cursors.is_empty() {
             let mut next = Vec::with_capacity(cursors.len());
-            for (flow, mut at) in cursors {
-                let Some(ids) = self.flows.get(&flow) else {
-                    continue;
-                };
-                while at < ids.len() && !self.waiters.contains_key(&ids[at]) {
+            for (f, mut at) in cursors {
+                while at < f.ids.len() && !self.waiters.contains_key(&f.ids[at]) {
                     at += 1;
                 }
-                if at < ids.len() {
-                    out.push(ids[at]);
+                if at < f.ids.len() {
+                    out.push(f.ids[at]);
                     remaining -= 1;
-                    next.push((flow, at + 1));
+                    next.push((f, at + 1));
                 }
             }
             cursors = next;
         }
     }
 
-    fn flow_count(&self) -> usize {
-        self.turns.len()
+    /// Drops stale ids and ended stays once they outweigh the live entries.
+    fn compact(&mut self) {
+        let queued: usize = self.flows.values().map(|f| f.ids.len()).sum();
+        if queued > 2 * self.waiters.len() + 64 {
+            for f in self.flows.values_mut() {
+                f.ids.retain(|id| self.waiters.contains_key(id));
+            }
+        }
+        if self.turns.len() > 2 * self.flows.len() + 64 {
+            let flows = &self.flows;
+            self.turns
+                .retain(|(flow, stay)| flows.get(flow).is_some_and(|f| f.stay == *stay));
+        }
     }
 }
 
@@ -446,7 +519,13 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         }
         if !self.blocks(priority) {
             match cell.check(algorithm, now, cost) {
-                Ok(decision) if decision.allowed => return Offer::Admitted(decision),
+                Ok(decision) if decision.allowed => {
+                    if self.len > 0 {
+                        // Tokens went ahead of lower priorities: their schedule moved.
+                        self.tail = None;
+                    }
+                    return Offer::Admitted(decision);
+                }
                 Ok(decision) => {
                     if self.config.depth == 0 {
                         return Offer::Rejected(Rejection::Limited { decision });
@@ -474,7 +553,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             return Offer::Rejected(Rejection::QueueFull { retry_after_ns });
         }
         let ticket = self.insert(now, cost, priority, flow, u64::MAX);
-        let admit_at = self.predict(algorithm, cell, now, ticket);
+        let admit_at = self.predict(algorithm, cell, now, ticket, true);
         let wait_ns = admit_at - now;
         if wait_ns > max_wait_ns {
             self.remove(ticket);
@@ -646,8 +725,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     ) -> Ticket {
         let id = (self.next_id << 2) | priority.index() as u64;
         self.next_id += 1;
-        let level = &mut self.levels[priority.index()];
-        level.waiters.insert(
+        self.levels[priority.index()].push(
             id,
             Waiter {
                 cost,
@@ -657,18 +735,12 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
                 payload: P::default(),
             },
         );
-        let ids = level.flows.entry(flow).or_default();
-        if ids.is_empty() {
-            level.turns.push_back(flow);
-        }
-        ids.push_back(id);
         self.len += 1;
         Ticket { id, flow }
     }
 
     fn remove(&mut self, ticket: Ticket) -> Option<Waiter<P>> {
-        let level = &mut self.levels[ticket.priority().index()];
-        let removed = level.waiters.remove(&ticket.id);
+        let removed = self.levels[ticket.priority().index()].take(ticket.id);
         if removed.is_some() {
             self.len -= 1;
         }
@@ -688,35 +760,62 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     fn is_last_in_service(&self, ticket: Ticket) -> bool {
         let p = ticket.priority().index();
         let lower_empty = self.levels[p + 1..].iter().all(|l| l.waiters.is_empty());
-        let level = &self.levels[p];
-        lower_empty
-            && level.flow_count() <= 1
-            && level.turns.front().is_none_or(|&f| f == ticket.flow)
+        let flows = &self.levels[p].flows;
+        lower_empty && flows.keys().all(|&f| f == ticket.flow)
     }
 
-    /// Predicted admission time of the (already inserted) `ticket`.
-    fn predict<A, C>(&mut self, algorithm: &A, cell: &C, now: u64, ticket: Ticket) -> u64
+    /// Predicted admission time of the (already inserted) `ticket`. With `keep`, a replay of
+    /// the queue also records every waiter's predicted admission (the ticket stays).
+    fn predict<A, C>(
+        &mut self,
+        algorithm: &A,
+        cell: &C,
+        now: u64,
+        ticket: Ticket,
+        keep: bool,
+    ) -> u64
     where
         A: Algorithm<State = S>,
         C: StateAccess<A>,
     {
         let cost = self.levels[ticket.priority().index()].waiters[&ticket.id].cost;
-        if self.len > 1 && self.is_last_in_service(ticket) {
+        if self.len > 1 && self.is_last_in_service(ticket) && self.on_schedule(now) {
             if let Some(tail) = &mut self.tail {
                 let at = simulate_one(algorithm, &mut tail.state, tail.at.max(now), cost);
                 tail.at = at;
                 return at;
             }
         }
+        let mut schedule = Vec::with_capacity(if keep { self.len } else { 0 });
         let mut found = now;
         let (state, at) = self.replay(algorithm, cell.load(), now, |id, at| {
             if id == ticket.id {
                 found = at;
             }
+            if keep {
+                schedule.push((id, at));
+            }
         });
+        for (id, at) in schedule {
+            let level = &mut self.levels[Priority::from_index(id & 3).index()];
+            if let Some(w) = level.waiters.get_mut(&id) {
+                w.predicted = at;
+            }
+        }
         // The state after everyone, in service order: what a newcomer served last starts from.
         self.tail = Some(Tail { state, at });
         found
+    }
+
+    /// Whether the cached tail still holds at `now`: the head's predicted admission has not
+    /// gone by. (A replay from `now` would then give every waiter the time it gave them: none
+    /// of them could have gone earlier. Once the head is overdue, the waiters will go later
+    /// than predicted and the tail would promise a newcomer too early a time.)
+    fn on_schedule(&mut self, now: u64) -> bool {
+        match self.head() {
+            Some((level, id)) => self.levels[level].waiters[&id].predicted >= now,
+            None => true,
+        }
     }
 
     /// Predicted nanoseconds until a request of `cost` could be admitted, as if offered now.
@@ -736,21 +835,9 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     {
         let saved_tail = self.tail.clone();
         let ticket = self.insert(now, cost, priority, flow, u64::MAX);
-        let at = self.predict(algorithm, cell, now, ticket);
+        let at = self.predict(algorithm, cell, now, ticket, false);
+        // The latest arrival leaves no trace when it goes.
         self.remove(ticket);
-        // Drop the stale id from its flow at once so that it leaves no trace.
-        let level = &mut self.levels[priority.index()];
-        if let Some(ids) = level.flows.get_mut(&flow) {
-            if ids.back() == Some(&ticket.id) {
-                ids.pop_back();
-            }
-            if ids.is_empty() {
-                level.flows.remove(&flow);
-                if let Some(pos) = level.turns.iter().position(|&f| f == flow) {
-                    level.turns.remove(pos);
-                }
-            }
-        }
         self.tail = saved_tail;
         at - now
     }
@@ -871,15 +958,7 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             self.deadlines = BinaryHeap::from(live);
         }
         for level in &mut self.levels {
-            let queued: usize = level.flows.values().map(VecDeque::len).sum();
-            if queued > 2 * level.waiters.len() + 64 {
-                for ids in level.flows.values_mut() {
-                    ids.retain(|id| level.waiters.contains_key(id));
-                }
-                level.flows.retain(|_, ids| !ids.is_empty());
-                let flows = &level.flows;
-                level.turns.retain(|f| flows.contains_key(f));
-            }
+            level.compact();
         }
     }
 }
@@ -1229,5 +1308,108 @@ mod tests {
         assert!(times.len() > 100, "{}", times.len());
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
         assert_within_bound(&times, 3, 10 * MS);
+    }
+
+    fn tiny(capacity: u64) -> Gcra {
+        // One token per 10 ns.
+        Gcra::new(Quota::new(capacity, crate::Rate::from_interval_ns(10).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn a_flow_whose_requests_left_rejoins_the_turns_at_the_end() {
+        // Capacity 1, spent: flow 1 waits (turn at 10), then flow 2 (at 20). Flow 1's request
+        // is cancelled: flow 2 goes first, and flow 1's next request comes after it.
+        let alg = tiny(1);
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(10, 10));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        let Offer::Queued { ticket: first, .. } =
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 1)
+        else {
+            panic!()
+        };
+        let Offer::Queued { ticket: other, .. } =
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 2)
+        else {
+            panic!()
+        };
+        assert!(q.cancel(first));
+        let Offer::Queued {
+            ticket: again,
+            wait_ns,
+        } = q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 1)
+        else {
+            panic!()
+        };
+        assert_eq!(wait_ns, 20);
+        let out = run_until(&mut q, &alg, &mut st, 0, 100);
+        let got: Vec<(u64, Ticket)> = out.iter().map(|&(at, t, _)| (at, t)).collect();
+        assert_eq!(got, vec![(10, other), (20, again)]);
+
+        // The same for a request turned away at the door (its wait exceeded its maximum).
+        let alg = tiny(2);
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(1, 0));
+        q.offer(&alg, &mut Owned(&mut st), 0, 2, Priority::High, 0);
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 2, Priority::Normal, 1),
+            Offer::Rejected(Rejection::Timeout { .. })
+        ));
+        assert!(matches!(
+            q.offer_with_max_wait(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 2, 10),
+            Offer::Queued { wait_ns: 10, .. }
+        ));
+        // Flow 1's next request would wait behind flow 2's: 20 ns, not 10.
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 1),
+            Offer::Rejected(Rejection::QueueFull { retry_after_ns: 20 })
+        ));
+    }
+
+    #[test]
+    fn predictions_start_from_now_when_the_head_is_overdue() {
+        // Capacity 3: a waiter of cost 3 is due at 10; nobody polls until 11. A newcomer's
+        // prediction replays the queue from 11 (the waiter goes at 11, then the newcomer at
+        // 21), not from the schedule made at 0.
+        let alg = tiny(3);
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(1, 10));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::High, 0);
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 0, 3, Priority::High, 0),
+            Offer::Queued { wait_ns: 10, .. }
+        ));
+        assert_eq!(
+            q.peek_wait(&alg, &Owned(&mut st), 11, 1, Priority::Normal, 0),
+            10
+        );
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 11, 1, Priority::Normal, 0),
+            Offer::Rejected(Rejection::QueueFull { retry_after_ns: 10 })
+        ));
+    }
+
+    #[test]
+    fn an_admission_at_the_door_ahead_of_waiters_moves_their_predictions() {
+        // A normal-priority waiter is due at 10; a high-priority request takes a token at the
+        // door at 10 (nobody of its priority waits). A low-priority newcomer then waits behind
+        // both: until 30, not 20.
+        let alg = tiny(3);
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(1, 10));
+        q.offer(&alg, &mut Owned(&mut st), 0, 2, Priority::High, 0);
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::High, 0);
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 10, 2, Priority::Normal, 0),
+            Offer::Queued { wait_ns: 10, .. }
+        ));
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 10, 1, Priority::High, 0),
+            Offer::Admitted(_)
+        ));
+        assert!(matches!(
+            q.offer(&alg, &mut Owned(&mut st), 10, 1, Priority::Low, 0),
+            Offer::Rejected(Rejection::QueueFull { retry_after_ns: 30 })
+        ));
     }
 }
