@@ -598,6 +598,11 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
     /// admissions handed over stay within capacity + rate·T in every window of length T,
     /// whatever the timer does; the price of a late timer is throughput, never the bound.
     /// The moment is what [`Algorithm::refund`] needs if the admission is handed back.
+    ///
+    /// Deadlines: the head is admitted whenever the limiter holds its cost at `now`, even if
+    /// its deadline went by while the timer was late (a turn due at the deadline itself is
+    /// not lost to a timer that fires a little after it); a waiter that cannot be admitted
+    /// at `now` and whose deadline is `now` or earlier times out.
     pub fn poll_timed<A, C, F>(
         &mut self,
         algorithm: &A,
@@ -616,15 +621,15 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
                 let w = &self.levels[level].waiters[&id];
                 (w.cost, w.flow, w.deadline, w.predicted)
             };
-            if now > deadline {
-                // Its deadline went by before this poll: it never waits longer than it may.
-                self.expire_one(algorithm, cell, now, level, id, &mut emit);
-                continue;
-            }
             // Checked at `now`, never at the earlier moment its turn came: a late poll finds
             // only what the limiter holds now, so it cannot release a burst.
             let outcome = match cell.check(algorithm, now, cost) {
                 Ok(decision) if decision.allowed => Outcome::Admitted(decision),
+                Ok(_) if now > deadline => {
+                    // No token for it and its deadline went by: it waits no longer.
+                    self.expire_one(algorithm, cell, now, level, id, &mut emit);
+                    continue;
+                }
                 Ok(decision) => {
                     admit_at = Some(now.saturating_add(decision.retry_after_ns.max(1)));
                     break;
@@ -1411,5 +1416,38 @@ mod tests {
             q.offer(&alg, &mut Owned(&mut st), 10, 1, Priority::Low, 0),
             Offer::Rejected(Rejection::QueueFull { retry_after_ns: 30 })
         ));
+    }
+
+    #[test]
+    fn a_late_poll_still_admits_a_head_past_its_deadline_if_the_tokens_are_there() {
+        // Capacity 1, one token per 10 ns: the waiter's turn (10) is its deadline (10). A
+        // poll at 12 finds the token: admitted. The next waiter (deadline 20; its turn is now
+        // 22, after that late admission) gets no token at 21 and times out.
+        let alg = tiny(1);
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(cfg(10, 0));
+        q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0);
+        let Offer::Queued { ticket: a, .. } =
+            q.offer_with_max_wait(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0, 10)
+        else {
+            panic!()
+        };
+        let Offer::Queued { ticket: b, .. } =
+            q.offer_with_max_wait(&alg, &mut Owned(&mut st), 5, 1, Priority::Normal, 0, 15)
+        else {
+            panic!()
+        };
+        let mut out = Vec::new();
+        q.poll(&alg, &mut Owned(&mut st), 12, |t, o| out.push((t, o)));
+        assert!(
+            matches!(out[..], [(t, Outcome::Admitted(_))] if t == a),
+            "{out:?}"
+        );
+        out.clear();
+        q.poll(&alg, &mut Owned(&mut st), 21, |t, o| out.push((t, o)));
+        assert!(
+            matches!(out[..], [(t, Outcome::TimedOut { retry_after_ns: 1 })] if t == b),
+            "{out:?}"
+        );
     }
 }

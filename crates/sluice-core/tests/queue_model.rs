@@ -278,16 +278,17 @@ impl Model {
         let now = self.now;
         let mut out = Vec::new();
         let mut admit_at = None;
+        // Heads go while the limiter holds their cost now (their deadline may have gone by
+        // while nobody polled); a head it cannot admit times out if its deadline is past.
         while let Some((p, w)) = self.head() {
-            if now > w.deadline {
-                let mut state = self.tat;
-                let retry_after_ns = self.admit_on(&mut state, now, w.cost) - now;
+            let mut state = self.tat;
+            let decision = self.gcra().check(&mut state, now, w.cost).unwrap();
+            if !decision.allowed && now > w.deadline {
+                let retry_after_ns = decision.retry_after_ns;
                 self.pop_head(p, w.number);
                 out.push((w.number, Outcome::TimedOut { retry_after_ns }));
                 continue;
             }
-            let mut state = self.tat;
-            let decision = self.gcra().check(&mut state, now, w.cost).unwrap();
             if !decision.allowed {
                 admit_at = Some(now + decision.retry_after_ns.max(1));
                 break;

@@ -252,3 +252,20 @@ fn a_runtime_without_timers_gets_a_clear_error_at_once() {
         "acquire needs a tokio runtime with time enabled"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_due_at_its_deadline_is_admitted_when_the_timer_fires_late() {
+    // One token per 1.5 ms and a maximum wait of 1.5 ms: the waiter's turn is its deadline.
+    // tokio's timer fires on whole milliseconds (at 2 ms here); the token is there then, so the
+    // waiter gets it instead of a timeout.
+    let interval = Duration::from_micros(1500);
+    let quota = Quota::new(1, sluice_core::Rate::from_interval_ns(1_500_000).unwrap()).unwrap();
+    let limiter = Limiter::builder(Gcra::new(quota))
+        .queue(10, interval)
+        .build();
+    limiter.try_acquire(1).unwrap();
+    let start = tokio::time::Instant::now();
+    let got = limiter.acquire(1).await;
+    assert!(got.is_ok(), "{got:?} after {:?}", start.elapsed());
+    assert!(start.elapsed() >= interval);
+}
