@@ -332,6 +332,15 @@ impl<P> Level<P> {
 
     /// Live waiters in service order (round robin across flows).
     fn service_order(&self, out: &mut Vec<u64>) {
+        self.service_order_while(|id| {
+            out.push(id);
+            true
+        });
+    }
+
+    /// Hands live waiters to `each` in service order until it returns false; returns
+    /// whether it did.
+    fn service_order_while(&self, mut each: impl FnMut(u64) -> bool) -> bool {
         let mut cursors: Vec<(&Flow, usize)> = self
             .turns
             .iter()
@@ -346,13 +355,16 @@ impl<P> Level<P> {
                     at += 1;
                 }
                 if at < f.ids.len() {
-                    out.push(f.ids[at]);
+                    if !each(f.ids[at]) {
+                        return true;
+                    }
                     remaining -= 1;
                     next.push((f, at + 1));
                 }
             }
             cursors = next;
         }
+        false
     }
 
     /// Drops stale ids and ended stays once they outweigh the live entries.
@@ -621,6 +633,9 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
                 let w = &self.levels[level].waiters[&id];
                 (w.cost, w.flow, w.deadline, w.predicted)
             };
+            // Late for its turn with a schedule cached: the state before, to tell whether the
+            // schedule still holds after this admission.
+            let before = (predicted < now && self.tail.is_some()).then(|| cell.load());
             // Checked at `now`, never at the earlier moment its turn came: a late poll finds
             // only what the limiter holds now, so it cannot release a burst.
             let outcome = match cell.check(algorithm, now, cost) {
@@ -639,7 +654,15 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             };
             let popped = self.levels[level].pop_head(id);
             self.len -= 1;
-            if predicted != now || self.len == 0 || !matches!(outcome, Outcome::Admitted(_)) {
+            // The cached schedule holds if this admission left the state its turn would have.
+            let as_scheduled = predicted == now
+                || before.is_some_and(|mut state| {
+                    algorithm
+                        .check(&mut state, predicted, cost)
+                        .is_ok_and(|d| d.allowed)
+                        && same_state::<A>(&state, &cell.load())
+                });
+            if !as_scheduled || self.len == 0 || !matches!(outcome, Outcome::Admitted(_)) {
                 self.tail = None;
             }
             if let Some(w) = popped {
@@ -763,10 +786,35 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
 
     /// Whether `ticket` will be served after every current waiter, so the cached tail applies.
     fn is_last_in_service(&self, ticket: Ticket) -> bool {
-        let p = ticket.priority().index();
+        self.would_be_last(ticket.priority(), ticket.flow)
+    }
+
+    /// Whether a request of `priority` and `flow` would be served after every current waiter.
+    fn would_be_last(&self, priority: Priority, flow: u64) -> bool {
+        let p = priority.index();
         let lower_empty = self.levels[p + 1..].iter().all(|l| l.waiters.is_empty());
-        let flows = &self.levels[p].flows;
-        lower_empty && flows.keys().all(|&f| f == ticket.flow)
+        lower_empty && self.levels[p].flows.keys().all(|&f| f == flow)
+    }
+
+    /// Replays the queue from `now`, records every waiter's predicted admission and caches
+    /// the state after everyone as the tail.
+    fn schedule<A, C>(&mut self, algorithm: &A, cell: &C, now: u64)
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
+        let mut schedule = Vec::with_capacity(self.len);
+        let (state, at) = self.replay(algorithm, cell.load(), now, |id, at| {
+            schedule.push((id, at));
+        });
+        for (id, at) in schedule {
+            let level = &mut self.levels[Priority::from_index(id & 3).index()];
+            if let Some(w) = level.waiters.get_mut(&id) {
+                w.predicted = at;
+            }
+        }
+        // What a newcomer served last starts from.
+        self.tail = Some(Tail { state, at });
     }
 
     /// Predicted admission time of the (already inserted) `ticket`. With `keep`, a replay of
@@ -784,43 +832,80 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         C: StateAccess<A>,
     {
         let cost = self.levels[ticket.priority().index()].waiters[&ticket.id].cost;
-        if self.len > 1 && self.is_last_in_service(ticket) && self.on_schedule(now) {
+        if self.len > 1
+            && self.tail.is_some()
+            && self.is_last_in_service(ticket)
+            && self.on_schedule(algorithm, cell, now)
+        {
             if let Some(tail) = &mut self.tail {
                 let at = simulate_one(algorithm, &mut tail.state, tail.at.max(now), cost);
                 tail.at = at;
                 return at;
             }
         }
-        let mut schedule = Vec::with_capacity(if keep { self.len } else { 0 });
+        if keep {
+            self.schedule(algorithm, cell, now);
+            return self.levels[ticket.priority().index()].waiters[&ticket.id].predicted;
+        }
         let mut found = now;
-        let (state, at) = self.replay(algorithm, cell.load(), now, |id, at| {
+        self.replay(algorithm, cell.load(), now, |id, at| {
             if id == ticket.id {
                 found = at;
             }
-            if keep {
-                schedule.push((id, at));
-            }
         });
-        for (id, at) in schedule {
-            let level = &mut self.levels[Priority::from_index(id & 3).index()];
-            if let Some(w) = level.waiters.get_mut(&id) {
-                w.predicted = at;
-            }
-        }
-        // The state after everyone, in service order: what a newcomer served last starts from.
-        self.tail = Some(Tail { state, at });
         found
     }
 
-    /// Whether the cached tail still holds at `now`: the head's predicted admission has not
-    /// gone by. (A replay from `now` would then give every waiter the time it gave them: none
-    /// of them could have gone earlier. Once the head is overdue, the waiters will go later
-    /// than predicted and the tail would promise a newcomer too early a time.)
-    fn on_schedule(&mut self, now: u64) -> bool {
+    /// Whether the cached tail is what a replay of the queue from `now` would give.
+    ///
+    /// While a tail is cached, every waiter's `predicted` is exact and they rise in service
+    /// order. If the head's has not gone by, a replay from `now` gives every waiter the time
+    /// it gave them (none could have gone earlier). If some are overdue (their turn came and
+    /// nobody polled yet), a replay admits those at `now` or later instead: the tail still
+    /// holds if that leaves the limiter in the state their turns would have, and the first
+    /// waiter on schedule can still go at its time. Only the overdue ones are replayed.
+    fn on_schedule<A, C>(&mut self, algorithm: &A, cell: &C, now: u64) -> bool
+    where
+        A: Algorithm<State = S>,
+        C: StateAccess<A>,
+    {
         match self.head() {
-            Some((level, id)) => self.levels[level].waiters[&id].predicted >= now,
-            None => true,
+            Some((level, id)) if self.levels[level].waiters[&id].predicted < now => {}
+            _ => return true,
         }
+        let mut overdue = Vec::new();
+        let mut next = None;
+        for level in &self.levels {
+            let stopped = level.service_order_while(|id| {
+                let w = &level.waiters[&id];
+                if w.predicted < now {
+                    overdue.push((w.predicted, w.cost));
+                    true
+                } else {
+                    next = Some(w.predicted);
+                    false
+                }
+            });
+            if stopped {
+                break;
+            }
+        }
+        let Some(next) = next else {
+            return false;
+        };
+        let mut on_time = cell.load();
+        let mut late = on_time.clone();
+        let mut at = now;
+        for (predicted, cost) in overdue {
+            if !algorithm
+                .check(&mut on_time, predicted, cost)
+                .is_ok_and(|d| d.allowed)
+            {
+                return false;
+            }
+            at = simulate_one(algorithm, &mut late, at, cost);
+        }
+        same_state::<A>(&on_time, &late) && at <= next
     }
 
     /// Predicted nanoseconds until a request of `cost` could be admitted, as if offered now.
@@ -838,6 +923,14 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         A: Algorithm<State = S>,
         C: StateAccess<A>,
     {
+        if !self.is_empty()
+            && self.would_be_last(priority, flow)
+            && !(self.tail.is_some() && self.on_schedule(algorithm, cell, now))
+        {
+            // The queue's own schedule, kept: a newcomer served last is then predicted from
+            // its tail, and so are the next ones (a full queue answers every newcomer here).
+            self.schedule(algorithm, cell, now);
+        }
         let saved_tail = self.tail.clone();
         let ticket = self.insert(now, cost, priority, flow, u64::MAX);
         let at = self.predict(algorithm, cell, now, ticket, false);
@@ -966,6 +1059,12 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
             level.compact();
         }
     }
+}
+
+/// Whether two states of `A` are equal (`A::State: PartialEq`, which a bound on `S` alone would
+/// not carry).
+fn same_state<A: Algorithm>(a: &A::State, b: &A::State) -> bool {
+    a == b
 }
 
 /// Advances a copy of the state to the moment `cost` is admitted at or after `at`, admits it
@@ -1448,6 +1547,105 @@ mod tests {
         assert!(
             matches!(out[..], [(t, Outcome::TimedOut { retry_after_ns: 1 })] if t == b),
             "{out:?}"
+        );
+    }
+
+    /// GCRA that counts its checks, to measure the work a queue operation does.
+    #[derive(Debug)]
+    struct Counting {
+        gcra: Gcra,
+        checks: core::cell::Cell<u64>,
+    }
+
+    impl Algorithm for Counting {
+        type State = u64;
+        fn kind(&self) -> crate::Kind {
+            self.gcra.kind()
+        }
+        fn quota(&self) -> Quota {
+            self.gcra.quota()
+        }
+        fn initial_state(&self) -> u64 {
+            self.gcra.initial_state()
+        }
+        fn exhausted_state(&self, now: u64) -> u64 {
+            self.gcra.exhausted_state(now)
+        }
+        fn check(&self, state: &mut u64, now: u64, cost: u64) -> Result<Decision, CheckError> {
+            self.checks.set(self.checks.get() + 1);
+            self.gcra.check(state, now, cost)
+        }
+        fn refund(&self, state: &mut u64, admitted_at: u64, now: u64, cost: u64) {
+            self.gcra.refund(state, admitted_at, now, cost)
+        }
+        fn idle_at(&self, state: &u64) -> u64 {
+            self.gcra.idle_at(state)
+        }
+        fn save(&self, state: &u64, now: u64) -> crate::SavedState {
+            self.gcra.save(state, now)
+        }
+        fn restore(
+            &self,
+            saved: &crate::SavedState,
+            now: u64,
+            elapsed_ns: u64,
+        ) -> Result<u64, crate::SnapshotError> {
+            self.gcra.restore(saved, now, elapsed_ns)
+        }
+    }
+
+    #[test]
+    fn a_full_queue_polled_late_answers_newcomers_without_replaying_it() {
+        // Capacity 4, a token per 10 ns, 1,000 waiters in one flow: the queue is full. The
+        // poller is 3 ns late for every turn (less than the bucket's slack of three tokens, so
+        // each late admission leaves the state its turn would have). Around each poll, two
+        // newcomers are turned away (one while the head is overdue) and one takes the place
+        // the poll freed. Each answer comes from the cached tail: a few checks, not a replay
+        // of 1,000 waiters.
+        const N: usize = 1000;
+        let alg = Counting {
+            gcra: tiny(4),
+            checks: core::cell::Cell::new(0),
+        };
+        let mut st = alg.initial_state();
+        let mut q = WaitQueue::new(QueueConfig {
+            depth: N,
+            max_wait_ns: u64::MAX,
+        });
+        q.offer(&alg, &mut Owned(&mut st), 0, 4, Priority::Normal, 0);
+        for _ in 0..N {
+            assert!(matches!(
+                q.offer(&alg, &mut Owned(&mut st), 0, 1, Priority::Normal, 0),
+                Offer::Queued { .. }
+            ));
+        }
+        let mut wake = q.poll(&alg, &mut Owned(&mut st), 0, |_, _| {}).unwrap();
+        alg.checks.set(0);
+        for _ in 0..N {
+            for at in [wake - 1, wake + 1] {
+                assert!(matches!(
+                    q.offer(&alg, &mut Owned(&mut st), at, 1, Priority::Normal, 0),
+                    Offer::Rejected(Rejection::QueueFull { .. })
+                ));
+            }
+            let now = wake + 3;
+            let mut admitted = 0;
+            wake = q
+                .poll(&alg, &mut Owned(&mut st), now, |_, o| {
+                    assert!(matches!(o, Outcome::Admitted(_)));
+                    admitted += 1;
+                })
+                .unwrap();
+            assert_eq!(admitted, 1);
+            assert!(matches!(
+                q.offer(&alg, &mut Owned(&mut st), now, 1, Priority::Normal, 0),
+                Offer::Queued { .. }
+            ));
+        }
+        let per_step = alg.checks.get() / N as u64;
+        assert!(
+            per_step <= 20,
+            "{per_step} checks per poll and three newcomers"
         );
     }
 }
