@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::cell::{Access, LocalAlgorithm, StateCell};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::limiter::builder::duration_ns;
-use crate::limiter::driver;
+use crate::limiter::driver::{self, Claim};
 use crate::limiter::handle::{capacity_error, dur, Limiter, CLOSED};
 
 /// How one `acquire` waits.
@@ -123,20 +124,58 @@ impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X> {
                 let len = inner.queue.len();
                 s.publish_waiting(len);
                 let wake = now.saturating_add(wait_ns);
-                if !inner.driver {
+                let claim = if !inner.driver {
                     inner.driver = true;
                     inner.scheduled = wake;
-                    runtime.spawn(driver::drive(self.limiter.shared.clone()));
-                } else if wake < inner.scheduled {
-                    inner.scheduled = wake;
-                    s.notify.notify_one();
-                }
+                    Some(Claim::new(Arc::clone(&self.limiter.shared)))
+                } else {
+                    if wake < inner.scheduled {
+                        inner.scheduled = wake;
+                        s.notify.notify_one();
+                    }
+                    None
+                };
                 drop(inner);
                 s.metrics.queued.set(len as f64);
                 self.state = State::Queued { ticket, since: now };
-                Poll::Pending
+                match claim {
+                    Some(claim) => self.start_driver(Some(runtime), claim, ticket),
+                    None => Poll::Pending,
+                }
             }
         }
+    }
+
+    /// Spawns the driver that `claim` stands for on `runtime` (called without the queue's lock:
+    /// a runtime that refuses the task drops the claim, which takes the lock). On a runtime
+    /// that cannot run it (none, no time driver, shutting down), withdraws `ticket` and fails
+    /// with [`Error::NoRuntime`] at once rather than wait for a driver that never comes.
+    fn start_driver(
+        &mut self,
+        runtime: Option<tokio::runtime::Handle>,
+        claim: Claim<A, C, X>,
+        ticket: Ticket,
+    ) -> Poll<Result<Decision, Error>> {
+        match runtime {
+            Some(runtime) if driver::timers_enabled() => {
+                runtime.spawn(driver::drive(claim));
+            }
+            // Gives the claim back, waking the others to start a driver where they are.
+            _ => drop(claim),
+        }
+        let s = &*self.limiter.shared;
+        let mut inner = s.inner.lock();
+        if inner.driver || !inner.queue.cancel(ticket) {
+            // Driven (or already decided: the next poll reads the outcome).
+            return Poll::Pending;
+        }
+        let len = inner.queue.len();
+        s.publish_waiting(len);
+        drop(inner);
+        s.metrics.queued.set(len as f64);
+        s.notify.notify_one();
+        self.state = State::Finished;
+        Poll::Ready(Err(Error::NoRuntime))
     }
 }
 
@@ -182,7 +221,16 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Future for Acquire<'_, A, C, 
                         if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                             *slot = Some(cx.waker().clone());
                         }
-                        Poll::Pending
+                        if inner.driver {
+                            return Poll::Pending;
+                        }
+                        // The driver went down with its runtime: start the next one here.
+                        inner.driver = true;
+                        inner.scheduled = 0;
+                        let claim = Claim::new(Arc::clone(&this.limiter.shared));
+                        drop(inner);
+                        let runtime = tokio::runtime::Handle::try_current().ok();
+                        this.start_driver(runtime, claim, ticket)
                     }
                     None => {
                         // Neither waiting nor decided: only a close races here.

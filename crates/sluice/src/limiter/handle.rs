@@ -87,7 +87,7 @@ pub(crate) struct Inner<S> {
     pub(crate) queue: WaitQueue<S, Option<Waker>>,
     /// Outcomes decided by the driver, not yet seen by their futures.
     pub(crate) done: HashMap<u64, Finished, foldhash::fast::RandomState>,
-    /// Whether a driver task is running.
+    /// Whether a driver holds the claim to poll the queue (see `driver::Claim`).
     pub(crate) driver: bool,
     /// When the driver will poll next (`u64::MAX`: not scheduled).
     pub(crate) scheduled: u64,
@@ -211,7 +211,11 @@ impl<A: LocalAlgorithm, C: Clock, X: StateCell<A>> Limiter<A, C, X> {
     /// [`Error::QueueFull`] at once when the queue is at its depth, [`Error::Timeout`] at once
     /// when the predicted wait exceeds the maximum wait (with that prediction as
     /// `retry_after`) or at the deadline, [`Error::InsufficientCapacity`] at once,
-    /// [`Error::Closed`] when the limiter is closed meanwhile.
+    /// [`Error::Closed`] when the limiter is closed meanwhile. [`Error::NoRuntime`] at once
+    /// when it has to wait outside a tokio runtime or on one without its time driver (tokio's
+    /// own panic message, caught, names the fix: `enable_time`). A limiter outlives the
+    /// runtime its waiters ran on: when that runtime shuts down, the next waiter starts the
+    /// queue's timer on its own runtime.
     ///
     /// # Cancel safety
     ///
