@@ -47,6 +47,9 @@ impl SavedState {
     /// assert_eq!(bucket.check(&mut state, 0, 0).unwrap().remaining, 5); // not 50
     /// ```
     pub fn convert(&self, from: &Quota, to: &Quota) -> SavedState {
+        if from == to {
+            return self.clone();
+        }
         let (n, w) = (i128::from(from.capacity()), i128::from(from.window_ns()));
         let (n2, w2) = (i128::from(to.capacity()), i128::from(to.window_ns()));
         match self {
@@ -161,6 +164,23 @@ impl AnyAlgorithm {
     }
 }
 
+impl AnyAlgorithm {
+    /// [`AnyAlgorithm::convert_state`] on a saved state: `saved`, saved under `from`,
+    /// converted for this algorithm, still relative to the moment it was saved.
+    ///
+    /// # Errors
+    ///
+    /// As [`Algorithm::restore`] when `saved` is not a state `from` can hold.
+    pub fn convert_saved(
+        &self,
+        from: &AnyAlgorithm,
+        saved: &SavedState,
+    ) -> Result<SavedState, crate::error::SnapshotError> {
+        let state = from.restore(saved, 0, 0)?;
+        Ok(self.save(&self.convert_state(from, &state, 0), 0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +278,20 @@ mod tests {
                 entries: Vec::from([(SEC / 2, 40), (SEC, 5)])
             }
         );
+    }
+
+    #[test]
+    fn saved_states_convert_as_live_ones() {
+        let old = AnyAlgorithm::new(Kind::SlidingWindow, quota(10, SEC));
+        let new = AnyAlgorithm::new(Kind::Gcra, quota(4, SEC));
+        let mut state = old.initial_state();
+        old.check(&mut state, 0, 8).unwrap();
+        let saved = new.convert_saved(&old, &old.save(&state, 0)).unwrap();
+        let restored = new.restore(&saved, 7, 0).unwrap();
+        assert_eq!(remaining(&new, &restored, 7), 2);
+        assert!(new
+            .convert_saved(&old, &SavedState::Debt { debt_ns: 1 })
+            .is_err());
     }
 
     #[test]
