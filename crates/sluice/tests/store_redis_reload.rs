@@ -1,0 +1,58 @@
+//! A changed quota converts the keys a Redis store holds, so that no key gains tokens; with
+//! several gateways sharing the Redis, each change is converted once.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::time::Duration;
+
+use sluice::store::{RedisConfig, RedisStore, Store};
+use sluice_core::{AnyAlgorithm, Kind, Quota};
+use support::redis::RedisServer;
+
+fn algorithm(kind: Kind, capacity: u64, rate: &str) -> AnyAlgorithm {
+    AnyAlgorithm::new(kind, Quota::parse(capacity, rate).unwrap())
+}
+
+async fn admitted(store: &RedisStore, key: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        if store.check(key, 1).await.is_ok() {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tightened_quota_keeps_what_each_key_had_left_in_redis() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    for kind in [Kind::Gcra, Kind::FixedWindow, Kind::SlidingWindow] {
+        let config = || {
+            RedisConfig::new(server.url())
+                .timeout(Duration::from_secs(5))
+                .prefix(format!("reload-{kind}"))
+        };
+        // At 1/min nothing refills during the test.
+        let old = algorithm(kind, 100, "1/min");
+        let store = RedisStore::connect(old, config()).await.unwrap();
+        assert_eq!(admitted(&store, "k", 95).await, 95, "{kind}");
+        assert_eq!(admitted(&store, "other", 70).await, 70, "{kind}");
+
+        let new = algorithm(kind, 50, "1/min");
+        let tightened = RedisStore::connect(new, config()).await.unwrap();
+        assert_eq!(tightened.convert_from(&old).await.unwrap(), 2, "{kind}");
+        // A second gateway reloading to the same quota converts nothing again.
+        let twin = RedisStore::connect(new, config()).await.unwrap();
+        assert_eq!(twin.convert_from(&old).await.unwrap(), 0, "{kind}");
+        assert_eq!(
+            admitted(&tightened, "k", 60).await,
+            5,
+            "{kind}: what the key had left, not the new capacity"
+        );
+        assert_eq!(admitted(&tightened, "other", 60).await, 30, "{kind}");
+        assert_eq!(admitted(&tightened, "fresh", 60).await, 50, "{kind}");
+    }
+}
