@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use sluice::store::{FileStore, FileStoreOptions, RedisConfig, RedisStore};
 use sluice_core::{Algorithm as _, AnyAlgorithm};
-use sluice_http::{Backend, Gateway, Policy, Route, RouteTable, TrustedProxies, Upstream};
+use sluice_http::{
+    Backend, Gateway, KeyHasher, KeySpec, Policy, Route, RouteTable, TrustedProxies, Upstream,
+};
 
 use crate::config::{BackendKind, Config, OnError, PolicyConfig, UpstreamConfig};
 
@@ -88,6 +90,18 @@ pub fn build_with(
     demo: Option<SocketAddr>,
     dry: bool,
 ) -> Result<Runtime, BuildError> {
+    if old.is_none() && !dry && config.store.key_salt.is_none() {
+        for p in &config.policies {
+            if matches!(config.store.backend, BackendKind::File | BackendKind::Redis)
+                && matches!(
+                    p.key,
+                    KeySpec::Header(_) | KeySpec::Cookie(_) | KeySpec::Query(_)
+                )
+            {
+                tracing::warn!(policy = %p.name, "keys are stored as an unsalted hash: set store.key_salt (env:NAME or file:/path) so that a leaked store does not let anyone test guesses of them");
+            }
+        }
+    }
     let mut policies = HashMap::new();
     let mut kept = Vec::new();
     let mut carried = Vec::new();
@@ -266,6 +280,16 @@ fn build_policy(
     }
     if let Some(n) = p.concurrency {
         builder = builder.concurrency(n);
+    }
+    if matches!(config.store.backend, BackendKind::File | BackendKind::Redis) {
+        // Keys from headers, cookies and query parameters are secrets: the store gets their
+        // keyed hash (the policy leaves IP keys as they are).
+        let salt = config
+            .store
+            .key_salt
+            .as_ref()
+            .map_or(&[][..], |s| &s.bytes[..]);
+        builder = builder.hash_keys(KeyHasher::new(salt));
     }
     let redis_config = (config.store.backend == BackendKind::Redis).then(|| {
         let store = &config.store;

@@ -2,8 +2,9 @@
 
 use crate::config::{Config, PolicyConfig};
 
-/// The `[server]` settings a running gateway cannot change: they shape its sockets and
-/// threads. The first one changed, by its config name.
+/// The settings a running gateway cannot change: `[server]`'s that shape its sockets and
+/// threads, and `store.key_salt` (the keys stored under the old salt would all be forgotten).
+/// The first one changed, by its config name.
 pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     let (a, b) = (&old.server, &new.server);
     if a.listen != b.listen {
@@ -12,6 +13,9 @@ pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
         Some("server.admin_listen")
     } else if a.workers != b.workers {
         Some("server.workers")
+    } else if old.store.key_salt != new.store.key_salt {
+        // Every key stored under the old salt would be forgotten: a burst.
+        Some("store.key_salt")
     } else {
         None
     }
