@@ -205,6 +205,28 @@ async fn a_reload_that_cannot_be_built_leaves_the_old_config_serving() {
         m.contains("sluice_reloads_total{result=\"refused\"} 1"),
         "{m}"
     );
+
+    // The changed policy builds; a policy after it does not (its state file is corrupt).
+    std::fs::write(dir.0.join("state.later"), "not a snapshot").unwrap();
+    let later = format!(
+        "{}\n[[policy]]\nname = \"later\"\ncapacity = 1\nrate = \"1/s\"\n",
+        config(&up.url(), &store(&good), "gcra", 5, "ip")
+    );
+    gw.rewrite("", &later);
+    reload(&gw, "SIGHUP: config refused", 2).await;
+    assert!(gw.log_text().contains("state.later"), "{}", gw.log_text());
+    assert_eq!(statuses(&gw, 2, &[]).await, (0, 2, 0), "{}", gw.log_text());
+    // And the old store still writes its file.
+    let before = std::fs::metadata(dir.0.join("state.api"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = std::fs::metadata(dir.0.join("state.api"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(after > before, "the old file store was stopped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
