@@ -56,3 +56,32 @@ async fn a_tightened_quota_keeps_what_each_key_had_left_in_redis() {
         assert_eq!(admitted(&tightened, "fresh", 60).await, 50, "{kind}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tightened_quota_converts_the_keys_of_every_cluster_master() {
+    let Some(cluster) = support::redis::RedisCluster::start(3) else {
+        return;
+    };
+    let config = || {
+        RedisConfig::cluster(cluster.urls())
+            .timeout(Duration::from_secs(5))
+            .prefix("reload-cluster")
+    };
+    let old = algorithm(Kind::Gcra, 100, "1/min");
+    let store = RedisStore::connect(old, config()).await.unwrap();
+    let keys: Vec<String> = (0..30).map(|i| format!("key-{i}")).collect();
+    for key in &keys {
+        assert_eq!(admitted(&store, key, 95).await, 95, "{key}");
+    }
+    assert!(
+        cluster.keys_per_node().iter().all(|&n| n > 0),
+        "keys on every master: {:?}",
+        cluster.keys_per_node()
+    );
+    let new = algorithm(Kind::Gcra, 50, "1/min");
+    let tightened = RedisStore::connect(new, config()).await.unwrap();
+    assert_eq!(tightened.convert_from(&old).await.unwrap(), keys.len());
+    for key in &keys {
+        assert_eq!(admitted(&tightened, key, 8).await, 5, "{key}");
+    }
+}

@@ -12,7 +12,7 @@
 
 use sluice_core::{Algorithm, AnyAlgorithm, Kind, SavedState};
 
-use crate::store::redis::config::RedisStoreError;
+use crate::store::redis::config::{RedisConfig, RedisStoreError};
 use crate::store::redis::link::Conn;
 use crate::store::redis::RedisStore;
 
@@ -138,7 +138,7 @@ impl RedisStore {
     /// # Errors
     ///
     /// [`RedisStoreError::Connect`] when Redis cannot be reached or fails mid-way (keys not
-    /// reached yet keep the old form), [`RedisStoreError::Unsupported`] on a Cluster.
+    /// reached yet keep the old form). On a Cluster every master is walked in turn.
     pub async fn convert_from(&self, from: &AnyAlgorithm) -> Result<usize, RedisStoreError> {
         let to = *self.algorithm();
         let config = self.config().clone();
@@ -147,14 +147,6 @@ impl RedisStore {
         };
         if family != new_family || from == &to {
             return Ok(0);
-        }
-        if config.is_cluster() {
-            return Err(RedisStoreError::Unsupported {
-                algorithm: to.kind(),
-                reason: String::from(
-                    "converting keys on a reload is done on a single Redis, not a Cluster",
-                ),
-            });
         }
         let failed = |e: redis::RedisError| RedisStoreError::Connect {
             target: config.target(),
@@ -167,64 +159,146 @@ impl RedisStore {
                 reason: format!("no answer within {:?}", config.connect_timeout),
             })?
             .map_err(failed)?;
-        let Conn::Single(mut c) = conn else {
-            return Ok(0);
-        };
         let prefix = &config.prefix;
         let quota = to.quota();
         let marker = format!("{prefix}:quota:{family}");
         let mark = format!("{} {} {}", to.kind(), quota.capacity(), quota.interval_ns());
-        let moved: i64 = redis::Script::new(MARK)
-            .key(&marker)
-            .arg(&mark)
-            .invoke_async(&mut c)
-            .await
-            .map_err(failed)?;
+        let script = redis::Script::new(MARK);
+        let mut invocation = script.key(&marker);
+        invocation.arg(&mark);
+        let moved: i64 = match &conn {
+            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+        .map_err(failed)?;
         if moved == 0 {
             return Ok(0);
         }
-        let (read, swap) = (redis::Script::new(READ), redis::Script::new(SWAP));
         let pattern = format!("{}:{family}:*", glob_escape(prefix));
-        let mut cursor: u64 = 0;
-        let mut converted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut c)
+        match conn {
+            Conn::Single(mut c) => convert_node(&mut c, &pattern, from, &to)
                 .await
-                .map_err(failed)?;
-            for key in keys {
-                // A key that changes between the read and the swap is read again.
-                for _ in 0..5 {
-                    let (secs, micros, value): (u64, u64, Option<String>) =
-                        read.key(&key).invoke_async(&mut c).await.map_err(failed)?;
-                    let Some(value) = value else { break };
-                    let now = u128::from(secs) * 1_000_000_000 + u128::from(micros) * 1_000;
-                    let Some((new_value, ttl)) = convert_value(from, &to, &value, now) else {
-                        break;
-                    };
-                    let done: i64 = swap
-                        .key(&key)
-                        .arg(&value)
-                        .arg(&new_value)
-                        .arg(ttl.max(1).to_string())
-                        .invoke_async(&mut c)
+                .map_err(failed),
+            Conn::Cluster(_) => {
+                // SCAN sees one node's keys: walk every master, each on its own connection.
+                let mut total = 0;
+                for info in masters(&config).await.map_err(failed)? {
+                    let client = redis::Client::open(info).map_err(failed)?;
+                    let mut c = client
+                        .get_multiplexed_async_connection()
                         .await
                         .map_err(failed)?;
-                    if done == 1 {
-                        converted += 1;
-                        break;
-                    }
+                    total += convert_node(&mut c, &pattern, from, &to)
+                        .await
+                        .map_err(failed)?;
+                }
+                Ok(total)
+            }
+        }
+    }
+}
+
+/// The masters of the Cluster of `config`, as connection settings (those of its first URL,
+/// each with a master's address), from `CLUSTER SLOTS` on the first seed that answers.
+async fn masters(config: &RedisConfig) -> redis::RedisResult<Vec<redis::ConnectionInfo>> {
+    use redis::IntoConnectionInfo as _;
+    let mut last = None;
+    for url in &config.urls {
+        let seed = url.as_str().into_connection_info()?;
+        let slots: redis::RedisResult<redis::Value> = async {
+            let client = redis::Client::open(seed.clone())?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await
+        }
+        .await;
+        let slots = match slots {
+            Ok(slots) => slots,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let mut out: Vec<redis::ConnectionInfo> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        if let redis::Value::Array(ranges) = slots {
+            for range in ranges {
+                let redis::Value::Array(parts) = range else {
+                    continue;
+                };
+                // [start, end, [host, port, id, ...], replicas...]
+                let Some(redis::Value::Array(master)) = parts.get(2) else {
+                    continue;
+                };
+                let host = match master.first() {
+                    Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(redis::Value::SimpleString(s)) => s.clone(),
+                    _ => continue,
+                };
+                let Some(redis::Value::Int(port)) = master.get(1) else {
+                    continue;
+                };
+                let Ok(port) = u16::try_from(*port) else {
+                    continue;
+                };
+                if seen.insert((host.clone(), port)) {
+                    let mut info = seed.clone();
+                    info.addr = redis::ConnectionAddr::Tcp(host, port);
+                    out.push(info);
                 }
             }
-            cursor = next;
-            if cursor == 0 {
-                return Ok(converted);
+        }
+        return Ok(out);
+    }
+    Err(last.unwrap_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no seed URL"))
+    }))
+}
+
+/// Converts the keys matching `pattern` on one server (see [`RedisStore::convert_from`]).
+async fn convert_node<C: redis::aio::ConnectionLike>(
+    c: &mut C,
+    pattern: &str,
+    from: &AnyAlgorithm,
+    to: &AnyAlgorithm,
+) -> redis::RedisResult<usize> {
+    let (read, swap) = (redis::Script::new(READ), redis::Script::new(SWAP));
+    let mut cursor: u64 = 0;
+    let mut converted = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(500)
+            .query_async(c)
+            .await?;
+        for key in keys {
+            // A key that changes between the read and the swap is read again.
+            for _ in 0..5 {
+                let (secs, micros, value): (u64, u64, Option<String>) =
+                    read.key(&key).invoke_async(c).await?;
+                let Some(value) = value else { break };
+                let now = u128::from(secs) * 1_000_000_000 + u128::from(micros) * 1_000;
+                let Some((new_value, ttl)) = convert_value(from, to, &value, now) else {
+                    break;
+                };
+                let done: i64 = swap
+                    .key(&key)
+                    .arg(&value)
+                    .arg(&new_value)
+                    .arg(ttl.max(1).to_string())
+                    .invoke_async(c)
+                    .await?;
+                if done == 1 {
+                    converted += 1;
+                    break;
+                }
             }
+        }
+        cursor = next;
+        if cursor == 0 {
+            return Ok(converted);
         }
     }
 }
