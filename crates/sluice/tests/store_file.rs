@@ -124,7 +124,14 @@ async fn after_an_unclean_stop_every_key_starts_spent() {
             "{key}: {retry_after:?}"
         );
     }
-    store.close().unwrap();
+    // A reload within the crash's window: keys not seen yet still start spent.
+    let next = FileStore::succeed(&store, &path, gcra(6, "1/min"), options()).unwrap();
+    next.take_over().unwrap();
+    assert!(
+        next.check("seen-after-the-reload", 1).await.is_err(),
+        "no full bucket within the crash's window"
+    );
+    next.close().unwrap();
 }
 
 #[tokio::test]

@@ -530,6 +530,28 @@ impl FileStore {
                 }
             }
         }
+        // Within a crash's window, keys the predecessor has not seen yet still start spent.
+        let shadow = old.inner.shadow.as_ref().and_then(|was| {
+            if was.over.load(Ordering::Relaxed) {
+                return None;
+            }
+            let since_e = was.since_e_at_open.saturating_add(
+                old.inner
+                    .keyed
+                    .shared
+                    .clock
+                    .now_ns()
+                    .saturating_sub(was.opened_at),
+            );
+            let window = was.window.max(algorithm.quota().window_ns());
+            (since_e < window).then(|| Shadow {
+                worst: algorithm.save(&algorithm.exhausted_state(0), 0),
+                opened_at: keyed.shared.clock.now_ns(),
+                since_e_at_open: since_e,
+                window,
+                over: AtomicBool::new(false),
+            })
+        });
         let base = Instant::now();
         // Only the predecessor's writes cover admissions until this store writes its own.
         let lease_left = old
@@ -549,7 +571,7 @@ impl FileStore {
                 0
             }),
             closed: AtomicBool::new(false),
-            shadow: None,
+            shadow,
             restored: Restored::Clean { keys: carried },
             writing: Mutex::new(()),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
