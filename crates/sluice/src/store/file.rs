@@ -44,6 +44,17 @@
 //! below 2N, with the windows restarted at `e`). A wall clock that jumps forward while the
 //! process is down shortens the wait, as for any snapshot; one that goes back lengthens it.
 //!
+//! A clean file written under another quota of the same algorithm is converted key by key so
+//! that no key gains tokens ([`sluice_core::SavedState::convert`]).
+//!
+//! # Reloads
+//!
+//! [`FileStore::succeed`] builds the store of a changed policy from the live one, each key
+//! converted to the new quota, without touching the old store; [`FileStore::take_over`], once
+//! the new store is in use, makes the old one stop writing (on the same file) or closes it (on
+//! another) and starts the new one's writer. Until then the new store admits within the lease
+//! of the old one's last write, so the crash rule still covers every admission.
+//!
 //! # A corrupt or foreign file
 //!
 //! A file that exists but cannot be read (not JSON, another format or version, impossible
