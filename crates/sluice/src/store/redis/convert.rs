@@ -130,10 +130,15 @@ pub(crate) fn convert_value(
 
 impl RedisStore {
     /// Converts every key of this store's prefix in Redis from `from` (the quota the keys were
-    /// written under) to this store's algorithm, so that no key gains tokens (see the
-    /// [module documentation](self)). Returns the keys rewritten; zero when another gateway
-    /// already converted them, or when the two algorithms keep different kinds of state (the
-    /// keys of the other kind are then not read at all).
+    /// written under) to this store's algorithm, so that no key gains tokens
+    /// ([`SavedState::convert`]): each key is read with Redis's time, converted here, and
+    /// written back only if it did not change in between. A marker key
+    /// `<prefix>:quota:<family>` records the quota the keys are in, so that of several
+    /// gateways sharing the Redis only the first to reload converts. Returns the keys
+    /// rewritten; zero when another gateway already converted them, or when the two
+    /// algorithms keep different kinds of state (the keys of the other kind are then not read
+    /// at all). Call it once the new quota is in use if it shrinks the window (unconverted
+    /// keys then read as fuller debt), before if it grows it.
     ///
     /// # Errors
     ///
