@@ -85,3 +85,24 @@ async fn a_tightened_quota_converts_the_keys_of_every_cluster_master() {
         assert_eq!(admitted(&tightened, key, 8).await, 5, "{key}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_algorithm_starts_each_key_with_what_it_had_left() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let config = || {
+        RedisConfig::new(server.url())
+            .timeout(Duration::from_secs(5))
+            .prefix("reload-family")
+    };
+    let old = algorithm(Kind::Gcra, 100, "1/min");
+    let store = RedisStore::connect(old, config()).await.unwrap();
+    assert_eq!(admitted(&store, "k", 95).await, 95);
+    for kind in [Kind::FixedWindow, Kind::SlidingWindow] {
+        let new = algorithm(kind, 50, "1/min");
+        let moved = RedisStore::connect(new, config()).await.unwrap();
+        assert_eq!(moved.convert_from(&old).await.unwrap(), 1, "{kind}");
+        assert_eq!(admitted(&moved, "k", 10).await, 5, "{kind}");
+    }
+}

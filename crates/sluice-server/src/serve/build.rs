@@ -176,17 +176,17 @@ pub fn build_with(
 }
 
 impl Runtime {
-    /// Before this runtime is swapped in: converts the Redis keys of policies whose window
-    /// grows. Read by the old runtime, converted keys then show no more tokens than before
-    /// (their debt only grows), and the new runtime finds them converted.
+    /// Before this runtime is swapped in: converts the Redis keys that are safe to convert
+    /// while the old runtime still reads them (see [`before_swap`]), so that the new runtime
+    /// finds them converted.
     pub async fn prepare(&self) {
         self.convert_redis(true).await;
     }
 
     /// Once this runtime is the one in use: the file stores it succeeds stop writing and
     /// its own start (on the same file) or the old ones are closed (on another), and the
-    /// Redis keys of policies whose window shrinks are converted (read unconverted by the new
-    /// runtime meanwhile, they show fewer tokens, never more). Idempotent.
+    /// other Redis keys are converted (read unconverted by the new runtime meanwhile, they
+    /// show more debt, never less). Idempotent.
     pub async fn take_over(&self) {
         let handovers = std::mem::take(&mut *self.lock_handovers());
         let mut rest = Vec::new();
@@ -216,13 +216,12 @@ impl Runtime {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Converts the Redis keys of the policies whose window grows (`growing`) or does not.
+    /// Converts the Redis keys of the policies that [`before_swap`] says (`growing`) or not.
     async fn convert_redis(&self, growing: bool) {
         let mut todo = Vec::new();
         self.lock_handovers().retain(|h| match h {
             Handover::Redis(name, store, from)
-                if (store.algorithm().quota().window_ns() >= from.quota().window_ns())
-                    == growing =>
+                if before_swap(store.algorithm(), from) == growing =>
             {
                 todo.push((name.clone(), store.clone(), *from));
                 false
@@ -245,6 +244,17 @@ impl Runtime {
             }
         }
     }
+}
+
+/// Whether the Redis keys of a policy going from `from` to `to` are converted before the new
+/// runtime is in use: when the window grows (converted, the keys read by the old runtime show
+/// more debt, never less), or when the keys move to another state family (the old runtime
+/// does not read them). Otherwise after: unconverted, they show the new runtime more debt.
+fn before_swap(to: &AnyAlgorithm, from: &AnyAlgorithm) -> bool {
+    use sluice_core::Kind::{Gcra, LeakyBucket, TokenBucket};
+    let bucket = |k| matches!(k, Gcra | TokenBucket | LeakyBucket);
+    let same_family = to.which() == from.which() || (bucket(to.which()) && bucket(from.which()));
+    !same_family || to.quota().window_ns() >= from.quota().window_ns()
 }
 
 /// What became of a policy's state on a reload.

@@ -19,11 +19,13 @@ use crate::store::redis::RedisStore;
 /// Reads `{TIME seconds, TIME microseconds, value or false}` of one key.
 const READ: &str = "local t = redis.call('TIME') return {t[1], t[2], redis.call('GET', KEYS[1])}";
 
-/// Replaces KEYS[1] by ARGV[2] with a TTL of ARGV[3] ms (or deletes it if ARGV[2] is empty),
-/// if it still holds ARGV[1]. Returns 1 if replaced.
+/// If KEYS[1] still holds ARGV[1]: sets KEYS[2] (the same key, or the key of another state
+/// family, which is then left alone if it exists) to ARGV[2] with a TTL of ARGV[3] ms, or
+/// deletes it if ARGV[2] is empty. Returns 1 unless KEYS[1] changed.
 const SWAP: &str = "
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) end
 return 1";
 
 /// Moves the marker KEYS[1] to ARGV[1] and returns 1, or returns 0 if it already is there.
@@ -135,9 +137,9 @@ impl RedisStore {
     /// written back only if it did not change in between. A marker key
     /// `<prefix>:quota:<family>` records the quota the keys are in, so that of several
     /// gateways sharing the Redis only the first to reload converts. Returns the keys
-    /// rewritten; zero when another gateway already converted them, or when the two
-    /// algorithms keep different kinds of state (the keys of the other kind are then not read
-    /// at all). Call it once the new quota is in use if it shrinks the window (unconverted
+    /// rewritten; zero when another gateway already converted them. Between algorithms of
+    /// different state families (say `gcra` to `fixed_window`) each key is written under the
+    /// new family's name with what it had left, unless that key already exists. Call it once the new quota is in use if it shrinks the window (unconverted
     /// keys then read as fuller debt), before if it grows it.
     ///
     /// # Errors
@@ -150,7 +152,7 @@ impl RedisStore {
         let (Some(family), Some(new_family)) = (family(from.kind()), family(to.kind())) else {
             return Ok(0);
         };
-        if family != new_family || from == &to {
+        if from == &to {
             return Ok(0);
         }
         let failed = |e: redis::RedisError| RedisStoreError::Connect {
@@ -166,7 +168,7 @@ impl RedisStore {
             .map_err(failed)?;
         let prefix = &config.prefix;
         let quota = to.quota();
-        let marker = format!("{prefix}:quota:{family}");
+        let marker = format!("{prefix}:quota:{new_family}");
         let mark = format!("{} {} {}", to.kind(), quota.capacity(), quota.interval_ns());
         let script = redis::Script::new(MARK);
         let mut invocation = script.key(&marker);
@@ -181,7 +183,7 @@ impl RedisStore {
         }
         let pattern = format!("{}:{family}:*", glob_escape(prefix));
         match conn {
-            Conn::Single(mut c) => convert_node(&mut c, &pattern, from, &to)
+            Conn::Single(mut c) => convert_node(&mut c, &pattern, new_family, from, &to)
                 .await
                 .map_err(failed),
             Conn::Cluster(_) => {
@@ -193,7 +195,7 @@ impl RedisStore {
                         .get_multiplexed_async_connection()
                         .await
                         .map_err(failed)?;
-                    total += convert_node(&mut c, &pattern, from, &to)
+                    total += convert_node(&mut c, &pattern, new_family, from, &to)
                         .await
                         .map_err(failed)?;
                 }
@@ -263,6 +265,7 @@ async fn masters(config: &RedisConfig) -> redis::RedisResult<Vec<redis::Connecti
 async fn convert_node<C: redis::aio::ConnectionLike>(
     c: &mut C,
     pattern: &str,
+    new_family: &str,
     from: &AnyAlgorithm,
     to: &AnyAlgorithm,
 ) -> redis::RedisResult<usize> {
@@ -279,6 +282,14 @@ async fn convert_node<C: redis::aio::ConnectionLike>(
             .query_async(c)
             .await?;
         for key in keys {
+            // `<prefix>:<family>:{k}` → `<prefix>:<new family>:{k}`: the same slot.
+            let Some(brace) = key.find(":{") else {
+                continue;
+            };
+            let Some(colon) = key[..brace].rfind(':') else {
+                continue;
+            };
+            let target = format!("{}:{new_family}{}", &key[..colon], &key[brace..]);
             // A key that changes between the read and the swap is read again.
             for _ in 0..5 {
                 let (secs, micros, value): (u64, u64, Option<String>) =
@@ -290,6 +301,7 @@ async fn convert_node<C: redis::aio::ConnectionLike>(
                 };
                 let done: i64 = swap
                     .key(&key)
+                    .key(&target)
                     .arg(&value)
                     .arg(&new_value)
                     .arg(ttl.max(1).to_string())
@@ -346,6 +358,17 @@ mod tests {
             format!("{} 10 20", now + 1),
             "same quota, same state"
         );
+    }
+
+    #[test]
+    fn another_family_gets_what_was_left() {
+        let from = AnyAlgorithm::new(Kind::Gcra, Quota::parse(100, "1/s").unwrap());
+        let to = AnyAlgorithm::new(Kind::FixedWindow, Quota::parse(50, "1/s").unwrap());
+        let now = 7_000_000_000_000u128;
+        // 95 of 100 spent: 5 left, so 45 of 50 used in a window starting now.
+        let (value, _) =
+            convert_value(&from, &to, &(now + 95_000_000_000).to_string(), now).unwrap();
+        assert_eq!(value, format!("{} 45", now + 50_000_000_000));
     }
 
     #[test]
