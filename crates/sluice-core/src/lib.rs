@@ -10,7 +10,8 @@
 //!   [`TokenBucket`], [`Gcra`], [`LeakyBucket`], [`SlidingLog`], [`SlidingWindow`] and
 //!   [`FixedWindow`], and by [`AnyAlgorithm`] to choose by name.
 //! - [`Decision`]: allowed, limit, remaining, `retry_after`, `reset_after`.
-//! - [`Snapshot`]: save and restore across restarts, counting the time in between.
+//! - [`Snapshot`]: save and restore across restarts, counting the time in between;
+//!   [`SavedState::convert`] carries a state over to a changed quota without a key gaining tokens.
 //! - [`queue::WaitQueue`]: the waiting policy (FIFO, priorities, fair flows, depth, maximum
 //!   wait) as a clock-free state machine that tokio, the browser and the simulator all drive.
 //!
@@ -39,6 +40,7 @@ extern crate std;
 
 pub mod algorithm;
 mod any;
+mod convert;
 mod decision;
 mod divisor;
 mod error;

@@ -13,6 +13,7 @@ use sluice_core::{Algorithm, AnyAlgorithm, Decision, Quota};
 
 use crate::backend::Backend;
 use crate::key::KeySpec;
+use crate::key_hash::KeyHasher;
 use crate::metrics::PolicyMetrics;
 
 /// The default cap on keys per policy.
@@ -53,6 +54,8 @@ pub struct Policy {
     queue: Option<QueueSpec>,
     concurrency: Option<Pool>,
     backend: Backend,
+    /// Keys of a header, cookie or query parameter go to the store hashed.
+    hasher: Option<KeyHasher>,
     item: String,
     pub(crate) metrics: PolicyMetrics,
 }
@@ -83,6 +86,7 @@ pub struct PolicyBuilder {
     concurrency: Option<usize>,
     pool: Option<Pool>,
     backend: Option<Backend>,
+    hasher: Option<KeyHasher>,
 }
 
 impl Policy {
@@ -98,6 +102,7 @@ impl Policy {
             concurrency: None,
             pool: None,
             backend: None,
+            hasher: None,
         }
     }
 
@@ -153,7 +158,19 @@ impl Policy {
     ///
     /// As [`Store::check`].
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.backend.check(key, cost).await
+        match &self.hasher {
+            None => self.backend.check(key, cost).await,
+            Some(h) => self.backend.check(&h.hash(key), cost).await,
+        }
+    }
+
+    /// `key` as the store holds it: hashed if the policy hashes keys (see
+    /// [`PolicyBuilder::hash_keys`]).
+    pub fn stored_key<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        match &self.hasher {
+            None => std::borrow::Cow::Borrowed(key),
+            Some(h) => std::borrow::Cow::Owned(h.hash(key)),
+        }
     }
 
     /// Waits in `key`'s queue until `cost` is admitted (without a queue, as [`Policy::check`]).
@@ -167,14 +184,14 @@ impl Policy {
     /// Dropping the future gives back its place in the queue.
     pub async fn acquire(&self, key: &str, cost: u64) -> Result<Decision, Error> {
         self.backend
-            .acquire(key, cost, AcquireOptions::default())
+            .acquire(&self.stored_key(key), cost, AcquireOptions::default())
             .await
     }
 
     /// Gives back `cost` taken from `key`'s bucket `ago`, for a request another policy then
     /// refused (see [`Store::refund`]).
     pub async fn refund(&self, key: &str, cost: u64, ago: Duration) {
-        self.backend.refund(key, cost, ago).await;
+        self.backend.refund(&self.stored_key(key), cost, ago).await;
     }
 
     /// `key`'s bucket now, consuming nothing.
@@ -183,7 +200,7 @@ impl Policy {
     ///
     /// As [`Store::peek`].
     pub async fn peek(&self, key: &str) -> Result<Decision, Error> {
-        self.backend.peek(key).await
+        self.backend.peek(&self.stored_key(key)).await
     }
 
     /// Whether `other`'s buckets can be carried over into a policy configured like this one:
@@ -228,6 +245,15 @@ impl PolicyBuilder {
     /// algorithm, key cap and queue.
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = Some(backend);
+        self
+    }
+
+    /// Stores keys taken from a header, a cookie or a query parameter (secrets such as API keys
+    /// and bearer tokens) as `hasher`'s keyed hash; IP and global keys stay as they are. Use it
+    /// with a store that keeps keys outside the process (a file, Redis), and the same salt in
+    /// every gateway that shares the store.
+    pub fn hash_keys(mut self, hasher: KeyHasher) -> Self {
+        self.hasher = Some(hasher);
         self
     }
 
@@ -297,7 +323,14 @@ impl PolicyBuilder {
             .div_ceil(sluice_core::NANOS_PER_SEC)
             .max(1);
         let item = format!("\"{}\";q={};w={window}", self.name, quota.capacity());
+        let hasher = self.hasher.filter(|_| {
+            matches!(
+                self.key,
+                KeySpec::Header(_) | KeySpec::Cookie(_) | KeySpec::Query(_)
+            )
+        });
         Ok(Policy {
+            hasher,
             metrics: PolicyMetrics::new(&self.name),
             name: self.name.into(),
             algorithm: self.algorithm,
@@ -347,6 +380,39 @@ mod tests {
             changed.check("k", 1).await.is_ok(),
             "new quota, new buckets"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn secret_keys_are_stored_hashed_and_ip_keys_as_they_are() {
+        let hasher = KeyHasher::new(b"salt");
+        let by_header = Policy::builder("api", alg(2, "1/s"))
+            .key("header:x-api-key".parse().unwrap())
+            .hash_keys(hasher.clone())
+            .build()
+            .unwrap();
+        by_header.check("sk-live-secret", 2).await.unwrap();
+        assert!(by_header.check("sk-live-secret", 1).await.is_err());
+        assert!(by_header.peek("sk-live-secret").await.unwrap().remaining == 0);
+        let held: Vec<String> = by_header
+            .backend()
+            .hottest(10)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(held, vec![hasher.hash("sk-live-secret")]);
+        let by_ip = Policy::builder("api", alg(2, "1/s"))
+            .key(KeySpec::Ip)
+            .hash_keys(hasher)
+            .build()
+            .unwrap();
+        by_ip.check("10.0.0.1", 1).await.unwrap();
+        let held: Vec<String> = by_ip
+            .backend()
+            .hottest(10)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(held, vec![String::from("10.0.0.1")]);
     }
 
     #[test]

@@ -59,6 +59,43 @@ async fn a_clean_restart_restores_every_key_exactly() {
 }
 
 #[tokio::test]
+async fn a_changed_quota_keeps_what_each_key_had_left() {
+    let dir = TempDir::new("file-quota");
+    let path = dir.path().join("limits.json");
+    let store = FileStore::open(&path, gcra(100, "1/min"), options()).unwrap();
+    store.check("alice", 95).await.unwrap();
+    store.check("bob", 10).await.unwrap();
+    store.close().unwrap();
+    // Restarted with a lower capacity: 5 left, not 0 and not 50.
+    let store = FileStore::open(&path, gcra(50, "1/min"), options()).unwrap();
+    assert_eq!(store.peek("alice").await.unwrap().remaining, 5);
+    assert_eq!(store.peek("bob").await.unwrap().remaining, 50);
+
+    // A reload: the successor converts the live keys and admits at once, and writes the
+    // file only once it took over.
+    store.check("bob", 45).await.unwrap();
+    let next = FileStore::succeed(&store, &path, gcra(10, "1/min"), options()).unwrap();
+    assert_eq!(next.peek("alice").await.unwrap().remaining, 5);
+    assert_eq!(next.peek("bob").await.unwrap().remaining, 5);
+    assert_eq!(next.peek("carol").await.unwrap().remaining, 10);
+    next.check("alice", 5).await.unwrap();
+    assert!(next.check("alice", 1).await.is_err());
+    next.take_over().unwrap();
+    drop(store); // the predecessor handed the file over: it writes nothing any more
+    next.close().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"capacity\":10"), "{text}");
+    let again = FileStore::open(&path, gcra(10, "1/min"), options()).unwrap();
+    assert_eq!(again.peek("alice").await.unwrap().remaining, 0);
+
+    // A successor on a file that cannot be written fails, and the store it would succeed
+    // keeps serving.
+    let bad = dir.path().join("no-such-dir").join("limits.json");
+    assert!(FileStore::succeed(&again, &bad, gcra(5, "1/min"), options()).is_err());
+    assert!(again.check("bob", 1).await.is_ok());
+}
+
+#[tokio::test]
 async fn after_an_unclean_stop_every_key_starts_spent() {
     let dir = TempDir::new("file-unclean");
     let path = dir.path().join("limits.json");
@@ -87,7 +124,14 @@ async fn after_an_unclean_stop_every_key_starts_spent() {
             "{key}: {retry_after:?}"
         );
     }
-    store.close().unwrap();
+    // A reload within the crash's window: keys not seen yet still start spent.
+    let next = FileStore::succeed(&store, &path, gcra(6, "1/min"), options()).unwrap();
+    next.take_over().unwrap();
+    assert!(
+        next.check("seen-after-the-reload", 1).await.is_err(),
+        "no full bucket within the crash's window"
+    );
+    next.close().unwrap();
 }
 
 #[tokio::test]

@@ -109,6 +109,58 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Prefix of every Redis key.
     pub prefix: String,
+    /// `key_salt`: the salt of the keyed hash under which keys from headers, cookies and query
+    /// parameters are stored in a file or Redis store.
+    pub key_salt: Option<KeySalt>,
+}
+
+/// `store.key_salt`, read from where it names: `env:NAME` or `file:/path`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeySalt {
+    /// What the config says (`env:NAME`, `file:/path`), never the secret.
+    pub source: String,
+    /// The salt.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for KeySalt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeySalt({})", self.source)
+    }
+}
+
+impl KeySalt {
+    /// Reads the salt named by `source`; a file's trailing newline is not part of it.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong, for `store.key_salt`: another form, an unset variable, an unreadable
+    /// file, an empty salt.
+    pub fn read(source: &str) -> Result<KeySalt, String> {
+        let bytes = if let Some(name) = source.strip_prefix("env:") {
+            std::env::var_os(name)
+                .ok_or_else(|| format!("environment variable `{name}` is not set"))?
+                .into_encoded_bytes()
+        } else if let Some(path) = source.strip_prefix("file:") {
+            let mut bytes =
+                std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+            while bytes.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
+                bytes.pop();
+            }
+            bytes
+        } else {
+            return Err(String::from(
+                "expected env:NAME or file:/path (the salt itself does not belong in the config file)",
+            ));
+        };
+        if bytes.is_empty() {
+            return Err(format!("`{source}` is empty"));
+        }
+        Ok(KeySalt {
+            source: source.to_owned(),
+            bytes,
+        })
+    }
 }
 
 /// `[[policy]]`.
@@ -550,6 +602,15 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
         .str("prefix", errors)
         .map_or("sluice", |(p, _)| p)
         .to_owned();
+    let key_salt = f
+        .str("key_salt", errors)
+        .and_then(|(source, at)| match KeySalt::read(source) {
+            Ok(salt) => Some(salt),
+            Err(e) => {
+                errors.at(at, "store.key_salt", e);
+                None
+            }
+        });
     f.finish(errors);
     match backend {
         BackendKind::File if path.is_none() => {
@@ -567,6 +628,7 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
         on_error,
         timeout,
         prefix,
+        key_salt,
     }
 }
 

@@ -117,12 +117,14 @@ async fn worker(
     // One pool per worker for the life of the process: requests borrow it, reloads keep it.
     let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new()));
     let graceful = accept_loop(listener, shared, &server, stop, proxy).await;
-    if tokio::time::timeout(server.shutdown_timeout, graceful.shutdown())
+    // The configuration in force at the signal: a reload may have changed it.
+    let shutdown_timeout = shared.current().config.server.shutdown_timeout;
+    if tokio::time::timeout(shutdown_timeout, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!(
-            timeout = ?server.shutdown_timeout,
+            timeout = ?shutdown_timeout,
             "shutdown timeout: dropping the requests still in flight"
         );
     }
@@ -139,12 +141,17 @@ async fn accept_loop(
     proxy: &'static Proxy,
 ) -> GracefulShutdown {
     let graceful = GracefulShutdown::new();
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(server.header_read_timeout)
-        .max_buf_size(server.max_header_bytes)
-        .keep_alive(true);
+    let connections = |read_timeout: Duration, max_header_bytes: usize| {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(read_timeout)
+            .max_buf_size(max_header_bytes)
+            .keep_alive(true);
+        builder
+    };
+    let mut limits = (server.header_read_timeout, server.max_header_bytes);
+    let mut builder = connections(limits.0, limits.1);
     loop {
         let accepted = tokio::select! {
             biased;
@@ -161,6 +168,18 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        // New connections follow the header limits of the configuration in force.
+        let current = {
+            let runtime = shared.current();
+            (
+                runtime.config.server.header_read_timeout,
+                runtime.config.server.max_header_bytes,
+            )
+        };
+        if current != limits {
+            limits = current;
+            builder = connections(limits.0, limits.1);
+        }
         let service = service_fn(move |req: Request<Incoming>| async move {
             Ok::<_, Infallible>(handle(shared, proxy, req, peer).await)
         });

@@ -2,14 +2,18 @@
 //!
 //! - SIGTERM or SIGINT: stop accepting (the listener is closed, so new connections are
 //!   refused), let requests in flight finish for at most `server.shutdown_timeout`, exit 0.
-//! - SIGHUP: read the config file again. A valid one replaces the running configuration;
-//!   policies that did not change (same name, algorithm, quota, key, key cap, queue and
-//!   store kind) keep their buckets, others start full. An invalid one is refused with its
-//!   errors in the log, and the old configuration keeps serving. The listen addresses are
-//!   read at start only.
+//! - SIGHUP: read the config file again and build it whole; only then swap it in. Policies
+//!   that did not change keep their buckets; a policy whose quota, algorithm, queue, key cap
+//!   or store settings changed keeps each key's state, converted so that no key gains
+//!   tokens (tokens left after = min(before, new capacity)). A config that is invalid, that
+//!   cannot be built (a store that cannot open), or that changes `server.listen`,
+//!   `server.admin_listen` or `server.workers` (they need a restart) is refused, and the old
+//!   configuration keeps serving untouched. Each reload logs one line saying what changed
+//!   and counts itself in `sluice_reloads_total{result="ok"|"refused"}`.
 
 pub mod admin;
 pub mod build;
+pub mod changes;
 pub mod demo;
 pub mod gateway;
 pub mod state;
@@ -126,7 +130,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: draining"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: draining"); break; }
-            _ = hup.recv() => reload(shared, path.as_ref(), demo),
+            _ = hup.recv() => reload(shared, path.as_ref(), demo).await,
         }
     }
     let _ = stop_tx.send(true);
@@ -140,8 +144,14 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// SIGHUP: reload, keeping the buckets of unchanged policies; refuse an invalid config.
-fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::SocketAddr>) {
+/// SIGHUP: build the new configuration whole, then swap it in; refuse one that is invalid,
+/// cannot be built, or changes a setting only a restart can apply. The old configuration is
+/// untouched until the swap. One log line per reload, and `sluice_reloads_total{result}`.
+async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::SocketAddr>) {
+    let refused = |reason: &str| {
+        metrics::counter!("sluice_reloads_total", "result" => "refused").increment(1);
+        tracing::error!(target: "sluice::reload", "SIGHUP: config refused; the old one keeps serving: {reason}");
+    };
     let Some(path) = path else {
         tracing::warn!("SIGHUP: running on the embedded defaults, nothing to reload");
         return;
@@ -152,15 +162,15 @@ fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::Socket
             for line in e.to_string().lines() {
                 tracing::error!(target: "sluice::reload", "{line}");
             }
+            metrics::counter!("sluice_reloads_total", "result" => "refused").increment(1);
             tracing::error!(config = %path.display(), "SIGHUP: invalid config refused; the old one keeps serving");
             return;
         }
     };
     let old = shared.current();
-    if config.server.listen != old.config.server.listen
-        || config.server.admin_listen != old.config.server.admin_listen
-    {
-        tracing::warn!("SIGHUP: listen addresses are read at start only; restart to change them");
+    if let Some(field) = changes::needs_restart(&old.config, &config) {
+        refused(&format!("{field} needs a restart"));
+        return;
     }
     if config
         .routes
@@ -168,22 +178,26 @@ fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::Socket
         .any(|r| r.upstream == UpstreamConfig::BuiltinDemo)
         && demo.is_none()
     {
-        tracing::error!("SIGHUP: builtin:demo needs a restart (the demo upstream was not started); config refused");
+        refused("builtin:demo needs a restart (the demo upstream was not started)");
         return;
     }
+    let changed = changes::describe(&old.config, &config);
     match build(config, Some(&old), demo) {
         Ok(new) => {
+            let new = Arc::new(new);
+            new.prepare().await;
+            shared.runtime.store(Arc::clone(&new));
+            new.take_over().await;
+            metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
             tracing::info!(
                 config = %path.display(),
-                policies = new.policies.len(),
+                %changed,
                 kept = ?new.kept,
-                "SIGHUP: reloaded; the listed policies kept their buckets"
+                converted = ?new.carried,
+                "SIGHUP: reloaded"
             );
-            shared.runtime.store(Arc::new(new));
         }
-        Err(e) => {
-            tracing::error!(error = %e, "SIGHUP: config refused; the old one keeps serving");
-        }
+        Err(e) => refused(&e.to_string()),
     }
 }
 

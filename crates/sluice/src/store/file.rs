@@ -44,6 +44,17 @@
 //! below 2N, with the windows restarted at `e`). A wall clock that jumps forward while the
 //! process is down shortens the wait, as for any snapshot; one that goes back lengthens it.
 //!
+//! A clean file written under another quota of the same algorithm is converted key by key so
+//! that no key gains tokens ([`sluice_core::SavedState::convert`]).
+//!
+//! # Reloads
+//!
+//! [`FileStore::succeed`] builds the store of a changed policy from the live one, each key
+//! converted to the new quota, without touching the old store; [`FileStore::take_over`], once
+//! the new store is in use, makes the old one stop writing (on the same file) or closes it (on
+//! another) and starts the new one's writer. Until then the new store admits within the lease
+//! of the old one's last write, so the crash rule still covers every admission.
+//!
 //! # A corrupt or foreign file
 //!
 //! A file that exists but cannot be read (not JSON, another format or version, impossible
@@ -237,6 +248,11 @@ struct Inner {
     stop: Arc<(Mutex<bool>, Condvar)>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
+    /// Whether this store writes its file: false for a successor on its predecessor's file
+    /// until [`FileStore::take_over`], so that the two never write one file.
+    started: AtomicBool,
+    /// The store this one succeeds (see [`FileStore::succeed`]) until it took over.
+    predecessor: Mutex<Option<FileStore>>,
 }
 
 /// After a crash: every key first seen before `e + W` starts as spent at `e`.
@@ -397,9 +413,22 @@ impl FileStore {
             Plan::Clean { elapsed_ms } => {
                 let elapsed = elapsed_ms.saturating_mul(1_000_000);
                 let entries = image.as_ref().map_or(&[][..], |i| &i.keys[..]);
+                // Written under this or another quota (`read` checked it): converted, so that
+                // a changed quota gives no key more than it had left.
+                let written_under = image.as_ref().map_or(algorithm, |i| {
+                    Rate::from_interval_ns(i.interval_ns)
+                        .and_then(|rate| Quota::new(i.capacity, rate))
+                        .map_or(algorithm, |q| AnyAlgorithm::new(i.algorithm, q))
+                });
                 for entry in entries {
+                    let state = algorithm
+                        .convert_saved(&written_under, &entry.state)
+                        .map_err(|e| FileStoreError::Corrupt {
+                            path: path.clone(),
+                            reason: format!("key `{}`: {e}", entry.key),
+                        })?;
                     keyed
-                        .import(entry.key.clone(), &entry.state, elapsed, true)
+                        .import(entry.key.clone(), &state, elapsed, true)
                         .map_err(|e| FileStoreError::Corrupt {
                             path: path.clone(),
                             reason: format!("key `{}`: {e}", entry.key),
@@ -440,10 +469,23 @@ impl FileStore {
             stop: Arc::clone(&stop),
             writer: Mutex::new(None),
             last_error: Mutex::new(None),
+            started: AtomicBool::new(true),
+            predecessor: Mutex::new(None),
         });
+        let store = FileStore { inner };
+        store.start()?;
+        Ok(store)
+    }
+
+    /// Writes the file once (so that a crash right after this is a crash of this process)
+    /// and starts the writer thread.
+    fn start(&self) -> Result<(), FileStoreError> {
+        let inner = &self.inner;
+        inner.started.store(true, Ordering::SeqCst);
         inner.write(false)?;
-        let weak = Arc::downgrade(&inner);
-        let every = options.write_interval / 2;
+        let weak = Arc::downgrade(inner);
+        let stop = Arc::clone(&inner.stop);
+        let every = inner.write_interval / 2;
         let handle = std::thread::Builder::new()
             .name(String::from("sluice-file-store"))
             .spawn(move || write_back(weak, stop, every))
@@ -453,7 +495,148 @@ impl FileStore {
                 source,
             })?;
         *inner.writer.lock() = Some(handle);
-        Ok(FileStore { inner })
+        Ok(())
+    }
+
+    /// A store for `algorithm` at `path` that carries on from `old` (a reload): every key of
+    /// `old` is converted to the new quota so that none gains tokens
+    /// ([`AnyAlgorithm::convert_saved`]), and nothing of `old` is touched until
+    /// [`FileStore::take_over`].
+    ///
+    /// On another file than `old`'s, the new file is written now (so a path that cannot be
+    /// written fails here) and the writer starts. On the same file, nothing is written until
+    /// `take_over` (two stores never write one file); until then the new store admits within
+    /// the lease of `old`'s last write, which covers its admissions if the process dies.
+    ///
+    /// Admissions `old` makes between this call and `take_over` are not carried over; a reload
+    /// calls the two back to back.
+    ///
+    /// # Errors
+    ///
+    /// [`FileStoreError::Io`] when the new file cannot be written.
+    pub fn succeed(
+        old: &FileStore,
+        path: impl AsRef<Path>,
+        algorithm: AnyAlgorithm,
+        options: FileStoreOptions,
+    ) -> Result<FileStore, FileStoreError> {
+        let path = path.as_ref().to_owned();
+        let same_file = path == old.inner.path;
+        if !same_file {
+            // The file another store may write (a store of another process or policy).
+            let _ = read(&path)?;
+        }
+        let builder = Keyed::builder(algorithm).max_keys(options.max_keys);
+        let builder = if options.queue_depth > 0 {
+            builder.queue(options.queue_depth, options.max_wait)
+        } else {
+            builder
+        };
+        let keyed: Keyed<String, AnyAlgorithm> = builder.build();
+        let mut carried = 0;
+        for (key, saved) in old.inner.keyed.export() {
+            if let Ok(state) = algorithm.convert_saved(&old.inner.algorithm, &saved) {
+                if keyed.import(key, &state, 0, true).is_ok() {
+                    carried += 1;
+                }
+            }
+        }
+        // Within a crash's window, keys the predecessor has not seen yet still start spent.
+        let shadow = old.inner.shadow.as_ref().and_then(|was| {
+            if was.over.load(Ordering::Relaxed) {
+                return None;
+            }
+            let since_e = was.since_e_at_open.saturating_add(
+                old.inner
+                    .keyed
+                    .shared
+                    .clock
+                    .now_ns()
+                    .saturating_sub(was.opened_at),
+            );
+            let window = was.window.max(algorithm.quota().window_ns());
+            (since_e < window).then(|| Shadow {
+                worst: algorithm.save(&algorithm.exhausted_state(0), 0),
+                opened_at: keyed.shared.clock.now_ns(),
+                since_e_at_open: since_e,
+                window,
+                over: AtomicBool::new(false),
+            })
+        });
+        let base = Instant::now();
+        // Only the predecessor's writes cover admissions until this store writes its own.
+        let lease_left = old
+            .inner
+            .lease_until_ns
+            .load(Ordering::Acquire)
+            .saturating_sub(nanos(old.inner.base.elapsed()));
+        let inner = Arc::new(Inner {
+            keyed,
+            algorithm,
+            path,
+            write_interval: options.write_interval,
+            base,
+            lease_until_ns: AtomicU64::new(if same_file {
+                nanos(base.elapsed()).saturating_add(lease_left)
+            } else {
+                0
+            }),
+            closed: AtomicBool::new(false),
+            shadow,
+            restored: Restored::Clean { keys: carried },
+            writing: Mutex::new(()),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            writer: Mutex::new(None),
+            last_error: Mutex::new(None),
+            started: AtomicBool::new(false),
+            predecessor: Mutex::new(Some(old.clone())),
+        });
+        let store = FileStore { inner };
+        if !same_file {
+            store.start()?;
+        }
+        Ok(store)
+    }
+
+    /// Completes [`FileStore::succeed`], once this store is the one in use: the predecessor
+    /// stops writing (on another file it is closed, its final file clean) and this store
+    /// writes its file and starts its writer. Does nothing for a store not made by `succeed`
+    /// or called twice.
+    ///
+    /// # Errors
+    ///
+    /// [`FileStoreError::Io`] when the first write fails; the writer still starts and keeps
+    /// trying, and the store refuses while it has no lease.
+    pub fn take_over(&self) -> Result<(), FileStoreError> {
+        let Some(old) = self.inner.predecessor.lock().take() else {
+            return Ok(());
+        };
+        if old.inner.path == self.inner.path {
+            old.inner.retire();
+        } else if let Err(e) = old.close() {
+            // Its file stays as last written: the crash rule applies to it, never a burst.
+            *old.inner.last_error.lock() = Some(e.to_string());
+        }
+        if self.inner.started.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let first = self.start();
+        if let Err(e) = &first {
+            *self.inner.last_error.lock() = Some(e.to_string());
+            if self.inner.writer.lock().is_none() {
+                // The first write failed before the writer started: start it to keep trying.
+                let weak = Arc::downgrade(&self.inner);
+                let stop = Arc::clone(&self.inner.stop);
+                let every = self.inner.write_interval / 2;
+                if let Ok(handle) = std::thread::Builder::new()
+                    .name(String::from("sluice-file-store"))
+                    .spawn(move || write_back(weak, stop, every))
+                {
+                    *self.inner.writer.lock() = Some(handle);
+                }
+            }
+        }
+        first
     }
 
     /// What the open found.
@@ -582,6 +765,10 @@ impl Inner {
 
     fn write(&self, clean: bool) -> Result<(), FileStoreError> {
         let _one = self.writing.lock();
+        if !self.started.load(Ordering::SeqCst) {
+            // A successor that has not taken over, or a store that handed its file over.
+            return Ok(());
+        }
         if self.closed.load(Ordering::SeqCst) && !clean {
             return Ok(());
         }
@@ -629,6 +816,11 @@ impl Inner {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.stop_writer();
+        self.write(true)
+    }
+
+    fn stop_writer(&self) {
         {
             let (stopped, wake) = &*self.stop;
             *stopped.lock() = true;
@@ -639,7 +831,14 @@ impl Inner {
                 let _ = handle.join();
             }
         }
-        self.write(true)
+    }
+
+    /// Hands the file over to a successor: never writes it again. Requests still holding
+    /// this store are admitted until its lease (from its last write) ends.
+    fn retire(&self) {
+        self.stop_writer();
+        let _one = self.writing.lock();
+        self.started.store(false, Ordering::SeqCst);
     }
 }
 

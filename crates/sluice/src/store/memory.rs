@@ -60,6 +60,25 @@ impl MemoryStore {
         &self.keyed
     }
 
+    /// Sets every key that `old` holds (and is not full) to its state converted to this store's
+    /// quota, so that no key gains tokens ([`AnyAlgorithm::convert_saved`]): what a reload
+    /// that changes a policy does before the new store takes any request. Returns the keys
+    /// carried over.
+    ///
+    /// A key full in `old` is not held, so it starts full here: under a raised capacity, that
+    /// is the new capacity, as for a key never seen.
+    pub fn carry_from(&self, old: &MemoryStore) -> usize {
+        let (from, to) = (old.keyed.algorithm(), self.keyed.algorithm());
+        old.keyed
+            .export()
+            .into_iter()
+            .filter(|(key, saved)| {
+                to.convert_saved(from, saved)
+                    .is_ok_and(|state| self.keyed.import(key.clone(), &state, 0, true).is_ok())
+            })
+            .count()
+    }
+
     /// The same check, without the future (the memory store never waits to check).
     ///
     /// # Errors

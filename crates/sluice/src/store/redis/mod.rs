@@ -58,6 +58,7 @@
 
 mod cache;
 mod config;
+mod convert;
 mod link;
 mod queue;
 mod script;
