@@ -147,6 +147,39 @@ async fn a_store_that_cannot_write_its_file_stops_admitting() {
     store.close().unwrap();
 }
 
+#[test]
+fn writes_slower_than_a_quarter_of_d_keep_the_lease() {
+    // Every write takes 0.35 D (a sleep in the writer, as a slow but working disk would): the
+    // writer must still renew the lease before it runs out, so nothing is refused. The margin
+    // is 0.15 D = 150 ms for the writer thread's wake-ups on a loaded machine.
+    let dir = TempDir::new("file-slow-disk");
+    let path = dir.path().join("limits.json");
+    let d = Duration::from_secs(1);
+    let slow = options()
+        .write_interval(d)
+        .before_write(move || std::thread::sleep(d * 35 / 100));
+    let store = FileStore::open(&path, gcra(100_000, "100000/s"), slow).unwrap();
+    let start = Instant::now();
+    let mut refused = Vec::new();
+    let mut admitted = 0;
+    while start.elapsed() < Duration::from_millis(3_500) {
+        match store.check_now("k", 1) {
+            Ok(_) => admitted += 1,
+            Err(e) => refused.push((start.elapsed(), e)),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {} checks refused on a healthy (slow) disk, first at {:?}: {:?}",
+        refused.len(),
+        refused.len() + admitted,
+        refused[0].0,
+        refused[0].1
+    );
+    store.close().unwrap();
+}
+
 // === kill -9 ===
 
 const CAPACITY: u64 = 20;

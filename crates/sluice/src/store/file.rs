@@ -9,7 +9,11 @@
 //! that is not idle, atomically: write `<file>.tmp`, fsync it, rename it over the file, fsync
 //! the directory. Each write also renews a **lease**: the store admits only while less than D
 //! has passed since the start of the last completed write; past that (a stalled disk, a full
-//! disk) it refuses with [`Error::Unavailable`] until a write succeeds. The file records the
+//! disk) it refuses with [`Error::Unavailable`] until a write succeeds. Writes start every D/2
+//! counted from the start of the previous one (not from its end), so the lease holds as long
+//! as each write takes less than D/2: a disk that cannot replace a small file in D/2 (50 ms
+//! by default) needs a larger D. A failed write is logged once (warn), and so is the first
+//! write that succeeds after it (info). The file records the
 //! lease end as `written_at + 2D` (one D of margin for the last in-flight decision and for the
 //! wall clock against the monotonic one). So a crash loses at most the last D of consumption,
 //! and no admission is ever later than the lease end in the file.
@@ -82,13 +86,24 @@ const VERSION: u32 = 1;
 /// The default write interval D: a crash loses at most this much consumption.
 pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Something run by the writer before each write (see [`FileStoreOptions::before_write`]).
+#[derive(Clone)]
+struct Hook(Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
+}
+
 /// How a [`FileStore`] keeps its table and its file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct FileStoreOptions {
     write_interval: Duration,
     max_keys: usize,
     queue_depth: usize,
     max_wait: Duration,
+    before_write: Option<Hook>,
 }
 
 impl Default for FileStoreOptions {
@@ -98,6 +113,7 @@ impl Default for FileStoreOptions {
             max_keys: 100_000,
             queue_depth: 0,
             max_wait: Duration::ZERO,
+            before_write: None,
         }
     }
 }
@@ -121,6 +137,15 @@ impl FileStoreOptions {
     pub fn queue(mut self, depth: usize, max_wait: Duration) -> FileStoreOptions {
         self.queue_depth = depth;
         self.max_wait = max_wait;
+        self
+    }
+
+    /// Runs `hook` at the start of each write, once its time is taken and before the file is
+    /// touched: a test stands in for a slow disk with it (a sleep), to check that the
+    /// schedule keeps the lease.
+    #[doc(hidden)]
+    pub fn before_write(mut self, hook: impl Fn() + Send + Sync + 'static) -> FileStoreOptions {
+        self.before_write = Some(Hook(Arc::new(hook)));
         self
     }
 }
@@ -229,6 +254,10 @@ struct Inner {
     /// Real time, for the lease: admissions are allowed while `base.elapsed() < lease_until`.
     base: Instant,
     lease_until_ns: AtomicU64,
+    /// When the last write started (as `lease_until_ns`): the writer's schedule.
+    last_write_ns: AtomicU64,
+    /// Whether the last write failed (health changes are logged once each).
+    failing: AtomicBool,
     closed: AtomicBool,
     shadow: Option<Shadow>,
     restored: Restored,
@@ -237,6 +266,7 @@ struct Inner {
     stop: Arc<(Mutex<bool>, Condvar)>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
+    before_write: Option<Hook>,
 }
 
 /// After a crash: every key first seen before `e + W` starts as spent at `e`.
@@ -433,6 +463,8 @@ impl FileStore {
             write_interval: options.write_interval,
             base: Instant::now(),
             lease_until_ns: AtomicU64::new(0),
+            last_write_ns: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             shadow,
             restored,
@@ -440,6 +472,7 @@ impl FileStore {
             stop: Arc::clone(&stop),
             writer: Mutex::new(None),
             last_error: Mutex::new(None),
+            before_write: options.before_write.clone(),
         });
         inner.write(false)?;
         let weak = Arc::downgrade(&inner);
@@ -515,14 +548,20 @@ impl FileStore {
     }
 }
 
-/// The writer thread: a write every `every` until stopped or the store is gone.
+/// The writer thread: a write starting every `every` (counted from the start of the last
+/// one, so that a slow write does not push the next one back) until stopped or the store is
+/// gone. A write that overran its slot is followed at once by the next.
 fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Duration) {
     loop {
+        let wait = match inner.upgrade() {
+            Some(inner) => inner.until_next_write(every),
+            None => return,
+        };
         {
             let (stopped, wake) = &*stop;
             let mut stopped = stopped.lock();
-            if !*stopped {
-                wake.wait_for(&mut stopped, every);
+            if !*stopped && !wait.is_zero() {
+                wake.wait_for(&mut stopped, wait);
             }
             if *stopped {
                 return;
@@ -531,9 +570,12 @@ fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Dura
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        if let Err(e) = inner.write(false) {
-            *inner.last_error.lock() = Some(e.to_string());
+        // Woken early (a flush moved the schedule): wait for the rest.
+        if !inner.until_next_write(every).is_zero() {
+            continue;
         }
+        let result = inner.write(false);
+        inner.record(result);
     }
 }
 
@@ -586,7 +628,11 @@ impl Inner {
             return Ok(());
         }
         let started = nanos(self.base.elapsed());
+        self.last_write_ns.store(started, Ordering::Relaxed);
         let written_at_unix_ms = unix_ms();
+        if let Some(hook) = &self.before_write {
+            (hook.0)();
+        }
         let d = ms(self.write_interval);
         let quota = self.algorithm.quota();
         let image = Image {
@@ -623,6 +669,42 @@ impl Inner {
             );
         }
         Ok(())
+    }
+
+    /// How long until the next periodic write is due.
+    fn until_next_write(&self, every: Duration) -> Duration {
+        let due = self
+            .last_write_ns
+            .load(Ordering::Relaxed)
+            .saturating_add(nanos(every));
+        Duration::from_nanos(due.saturating_sub(nanos(self.base.elapsed())))
+    }
+
+    /// Keeps the outcome of a periodic write, logging a change of health once: the first
+    /// failure (from then on the store refuses once its lease runs out) and the first success
+    /// after failures.
+    fn record(&self, result: Result<(), FileStoreError>) {
+        match result {
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        path = %self.path.display(),
+                        "limit store file written again: admitting"
+                    );
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        path = %self.path.display(),
+                        error = %message,
+                        "limit store file cannot be written: refusing (503) from the end of its lease until a write succeeds"
+                    );
+                }
+                *self.last_error.lock() = Some(message);
+            }
+        }
     }
 
     fn close(&self) -> Result<(), FileStoreError> {
