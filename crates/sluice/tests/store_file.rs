@@ -180,6 +180,80 @@ fn writes_slower_than_a_quarter_of_d_keep_the_lease() {
     store.close().unwrap();
 }
 
+/// The helper: opens the store at `SLUICE_FILE` and prints `OPENED` or `REFUSED <error>`.
+#[test]
+fn helper_file_open() {
+    if role().is_none() {
+        return;
+    }
+    let path = std::env::var("SLUICE_FILE").unwrap();
+    match FileStore::open(&path, gcra(5, "1/s"), options()) {
+        Ok(store) => {
+            println!("\nOPENED");
+            store.close().unwrap();
+        }
+        Err(e) => println!("\nREFUSED {e}"),
+    }
+}
+
+#[test]
+fn a_second_process_on_the_same_file_is_refused_naming_the_file_and_the_holder() {
+    let dir = TempDir::new("file-lock");
+    let path = dir.path().join("limits.json");
+    let store = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    let second = |role: &str| {
+        let out = helper("helper_file_open", role)
+            .env("SLUICE_FILE", &path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = second("while-held");
+    let refused = lines_with(&out, "REFUSED ")
+        .next()
+        .unwrap_or_else(|| panic!("the second process opened a file in use: {out}"));
+    assert!(refused.contains(path.to_str().unwrap()), "{refused}");
+    assert!(
+        refused.contains(&format!("pid {}", std::process::id())),
+        "{refused}"
+    );
+    // The same process may open it again (a reload hands a policy over to a new store).
+    let again = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    drop(again);
+    let out = second("still-held");
+    assert!(out.contains("REFUSED "), "{out}");
+    // Released with the last store of this process: the next process opens it.
+    store.close().unwrap();
+    drop(store);
+    let out = second("after-close");
+    assert!(out.contains("OPENED"), "{out}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_state_file_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("file-mode");
+    let path = dir.path().join("limits.json");
+    // A file left by an older build with mode 0644 is tightened by the first write.
+    let store = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    store.close().unwrap();
+    drop(store);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    store.check("k", 1).await.unwrap();
+    store.flush().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600, "{}", path.display());
+    store.close().unwrap();
+    assert_eq!(mode(&path), 0o600, "after the clean write");
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let p = entry.unwrap().path();
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+    }
+}
+
 // === kill -9 ===
 
 const CAPACITY: u64 = 20;

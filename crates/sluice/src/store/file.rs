@@ -54,8 +54,16 @@
 //! values) makes [`FileStore::open`] fail with [`FileStoreError::Corrupt`], naming the file and
 //! the problem: starting full would allow a burst, and starting empty would hide the problem
 //! until someone asks why everything is refused. To start anyway, move the file away: that is a
-//! fresh start (and so, knowingly, a possible burst). One process per file: two would overwrite
-//! each other's writes.
+//! fresh start (and so, knowingly, a possible burst).
+//!
+//! # One process per file, its owner's only
+//!
+//! Two processes would overwrite each other's writes, so [`FileStore::open`] takes an exclusive
+//! lock (`flock`) on `<file>.lock`, where it writes its process id, and a second process is
+//! refused with [`FileStoreError::Locked`], naming the file and the holder's pid. The lock is
+//! released when the process's last store on the file is gone (or the process dies); stores of
+//! one process share it. The file, its temporary file and the lock file are created with mode
+//! 0600: the keys may be client addresses or credentials.
 //!
 //! # Format
 //!
@@ -164,6 +172,16 @@ pub enum FileStoreError {
         /// The operating system's error.
         source: io::Error,
     },
+    /// Another process has the file open: two would overwrite each other's writes.
+    #[error("limit store file {path} is in use by {}: it holds the lock {}; one process per file (stop it, or give this one another path)", holder.map_or_else(|| String::from("another process"), |pid| format!("another process, pid {pid}")), lock.display())]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// The lock file, `<file>.lock`.
+        lock: PathBuf,
+        /// The holder's process id, as it wrote it into the lock file.
+        holder: Option<u32>,
+    },
     /// The file exists but is not a snapshot this build can use.
     #[error("limit store file {path} is unusable: {reason}; move it away to start afresh (every key full)")]
     Corrupt {
@@ -261,8 +279,9 @@ struct Inner {
     closed: AtomicBool,
     shadow: Option<Shadow>,
     restored: Restored,
-    /// One write at a time, and none after the clean one.
-    writing: Mutex<()>,
+    /// This process's lock on the file; one write at a time through it, and none after the
+    /// clean one.
+    lock: Arc<Lock>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
@@ -368,6 +387,94 @@ fn read(path: &Path) -> Result<Option<Image>, FileStoreError> {
     Ok(Some(image))
 }
 
+/// The exclusive lock on a state file, held through `<file>.lock` (the state file itself is
+/// replaced at every write, so a lock on it would not outlive the first write). The lock
+/// file keeps the holder's process id, for the message of the process it turns away; it is
+/// left in place when released (removing it would race with the next process locking it).
+///
+/// The operating system's lock (`flock`) excludes other processes. Within this process the
+/// lock is shared by every store on the file (a reload opens the new store before it closes
+/// the old one), and so is `writing`, so that their writes never interleave.
+#[derive(Debug)]
+struct Lock {
+    /// The lock file; closing it releases the lock.
+    _file: File,
+    writing: Mutex<()>,
+}
+
+/// The locks this process holds, by canonical lock file path.
+static HELD: Mutex<Vec<(PathBuf, Weak<Lock>)>> = Mutex::new(Vec::new());
+
+impl Lock {
+    /// Takes the lock on `path`, or shares the one this process holds already.
+    fn take(path: &Path) -> Result<Arc<Lock>, FileStoreError> {
+        let mut lock_path = path.as_os_str().to_owned();
+        lock_path.push(".lock");
+        let lock_path = PathBuf::from(lock_path);
+        let io = |action: &'static str| {
+            move |source| FileStoreError::Io {
+                path: path.to_owned(),
+                action,
+                source,
+            }
+        };
+        let mut open = fs::OpenOptions::new();
+        open.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        let mut file = open
+            .open(&lock_path)
+            .map_err(io("open its lock file (<file>.lock)"))?;
+        let key = fs::canonicalize(&lock_path).unwrap_or_else(|_| lock_path.clone());
+        let mut held = HELD.lock();
+        held.retain(|(_, lock)| lock.strong_count() > 0);
+        if let Some(lock) = held
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, lock)| lock.upgrade())
+        {
+            return Ok(lock);
+        }
+        #[cfg(unix)]
+        {
+            use rustix::fs::{flock, FlockOperation};
+            let mut tries = 0;
+            loop {
+                match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                    Ok(()) => break,
+                    Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+                        let mut text = String::new();
+                        let _ = io::Read::read_to_string(&mut file, &mut text);
+                        let holder: Option<u32> = text.trim().parse().ok();
+                        // This process's own last store on the file may be closing its lock
+                        // file right now: give it a moment.
+                        if holder == Some(std::process::id()) && tries < 100 {
+                            tries += 1;
+                            io::Seek::rewind(&mut file).map_err(io("read its lock file"))?;
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                        return Err(FileStoreError::Locked {
+                            path: path.to_owned(),
+                            lock: lock_path,
+                            holder,
+                        });
+                    }
+                    Err(e) => return Err(io("lock its lock file")(io::Error::from(e))),
+                }
+            }
+        }
+        file.set_len(0).map_err(io("write its lock file"))?;
+        writeln!(file, "{}", std::process::id()).map_err(io("write its lock file"))?;
+        let lock = Arc::new(Lock {
+            _file: file,
+            writing: Mutex::new(()),
+        });
+        held.push((key, Arc::downgrade(&lock)));
+        Ok(lock)
+    }
+}
+
 /// Replaces `path` by `bytes` atomically and durably.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileStoreError> {
     let io = |action: &'static str| {
@@ -380,7 +487,16 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileStoreError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let mut file = File::create(&tmp).map_err(io("create its temporary file"))?;
+    let mut open = fs::OpenOptions::new();
+    open.write(true).create(true).truncate(true);
+    // The file names keys, which may be client addresses or tokens: its owner's only.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let mut file = open.open(&tmp).map_err(io("create its temporary file"))?;
+    // A temporary file left by an older process keeps its mode through `open`.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io("restrict its temporary file to its owner"))?;
     file.write_all(bytes)
         .map_err(io("write its temporary file"))?;
     file.sync_all().map_err(io("fsync its temporary file"))?;
@@ -404,6 +520,7 @@ impl FileStore {
     /// # Errors
     ///
     /// [`FileStoreError::Corrupt`] for a file that exists but cannot be used,
+    /// [`FileStoreError::Locked`] when another process has it open,
     /// [`FileStoreError::Io`] when it cannot be read or written.
     pub fn open(
         path: impl AsRef<Path>,
@@ -411,6 +528,7 @@ impl FileStore {
         options: FileStoreOptions,
     ) -> Result<FileStore, FileStoreError> {
         let path = path.as_ref().to_owned();
+        let lock = Lock::take(&path)?;
         let image = read(&path)?;
         let now_unix_ms = unix_ms();
         let builder = Keyed::builder(algorithm).max_keys(options.max_keys);
@@ -468,7 +586,7 @@ impl FileStore {
             closed: AtomicBool::new(false),
             shadow,
             restored,
-            writing: Mutex::new(()),
+            lock,
             stop: Arc::clone(&stop),
             writer: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -623,7 +741,7 @@ impl Inner {
     }
 
     fn write(&self, clean: bool) -> Result<(), FileStoreError> {
-        let _one = self.writing.lock();
+        let _one = self.lock.writing.lock();
         if self.closed.load(Ordering::SeqCst) && !clean {
             return Ok(());
         }
