@@ -38,6 +38,10 @@ pub struct BuildError {
     pub name: String,
     /// What went wrong.
     pub message: String,
+    /// Whether the machine refused it (a state file in use, unreadable or corrupt: exit
+    /// status 1, like a port in use) rather than the configuration asking for something
+    /// impossible (exit status 2).
+    pub machine: bool,
 }
 
 /// Builds the runtime of `config`, carrying over the buckets of `old`'s policies that did
@@ -125,12 +129,14 @@ fn build_policy(
     previous: Option<&Arc<Policy>>,
     dry: bool,
 ) -> Result<(Policy, bool), BuildError> {
-    let fail = |message: String| BuildError {
+    let error = |message: String, machine: bool| BuildError {
         file: config.source.clone(),
         line: p.line,
         name: p.name.clone(),
         message,
+        machine,
     };
+    let fail = |message: String| error(message, false);
     let algorithm = AnyAlgorithm::new(p.algorithm, p.quota);
     let mut builder = Policy::builder(p.name.clone(), algorithm)
         .key(p.key.clone())
@@ -157,7 +163,7 @@ fn build_policy(
             BackendKind::Memory => {}
             BackendKind::Redis => {
                 let store = &config.store;
-                let mut rc = if store.urls.len() > 1 {
+                let mut rc = if store.cluster {
                     RedisConfig::cluster(store.urls.clone())
                 } else {
                     RedisConfig::new(store.urls.first().cloned().unwrap_or_default())
@@ -189,12 +195,14 @@ fn build_policy(
                         tracing::warn!(error = %e, policy = %p.name, "closing the old file store");
                     }
                 }
-                let mut options = FileStoreOptions::default().max_keys(p.max_keys);
+                let mut options = FileStoreOptions::default()
+                    .max_keys(p.max_keys)
+                    .write_interval(config.store.max_loss);
                 if let Some(q) = p.queue {
                     options = options.queue(q.depth, q.max_wait);
                 }
-                let store =
-                    FileStore::open(&path, algorithm, options).map_err(|e| fail(e.to_string()))?;
+                let store = FileStore::open(&path, algorithm, options)
+                    .map_err(|e| error(e.to_string(), true))?;
                 tracing::info!(policy = %p.name, path = %path.display(), restored = ?store.restored(), "file store opened");
                 builder = builder.backend(sluice_http::Backend::File(store));
             }
