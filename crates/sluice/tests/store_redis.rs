@@ -16,6 +16,7 @@ use sluice::store::{OnError, RedisConfig, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
 use sluice_core::{Algorithm, AnyAlgorithm, Kind, Quota};
 use support::process::{helper, lines_with, role, unix_ns};
+use support::proxy::LossyProxy;
 use support::redis::{RedisCluster, RedisServer};
 
 fn algorithm(kind: Kind, capacity: u64, rate: &str) -> AnyAlgorithm {
@@ -513,6 +514,59 @@ async fn a_store_made_while_redis_is_down_starts_using_it_when_it_answers() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(store.is_using_redis());
+}
+
+// === a lost answer ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_whose_answer_is_lost_is_not_sent_again() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let proxy = LossyProxy::start(server.port()).await;
+    let retry = Duration::from_millis(100);
+    let config = RedisConfig::new(proxy.url())
+        .on_error(OnError::Deny)
+        .timeout(Duration::from_millis(500))
+        .retry_interval(retry);
+    let store = RedisStore::connect(algorithm(Kind::Gcra, 10, "1/min"), config)
+        .await
+        .unwrap();
+    let before = server.script_calls();
+    // Six requests; the answer to the third is lost after Redis decided it.
+    let mut answers = Vec::new();
+    for i in 0..6 {
+        if i == 2 {
+            proxy.lose_next_answer();
+        }
+        answers.push(store.check("k", 1).await);
+        if i == 2 {
+            assert_eq!(proxy.lost(), 1, "the proxy lost the third answer");
+            // Redis is left alone for the retry interval; the next request probes it.
+            tokio::time::sleep(retry + Duration::from_millis(20)).await;
+        }
+    }
+    let sent = server.script_calls() - before;
+    assert_eq!(sent, 6, "6 requests sent {sent} decisions to Redis");
+    assert!(
+        matches!(answers[2], Err(Error::Unavailable { .. })),
+        "the request whose answer was lost follows on_error = deny: {:?}",
+        answers[2]
+    );
+    let remaining: Vec<u64> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok().map(|d| d.remaining))
+        .collect();
+    // Spent once each, the lost one included: no double spend.
+    assert_eq!(remaining, [9, 8, 6, 5, 4]);
+    assert!(store.is_using_redis());
+
+    // A refund whose answer is lost gives the token back once, not twice.
+    proxy.lose_next_answer();
+    store.refund("k", 1, Duration::ZERO).await;
+    assert_eq!(proxy.lost(), 2);
+    tokio::time::sleep(retry + Duration::from_millis(20)).await;
+    assert_eq!(store.peek("k").await.unwrap().remaining, 5);
 }
 
 // === the denial cache, TTLs, waiting ===

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{Cmd, ErrorKind, RedisResult, Script, Value};
 
 use crate::store::redis::config::{RedisConfig, RedisStoreError};
 
@@ -45,22 +45,17 @@ impl Conn {
         }
     }
 
-    /// Runs one `EVALSHA` of `script`: on `NOSCRIPT` (a restarted or new server) loads the
-    /// script and runs it again; on a dropped connection, runs it once more on the fresh one
-    /// the manager started. The caller bounds the whole by its timeout.
+    /// Runs one `EVALSHA` of `script`; on `NOSCRIPT` (a restarted or new server: the script
+    /// did not run) loads the script and runs it again. Nothing else is ever sent twice: once
+    /// the command may have left (a connection that drops, an answer that does not come), its
+    /// outcome is unknown, and sending it again could spend or refund twice; the caller then
+    /// applies its failure policy. The caller bounds the whole by its timeout.
     pub(crate) async fn run(&self, cmd: &Cmd, script: &Script) -> RedisResult<Value> {
         match self.query(cmd).await {
             Err(e) if e.kind() == ErrorKind::NoScriptError => {
                 self.load(script).await?;
                 self.query(cmd).await
             }
-            Err(e) if is_connection_error(&e) => match self.query(cmd).await {
-                Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                    self.load(script).await?;
-                    self.query(cmd).await
-                }
-                other => other,
-            },
             other => other,
         }
     }
@@ -86,10 +81,6 @@ impl Conn {
         };
         Ok(())
     }
-}
-
-fn is_connection_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
 /// Checks a configuration's URLs before any connection is tried.

@@ -3,7 +3,10 @@
 //! # How a decision is made
 //!
 //! One round trip: `EVALSHA` of an atomic Lua script. When Redis answers `NOSCRIPT` (after a
-//! restart or a failover) the script is loaded with `SCRIPT LOAD` and run again. The script
+//! restart or a failover) the script is loaded with `SCRIPT LOAD` and run again: it did not
+//! run. No other decision is ever sent twice: one whose answer is lost (the connection drops
+//! after it left, or the answer does not come within the timeout) may have been made, so
+//! sending it again could spend (or refund) twice; it follows [`OnError`] instead. The script
 //! reads the time from Redis itself (`TIME`), so servers with skewed clocks agree, and makes
 //! exactly the decision the Rust core would make at that time:
 //!
