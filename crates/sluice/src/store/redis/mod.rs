@@ -43,7 +43,17 @@
 //! `local` (an in-process [`MemoryStore`](crate::store::MemoryStore) with the same quota, one per
 //! process). Redis is then left alone for [`RedisConfig::retry_interval`] (default 250 ms); the
 //! first request after that is a probe, and when it succeeds decisions go back to Redis by
-//! themselves. No manual reset.
+//! themselves. No manual reset. A probe to one server sends `PING` first (again at once if the
+//! old connection turns out broken: `PING` decides nothing), so that a server that came back
+//! gets the probe's decision over a fresh connection.
+//!
+//! So a Redis that stops answering (a hung or `SIGSTOP`ped server, whose connections stay
+//! open) costs each request in flight at most the timeout, later requests nothing until the
+//! next probe; when it answers again, decisions are back on it within the retry interval and
+//! a timeout. Each change is logged once, however many requests fail: `redis store down`
+//! (warn, with the error and the `on_error` policy now deciding), `redis store recovered`
+//! (info); before the first connection, `redis store cannot connect` (warn) and
+//! `redis store connected` (info).
 //!
 //! # The local denial cache
 //!
