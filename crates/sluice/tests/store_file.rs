@@ -117,8 +117,38 @@ async fn a_corrupt_file_is_refused_naming_the_file_and_the_problem() {
     }
 }
 
+/// Everything logged in this test binary (the file store logs from its writer thread, so a
+/// thread's own subscriber would not see it).
+fn logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> =
+            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        tracing_subscriber::fmt()
+            .with_writer(move || LogWriter(logs))
+            .with_ansi(false)
+            .init();
+        logs
+    })
+}
+
+struct LogWriter(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test]
 async fn a_store_that_cannot_write_its_file_stops_admitting() {
+    let logs = logs();
     let dir = TempDir::new("file-unwritable");
     let sub = dir.path().join("sub");
     std::fs::create_dir(&sub).unwrap();
@@ -145,6 +175,21 @@ async fn a_store_that_cannot_write_its_file_stops_admitting() {
         tokio::time::sleep(d).await;
     }
     store.close().unwrap();
+    // One line when the writes start failing, one when they succeed again: not one per write.
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let ours: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(path.to_str().unwrap()))
+        .collect();
+    assert_eq!(ours.len(), 2, "{text}");
+    assert!(
+        ours[0].contains("WARN") && ours[0].contains("cannot be written"),
+        "{text}"
+    );
+    assert!(
+        ours[1].contains("INFO") && ours[1].contains("written again"),
+        "{text}"
+    );
 }
 
 #[test]
