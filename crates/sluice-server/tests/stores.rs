@@ -86,16 +86,32 @@ async fn a_second_gateway_on_the_same_state_file_exits_1_naming_the_file_and_the
     let dir = TempDir::new();
     let config = dir.0.join("sluice.toml");
     std::fs::write(&config, config_text(free_port(), free_port(), "", &store)).unwrap();
-    let started = Instant::now();
-    let second = Command::new(common::bin())
+    let errors = dir.0.join("stderr");
+    let mut second = Command::new(common::bin())
         .args(["serve", "--config"])
         .arg(&config)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errors).unwrap())
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(1), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(10));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!(
+                "a second gateway on the same state file is still running after 10 s: {}",
+                std::fs::read_to_string(&errors).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stderr = std::fs::read_to_string(&errors).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
     assert!(
         stderr.contains(&format!("pid {}", first.child.id())),
