@@ -19,6 +19,10 @@ use support::process::{helper, lines_with, role, unix_ns};
 use support::proxy::LossyProxy;
 use support::redis::{RedisCluster, RedisServer};
 
+/// Held by the tests that load the machine or measure time, so that they do not run at once
+/// (each would measure the others' load).
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn algorithm(kind: Kind, capacity: u64, rate: &str) -> AnyAlgorithm {
     AnyAlgorithm::new(kind, Quota::parse(capacity, rate).unwrap())
 }
@@ -308,6 +312,7 @@ fn hammer(
 
 #[test]
 fn processes_sharing_one_redis_admit_the_limit_between_them() {
+    let _heavy = HEAVY.blocking_lock();
     let Some(server) = RedisServer::start() else {
         return;
     };
@@ -326,6 +331,7 @@ fn processes_sharing_one_redis_admit_the_limit_between_them() {
 
 #[test]
 fn processes_sharing_a_redis_cluster_admit_each_keys_limit() {
+    let _heavy = HEAVY.blocking_lock();
     let Some(cluster) = RedisCluster::start(3) else {
         return;
     };
@@ -361,6 +367,7 @@ fn processes_sharing_a_redis_cluster_admit_each_keys_limit() {
 /// limit (refused) from no limit (admitted). Checks what the policy decides meanwhile and how
 /// soon Redis decides again.
 async fn outage(policy: OnError) {
+    let _heavy = HEAVY.lock().await;
     let Some(mut server) = RedisServer::start() else {
         return;
     };
@@ -554,6 +561,7 @@ impl Logs {
 #[tokio::test]
 async fn a_redis_that_stops_answering_gets_on_error_within_the_timeout_and_is_back_soon_after() {
     use tracing_subscriber::util::SubscriberInitExt;
+    let _heavy = HEAVY.lock().await;
     let Some(server) = RedisServer::start() else {
         return;
     };
