@@ -104,8 +104,16 @@ impl std::fmt::Debug for Hook {
     }
 }
 
+impl PartialEq for Hook {
+    fn eq(&self, other: &Hook) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Hook {}
+
 /// How a [`FileStore`] keeps its table and its file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileStoreOptions {
     write_interval: Duration,
     max_keys: usize,
