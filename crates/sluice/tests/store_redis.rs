@@ -335,7 +335,7 @@ fn processes_sharing_a_redis_cluster_admit_each_keys_limit() {
     let Some(cluster) = RedisCluster::start(3) else {
         return;
     };
-    let (keys, capacity, per_second, secs) = (300usize, 5u64, 10u64, 10u64);
+    let (keys, capacity, per_second, secs) = (150usize, 5u64, 10u64, 10u64);
     let (per_key, unavailable) = hammer(2, &cluster.urls(), keys, capacity, "10/s", secs * 1000);
     let spread = cluster.keys_per_node();
     let bound = capacity + per_second * secs;
