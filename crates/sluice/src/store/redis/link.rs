@@ -52,7 +52,8 @@ impl Conn {
     /// applies its failure policy. The caller bounds the whole by its timeout.
     ///
     /// In a Cluster, a `MOVED` answer (the slot has another master now: the script did not
-    /// run) is followed once, after the client has taken note of the new owner.
+    /// run) is asked once more; the client refreshes its slot map on `MOVED`, and while it
+    /// still names the old master the decision follows the failure policy.
     pub(crate) async fn run(&self, cmd: &Cmd, script: &Script) -> RedisResult<Value> {
         let first = match self.query(cmd).await {
             Err(e) if e.kind() == ErrorKind::Moved => self.query(cmd).await,
