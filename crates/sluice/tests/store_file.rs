@@ -161,8 +161,38 @@ async fn a_corrupt_file_is_refused_naming_the_file_and_the_problem() {
     }
 }
 
+/// Everything logged in this test binary (the file store logs from its writer thread, so a
+/// thread's own subscriber would not see it).
+fn logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> =
+            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        tracing_subscriber::fmt()
+            .with_writer(move || LogWriter(logs))
+            .with_ansi(false)
+            .init();
+        logs
+    })
+}
+
+struct LogWriter(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test]
 async fn a_store_that_cannot_write_its_file_stops_admitting() {
+    let logs = logs();
     let dir = TempDir::new("file-unwritable");
     let sub = dir.path().join("sub");
     std::fs::create_dir(&sub).unwrap();
@@ -189,6 +219,128 @@ async fn a_store_that_cannot_write_its_file_stops_admitting() {
         tokio::time::sleep(d).await;
     }
     store.close().unwrap();
+    // One line when the writes start failing, one when they succeed again: not one per write.
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let ours: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(path.to_str().unwrap()))
+        .collect();
+    assert_eq!(ours.len(), 2, "{text}");
+    assert!(
+        ours[0].contains("WARN") && ours[0].contains("cannot be written"),
+        "{text}"
+    );
+    assert!(
+        ours[1].contains("INFO") && ours[1].contains("written again"),
+        "{text}"
+    );
+}
+
+#[test]
+fn writes_slower_than_a_quarter_of_d_keep_the_lease() {
+    // Every write takes 0.35 D (a sleep in the writer, as a slow but working disk would): the
+    // writer must still renew the lease before it runs out, so nothing is refused. The margin
+    // is 0.15 D = 150 ms for the writer thread's wake-ups on a loaded machine.
+    let dir = TempDir::new("file-slow-disk");
+    let path = dir.path().join("limits.json");
+    let d = Duration::from_secs(1);
+    let slow = options()
+        .write_interval(d)
+        .before_write(move || std::thread::sleep(d * 35 / 100));
+    let store = FileStore::open(&path, gcra(100_000, "100000/s"), slow).unwrap();
+    let start = Instant::now();
+    let mut refused = Vec::new();
+    let mut admitted = 0;
+    while start.elapsed() < Duration::from_millis(3_500) {
+        match store.check_now("k", 1) {
+            Ok(_) => admitted += 1,
+            Err(e) => refused.push((start.elapsed(), e)),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {} checks refused on a healthy (slow) disk, first at {:?}: {:?}",
+        refused.len(),
+        refused.len() + admitted,
+        refused[0].0,
+        refused[0].1
+    );
+    store.close().unwrap();
+}
+
+/// The helper: opens the store at `SLUICE_FILE` and prints `OPENED` or `REFUSED <error>`.
+#[test]
+fn helper_file_open() {
+    if role().is_none() {
+        return;
+    }
+    let path = std::env::var("SLUICE_FILE").unwrap();
+    match FileStore::open(&path, gcra(5, "1/s"), options()) {
+        Ok(store) => {
+            println!("\nOPENED");
+            store.close().unwrap();
+        }
+        Err(e) => println!("\nREFUSED {e}"),
+    }
+}
+
+#[test]
+fn a_second_process_on_the_same_file_is_refused_naming_the_file_and_the_holder() {
+    let dir = TempDir::new("file-lock");
+    let path = dir.path().join("limits.json");
+    let store = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    let second = |role: &str| {
+        let out = helper("helper_file_open", role)
+            .env("SLUICE_FILE", &path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = second("while-held");
+    let refused = lines_with(&out, "REFUSED ")
+        .next()
+        .unwrap_or_else(|| panic!("the second process opened a file in use: {out}"));
+    assert!(refused.contains(path.to_str().unwrap()), "{refused}");
+    assert!(
+        refused.contains(&format!("pid {}", std::process::id())),
+        "{refused}"
+    );
+    // The same process may open it again (a reload hands a policy over to a new store).
+    let again = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    drop(again);
+    let out = second("still-held");
+    assert!(out.contains("REFUSED "), "{out}");
+    // Released with the last store of this process: the next process opens it.
+    store.close().unwrap();
+    drop(store);
+    let out = second("after-close");
+    assert!(out.contains("OPENED"), "{out}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_state_file_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("file-mode");
+    let path = dir.path().join("limits.json");
+    // A file left by an older build with mode 0644 is tightened by the first write.
+    let store = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    store.close().unwrap();
+    drop(store);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = FileStore::open(&path, gcra(5, "1/s"), options()).unwrap();
+    store.check("k", 1).await.unwrap();
+    store.flush().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600, "{}", path.display());
+    store.close().unwrap();
+    assert_eq!(mode(&path), 0o600, "after the clean write");
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let p = entry.unwrap().path();
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+    }
 }
 
 // === kill -9 ===

@@ -101,8 +101,10 @@ pub struct StoreConfig {
     pub backend: BackendKind,
     /// The state file (`file`).
     pub path: Option<PathBuf>,
-    /// Redis URLs (`redis`); several mean a cluster.
+    /// Redis URLs (`redis`).
     pub urls: Vec<String>,
+    /// Whether `url` was given as a list: a Redis Cluster, reached through any of them.
+    pub cluster: bool,
     /// What to do when Redis fails.
     pub on_error: OnError,
     /// How long to wait for Redis.
@@ -112,6 +114,8 @@ pub struct StoreConfig {
     /// `key_salt`: the salt of the keyed hash under which keys from headers, cookies and query
     /// parameters are stored in a file or Redis store.
     pub key_salt: Option<KeySalt>,
+    /// `file`: D, the most consumption a crash may lose (the file is written every D/2).
+    pub max_loss: Duration,
 }
 
 /// `store.key_salt`, read from where it names: `env:NAME` or `file:/path`.
@@ -162,6 +166,12 @@ impl KeySalt {
         })
     }
 }
+
+/// The default `store.max_loss`.
+pub const DEFAULT_MAX_LOSS: Duration = Duration::from_millis(100);
+/// The bounds of `store.max_loss`: below, the disk would be written too often; above, a
+/// crash would leave every key spent for too long.
+const MAX_LOSS_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(60));
 
 /// `[[policy]]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -539,7 +549,9 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
         PathBuf::from(p)
     });
     let mut urls = Vec::new();
+    let mut cluster = false;
     if let Some(value) = f.get("url") {
+        cluster = matches!(value.get_ref(), DeValue::Array(_));
         let list: Vec<(&str, usize)> = match value.get_ref() {
             DeValue::String(s) => vec![(s.as_ref(), value.span().start)],
             DeValue::Array(items) => items
@@ -598,6 +610,24 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
         }
     };
     let timeout = duration(&mut f, "timeout", Duration::from_millis(50), errors);
+    let max_loss = match f.str("max_loss", errors) {
+        Some((text, at)) => match units::parse_duration(text) {
+            Ok(d) if (MAX_LOSS_RANGE.0..=MAX_LOSS_RANGE.1).contains(&d) => d,
+            Ok(_) => {
+                errors.at(
+                    at,
+                    "store.max_loss",
+                    format!("`{text}` is out of range: expected 10ms to 60s (the file is written every max_loss / 2)"),
+                );
+                DEFAULT_MAX_LOSS
+            }
+            Err(message) => {
+                errors.at(at, "store.max_loss", message);
+                DEFAULT_MAX_LOSS
+            }
+        },
+        None => DEFAULT_MAX_LOSS,
+    };
     let prefix = f
         .str("prefix", errors)
         .map_or("sluice", |(p, _)| p)
@@ -625,10 +655,12 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
         backend,
         path,
         urls,
+        cluster,
         on_error,
         timeout,
         prefix,
         key_salt,
+        max_loss,
     }
 }
 

@@ -60,6 +60,10 @@ pub struct BuildError {
     pub name: String,
     /// What went wrong.
     pub message: String,
+    /// Whether the machine refused it (a state file in use, unreadable or corrupt: exit
+    /// status 1, like a port in use) rather than the configuration asking for something
+    /// impossible (exit status 2).
+    pub machine: bool,
 }
 
 /// Builds the runtime of `config`, carrying over the state of `old`'s policies of the same
@@ -275,12 +279,14 @@ fn build_policy(
     dry: bool,
     handovers: &mut Vec<Handover>,
 ) -> Result<(Policy, Carry), BuildError> {
-    let fail = |message: String| BuildError {
+    let error = |message: String, machine: bool| BuildError {
         file: config.source.clone(),
         line: p.line,
         name: p.name.clone(),
         message,
+        machine,
     };
+    let fail = |message: String| error(message, false);
     let algorithm = AnyAlgorithm::new(p.algorithm, p.quota);
     let mut builder = Policy::builder(p.name.clone(), algorithm)
         .key(p.key.clone())
@@ -303,7 +309,7 @@ fn build_policy(
     }
     let redis_config = (config.store.backend == BackendKind::Redis).then(|| {
         let store = &config.store;
-        let mut rc = if store.urls.len() > 1 {
+        let mut rc = if store.cluster {
             RedisConfig::cluster(store.urls.clone())
         } else {
             RedisConfig::new(store.urls.first().cloned().unwrap_or_default())
@@ -370,14 +376,16 @@ fn build_policy(
         // Validating a config creates no file: a memory store stands in.
         BackendKind::File if dry => {}
         BackendKind::File => {
-            let mut options = FileStoreOptions::default().max_keys(p.max_keys);
+            let mut options = FileStoreOptions::default()
+                .max_keys(p.max_keys)
+                .write_interval(config.store.max_loss);
             if let Some(q) = p.queue {
                 options = options.queue(q.depth, q.max_wait);
             }
             let store = match predecessor.map(|o| o.backend()) {
                 Some(Backend::File(old)) => {
                     let store = FileStore::succeed(old, &path, algorithm, options)
-                        .map_err(|e| fail(e.to_string()))?;
+                        .map_err(|e| error(e.to_string(), true))?;
                     handovers.push(Handover::File(store.clone()));
                     carry = Carry::Converted;
                     store
@@ -394,7 +402,7 @@ fn build_policy(
                         )));
                     }
                     let store = FileStore::open(&path, algorithm, options)
-                        .map_err(|e| fail(e.to_string()))?;
+                        .map_err(|e| error(e.to_string(), true))?;
                     tracing::info!(policy = %p.name, path = %path.display(), restored = ?store.restored(), "file store opened");
                     store
                 }

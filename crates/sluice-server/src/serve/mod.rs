@@ -90,7 +90,13 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     };
     let server = config.server.clone();
     let source = config.source.clone();
-    let runtime = build(config, None, demo).map_err(|e| ServeError::Config(e.to_string()))?;
+    let runtime = build(config, None, demo).map_err(|e| {
+        if e.machine {
+            ServeError::Other(e.into())
+        } else {
+            ServeError::Config(e.to_string())
+        }
+    })?;
     let admin_listener = TcpListener::bind(server.admin_listen)
         .await
         .with_context(|| format!("binding server.admin_listen {}", server.admin_listen))?;

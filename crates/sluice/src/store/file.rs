@@ -9,7 +9,11 @@
 //! that is not idle, atomically: write `<file>.tmp`, fsync it, rename it over the file, fsync
 //! the directory. Each write also renews a **lease**: the store admits only while less than D
 //! has passed since the start of the last completed write; past that (a stalled disk, a full
-//! disk) it refuses with [`Error::Unavailable`] until a write succeeds. The file records the
+//! disk) it refuses with [`Error::Unavailable`] until a write succeeds. Writes start every D/2
+//! counted from the start of the previous one (not from its end), so the lease holds as long
+//! as each write takes less than D/2: a disk that cannot replace a small file in D/2 (50 ms
+//! by default) needs a larger D. A failed write is logged once (warn), and so is the first
+//! write that succeeds after it (info). The file records the
 //! lease end as `written_at + 2D` (one D of margin for the last in-flight decision and for the
 //! wall clock against the monotonic one). So a crash loses at most the last D of consumption,
 //! and no admission is ever later than the lease end in the file.
@@ -61,8 +65,16 @@
 //! values) makes [`FileStore::open`] fail with [`FileStoreError::Corrupt`], naming the file and
 //! the problem: starting full would allow a burst, and starting empty would hide the problem
 //! until someone asks why everything is refused. To start anyway, move the file away: that is a
-//! fresh start (and so, knowingly, a possible burst). One process per file: two would overwrite
-//! each other's writes.
+//! fresh start (and so, knowingly, a possible burst).
+//!
+//! # One process per file, its owner's only
+//!
+//! Two processes would overwrite each other's writes, so [`FileStore::open`] takes an exclusive
+//! lock (`flock`) on `<file>.lock`, where it writes its process id, and a second process is
+//! refused with [`FileStoreError::Locked`], naming the file and the holder's pid. The lock is
+//! released when the process's last store on the file is gone (or the process dies); stores of
+//! one process share it. The file, its temporary file and the lock file are created with mode
+//! 0600: the keys may be client addresses or credentials.
 //!
 //! # Format
 //!
@@ -93,6 +105,24 @@ const VERSION: u32 = 1;
 /// The default write interval D: a crash loses at most this much consumption.
 pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Something run by the writer before each write (see [`FileStoreOptions::before_write`]).
+#[derive(Clone)]
+struct Hook(Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
+}
+
+impl PartialEq for Hook {
+    fn eq(&self, other: &Hook) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Hook {}
+
 /// How a [`FileStore`] keeps its table and its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileStoreOptions {
@@ -100,6 +130,7 @@ pub struct FileStoreOptions {
     max_keys: usize,
     queue_depth: usize,
     max_wait: Duration,
+    before_write: Option<Hook>,
 }
 
 impl Default for FileStoreOptions {
@@ -109,6 +140,7 @@ impl Default for FileStoreOptions {
             max_keys: 100_000,
             queue_depth: 0,
             max_wait: Duration::ZERO,
+            before_write: None,
         }
     }
 }
@@ -134,6 +166,15 @@ impl FileStoreOptions {
         self.max_wait = max_wait;
         self
     }
+
+    /// Runs `hook` at the start of each write, once its time is taken and before the file is
+    /// touched: a test stands in for a slow disk with it (a sleep), to check that the
+    /// schedule keeps the lease.
+    #[doc(hidden)]
+    pub fn before_write(mut self, hook: impl Fn() + Send + Sync + 'static) -> FileStoreOptions {
+        self.before_write = Some(Hook(Arc::new(hook)));
+        self
+    }
 }
 
 /// A file store could not open or write its file.
@@ -149,6 +190,16 @@ pub enum FileStoreError {
         action: &'static str,
         /// The operating system's error.
         source: io::Error,
+    },
+    /// Another process has the file open: two would overwrite each other's writes.
+    #[error("limit store file {path} is in use by {}: it holds the lock {}; one process per file (stop it, or give this one another path)", holder.map_or_else(|| String::from("another process"), |pid| format!("another process, pid {pid}")), lock.display())]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// The lock file, `<file>.lock`.
+        lock: PathBuf,
+        /// The holder's process id, as it wrote it into the lock file.
+        holder: Option<u32>,
     },
     /// The file exists but is not a snapshot this build can use.
     #[error("limit store file {path} is unusable: {reason}; move it away to start afresh (every key full)")]
@@ -240,11 +291,16 @@ struct Inner {
     /// Real time, for the lease: admissions are allowed while `base.elapsed() < lease_until`.
     base: Instant,
     lease_until_ns: AtomicU64,
+    /// When the last write started (as `lease_until_ns`): the writer's schedule.
+    last_write_ns: AtomicU64,
+    /// Whether the last write failed (health changes are logged once each).
+    failing: AtomicBool,
     closed: AtomicBool,
     shadow: Option<Shadow>,
     restored: Restored,
-    /// One write at a time, and none after the clean one.
-    writing: Mutex<()>,
+    /// This process's lock on the file; one write at a time through it, and none after the
+    /// clean one.
+    lock: Arc<Lock>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
@@ -253,6 +309,7 @@ struct Inner {
     started: AtomicBool,
     /// The store this one succeeds (see [`FileStore::succeed`]) until it took over.
     predecessor: Mutex<Option<FileStore>>,
+    before_write: Option<Hook>,
 }
 
 /// After a crash: every key first seen before `e + W` starts as spent at `e`.
@@ -354,6 +411,94 @@ fn read(path: &Path) -> Result<Option<Image>, FileStoreError> {
     Ok(Some(image))
 }
 
+/// The exclusive lock on a state file, held through `<file>.lock` (the state file itself is
+/// replaced at every write, so a lock on it would not outlive the first write). The lock
+/// file keeps the holder's process id, for the message of the process it turns away; it is
+/// left in place when released (removing it would race with the next process locking it).
+///
+/// The operating system's lock (`flock`) excludes other processes. Within this process the
+/// lock is shared by every store on the file (a reload opens the new store before it closes
+/// the old one), and so is `writing`, so that their writes never interleave.
+#[derive(Debug)]
+struct Lock {
+    /// The lock file; closing it releases the lock.
+    _file: File,
+    writing: Mutex<()>,
+}
+
+/// The locks this process holds, by canonical lock file path.
+static HELD: Mutex<Vec<(PathBuf, Weak<Lock>)>> = Mutex::new(Vec::new());
+
+impl Lock {
+    /// Takes the lock on `path`, or shares the one this process holds already.
+    fn take(path: &Path) -> Result<Arc<Lock>, FileStoreError> {
+        let mut lock_path = path.as_os_str().to_owned();
+        lock_path.push(".lock");
+        let lock_path = PathBuf::from(lock_path);
+        let io = |action: &'static str| {
+            move |source| FileStoreError::Io {
+                path: path.to_owned(),
+                action,
+                source,
+            }
+        };
+        let mut open = fs::OpenOptions::new();
+        open.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        let mut file = open
+            .open(&lock_path)
+            .map_err(io("open its lock file (<file>.lock)"))?;
+        let key = fs::canonicalize(&lock_path).unwrap_or_else(|_| lock_path.clone());
+        let mut held = HELD.lock();
+        held.retain(|(_, lock)| lock.strong_count() > 0);
+        if let Some(lock) = held
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, lock)| lock.upgrade())
+        {
+            return Ok(lock);
+        }
+        #[cfg(unix)]
+        {
+            use rustix::fs::{flock, FlockOperation};
+            let mut tries = 0;
+            loop {
+                match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                    Ok(()) => break,
+                    Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+                        let mut text = String::new();
+                        let _ = io::Read::read_to_string(&mut file, &mut text);
+                        let holder: Option<u32> = text.trim().parse().ok();
+                        // This process's own last store on the file may be closing its lock
+                        // file right now: give it a moment.
+                        if holder == Some(std::process::id()) && tries < 100 {
+                            tries += 1;
+                            io::Seek::rewind(&mut file).map_err(io("read its lock file"))?;
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                        return Err(FileStoreError::Locked {
+                            path: path.to_owned(),
+                            lock: lock_path,
+                            holder,
+                        });
+                    }
+                    Err(e) => return Err(io("lock its lock file")(io::Error::from(e))),
+                }
+            }
+        }
+        file.set_len(0).map_err(io("write its lock file"))?;
+        writeln!(file, "{}", std::process::id()).map_err(io("write its lock file"))?;
+        let lock = Arc::new(Lock {
+            _file: file,
+            writing: Mutex::new(()),
+        });
+        held.push((key, Arc::downgrade(&lock)));
+        Ok(lock)
+    }
+}
+
 /// Replaces `path` by `bytes` atomically and durably.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileStoreError> {
     let io = |action: &'static str| {
@@ -366,7 +511,16 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileStoreError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let mut file = File::create(&tmp).map_err(io("create its temporary file"))?;
+    let mut open = fs::OpenOptions::new();
+    open.write(true).create(true).truncate(true);
+    // The file names keys, which may be client addresses or tokens: its owner's only.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let mut file = open.open(&tmp).map_err(io("create its temporary file"))?;
+    // A temporary file left by an older process keeps its mode through `open`.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(io("restrict its temporary file to its owner"))?;
     file.write_all(bytes)
         .map_err(io("write its temporary file"))?;
     file.sync_all().map_err(io("fsync its temporary file"))?;
@@ -390,6 +544,7 @@ impl FileStore {
     /// # Errors
     ///
     /// [`FileStoreError::Corrupt`] for a file that exists but cannot be used,
+    /// [`FileStoreError::Locked`] when another process has it open,
     /// [`FileStoreError::Io`] when it cannot be read or written.
     pub fn open(
         path: impl AsRef<Path>,
@@ -397,6 +552,7 @@ impl FileStore {
         options: FileStoreOptions,
     ) -> Result<FileStore, FileStoreError> {
         let path = path.as_ref().to_owned();
+        let lock = Lock::take(&path)?;
         let image = read(&path)?;
         let now_unix_ms = unix_ms();
         let builder = Keyed::builder(algorithm).max_keys(options.max_keys);
@@ -462,15 +618,18 @@ impl FileStore {
             write_interval: options.write_interval,
             base: Instant::now(),
             lease_until_ns: AtomicU64::new(0),
+            last_write_ns: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             shadow,
             restored,
-            writing: Mutex::new(()),
+            lock,
             stop: Arc::clone(&stop),
             writer: Mutex::new(None),
             last_error: Mutex::new(None),
             started: AtomicBool::new(true),
             predecessor: Mutex::new(None),
+            before_write: options.before_write.clone(),
         });
         let store = FileStore { inner };
         store.start()?;
@@ -570,6 +729,13 @@ impl FileStore {
             .lease_until_ns
             .load(Ordering::Acquire)
             .saturating_sub(nanos(old.inner.base.elapsed()));
+        // The same file shares this process's lock with the predecessor; another is locked
+        // afresh, so that no other process writes it either.
+        let lock = if same_file {
+            Arc::clone(&old.inner.lock)
+        } else {
+            Lock::take(&path)?
+        };
         let inner = Arc::new(Inner {
             keyed,
             algorithm,
@@ -584,12 +750,15 @@ impl FileStore {
             closed: AtomicBool::new(false),
             shadow,
             restored: Restored::Clean { keys: carried },
-            writing: Mutex::new(()),
+            lock,
+            last_write_ns: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             writer: Mutex::new(None),
             last_error: Mutex::new(None),
             started: AtomicBool::new(false),
             predecessor: Mutex::new(Some(old.clone())),
+            before_write: options.before_write.clone(),
         });
         let store = FileStore { inner };
         if !same_file {
@@ -698,14 +867,20 @@ impl FileStore {
     }
 }
 
-/// The writer thread: a write every `every` until stopped or the store is gone.
+/// The writer thread: a write starting every `every` (counted from the start of the last
+/// one, so that a slow write does not push the next one back) until stopped or the store is
+/// gone. A write that overran its slot is followed at once by the next.
 fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Duration) {
     loop {
+        let wait = match inner.upgrade() {
+            Some(inner) => inner.until_next_write(every),
+            None => return,
+        };
         {
             let (stopped, wake) = &*stop;
             let mut stopped = stopped.lock();
-            if !*stopped {
-                wake.wait_for(&mut stopped, every);
+            if !*stopped && !wait.is_zero() {
+                wake.wait_for(&mut stopped, wait);
             }
             if *stopped {
                 return;
@@ -714,9 +889,12 @@ fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Dura
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        if let Err(e) = inner.write(false) {
-            *inner.last_error.lock() = Some(e.to_string());
+        // Woken early (a flush moved the schedule): wait for the rest.
+        if !inner.until_next_write(every).is_zero() {
+            continue;
         }
+        let result = inner.write(false);
+        inner.record(result);
     }
 }
 
@@ -764,7 +942,7 @@ impl Inner {
     }
 
     fn write(&self, clean: bool) -> Result<(), FileStoreError> {
-        let _one = self.writing.lock();
+        let _one = self.lock.writing.lock();
         if !self.started.load(Ordering::SeqCst) {
             // A successor that has not taken over, or a store that handed its file over.
             return Ok(());
@@ -773,7 +951,11 @@ impl Inner {
             return Ok(());
         }
         let started = nanos(self.base.elapsed());
+        self.last_write_ns.store(started, Ordering::Relaxed);
         let written_at_unix_ms = unix_ms();
+        if let Some(hook) = &self.before_write {
+            (hook.0)();
+        }
         let d = ms(self.write_interval);
         let quota = self.algorithm.quota();
         let image = Image {
@@ -812,6 +994,42 @@ impl Inner {
         Ok(())
     }
 
+    /// How long until the next periodic write is due.
+    fn until_next_write(&self, every: Duration) -> Duration {
+        let due = self
+            .last_write_ns
+            .load(Ordering::Relaxed)
+            .saturating_add(nanos(every));
+        Duration::from_nanos(due.saturating_sub(nanos(self.base.elapsed())))
+    }
+
+    /// Keeps the outcome of a periodic write, logging a change of health once: the first
+    /// failure (from then on the store refuses once its lease runs out) and the first success
+    /// after failures.
+    fn record(&self, result: Result<(), FileStoreError>) {
+        match result {
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        path = %self.path.display(),
+                        "limit store file written again: admitting"
+                    );
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        path = %self.path.display(),
+                        error = %message,
+                        "limit store file cannot be written: refusing (503) from the end of its lease until a write succeeds"
+                    );
+                }
+                *self.last_error.lock() = Some(message);
+            }
+        }
+    }
+
     fn close(&self) -> Result<(), FileStoreError> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
@@ -837,7 +1055,7 @@ impl Inner {
     /// this store are admitted until its lease (from its last write) ends.
     fn retire(&self) {
         self.stop_writer();
-        let _one = self.writing.lock();
+        let _one = self.lock.writing.lock();
         self.started.store(false, Ordering::SeqCst);
     }
 }

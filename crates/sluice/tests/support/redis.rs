@@ -162,6 +162,22 @@ impl RedisServer {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("redis-server is running").id()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process: SIGSTOP makes it stop answering while
+    /// its connections stay open, as a hung server does.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
     /// Starts again on the same port (empty: no persistence).
     pub fn restart(&mut self) {
         self.kill();

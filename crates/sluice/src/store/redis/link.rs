@@ -7,9 +7,9 @@ use redis::aio::ConnectionLike;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{Cmd, ErrorKind, RedisResult, Script, Value};
 
-use crate::store::redis::config::{RedisConfig, RedisStoreError};
+use crate::store::redis::config::{OnError, RedisConfig, RedisStoreError};
 
 /// A multiplexed connection that reconnects by itself: every clone shares it.
 #[derive(Clone)]
@@ -27,9 +27,9 @@ impl Conn {
             let client = ClusterClientBuilder::new(config.urls.clone())
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.connect_timeout.max(config.timeout))
-                .retries(1)
-                .min_retry_wait(5)
-                .max_retry_wait(50)
+                // The client would resend a request whose connection broke after it left (a
+                // possible double decision); `run` follows the redirects that are safe.
+                .retries(0)
                 .build()?;
             Ok(Conn::Cluster(client.get_async_connection().await?))
         } else {
@@ -45,23 +45,43 @@ impl Conn {
         }
     }
 
-    /// Runs one `EVALSHA` of `script`: on `NOSCRIPT` (a restarted or new server) loads the
-    /// script and runs it again; on a dropped connection, runs it once more on the fresh one
-    /// the manager started. The caller bounds the whole by its timeout.
+    /// Runs one `EVALSHA` of `script`; on `NOSCRIPT` (a restarted or new server: the script
+    /// did not run) loads the script and runs it again. Nothing else is ever sent twice: once
+    /// the command may have left (a connection that drops, an answer that does not come), its
+    /// outcome is unknown, and sending it again could spend or refund twice; the caller then
+    /// applies its failure policy. The caller bounds the whole by its timeout.
+    ///
+    /// In a Cluster, a `MOVED` answer (the slot has another master now: the script did not
+    /// run) is asked once more; the client refreshes its slot map on `MOVED`, and while it
+    /// still names the old master the decision follows the failure policy.
     pub(crate) async fn run(&self, cmd: &Cmd, script: &Script) -> RedisResult<Value> {
-        match self.query(cmd).await {
+        let first = match self.query(cmd).await {
+            Err(e) if e.kind() == ErrorKind::Moved => self.query(cmd).await,
+            other => other,
+        };
+        match first {
             Err(e) if e.kind() == ErrorKind::NoScriptError => {
                 self.load(script).await?;
                 self.query(cmd).await
             }
-            Err(e) if is_connection_error(&e) => match self.query(cmd).await {
-                Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                    self.load(script).await?;
-                    self.query(cmd).await
-                }
-                other => other,
-            },
             other => other,
+        }
+    }
+
+    /// Asks one server `PING` before a probe's decision (one server only; a Cluster's
+    /// client reconnects to each node by itself). After Redis came back, the first request
+    /// only finds the old connection broken (which starts a new one): `PING` decides nothing,
+    /// so it may be sent again at once, and the decision then goes over a fresh connection.
+    pub(crate) async fn ping(&self) -> RedisResult<()> {
+        let Conn::Single(_) = self else {
+            return Ok(());
+        };
+        let ping = redis::cmd("PING");
+        match self.query(&ping).await {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                self.query(&ping).await.map(drop)
+            }
+            other => other.map(drop),
         }
     }
 
@@ -88,10 +108,6 @@ impl Conn {
     }
 }
 
-fn is_connection_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
-}
-
 /// Checks a configuration's URLs before any connection is tried.
 pub(crate) fn validate(config: &RedisConfig) -> Result<(), RedisStoreError> {
     if config.urls.is_empty() || config.urls.iter().all(|u| u.is_empty()) {
@@ -114,13 +130,21 @@ pub(crate) fn validate(config: &RedisConfig) -> Result<(), RedisStoreError> {
 /// `retry_at`; meanwhile requests get the fallback at once, without waiting for a timeout.
 /// The first request after `retry_at` is the probe (one at a time); its success brings
 /// everyone back to Redis.
-#[derive(Debug, Default)]
+///
+/// Every change is logged once: down (warn: decisions follow `on_error`), back (info).
+#[derive(Debug)]
 pub(crate) struct Health {
     pub(crate) conn: OnceLock<Conn>,
     down: AtomicBool,
+    /// Whether "cannot connect" was logged: once until the first connection.
+    unreachable: AtomicBool,
     retry_at_ns: AtomicU64,
     probing: AtomicBool,
     pub(crate) last_error: parking_lot::Mutex<Option<String>>,
+    /// For the logs: the URL or cluster, the key prefix and the policy.
+    target: String,
+    prefix: String,
+    on_error: OnError,
 }
 
 impl std::fmt::Debug for Conn {
@@ -144,6 +168,20 @@ pub(crate) enum Gate<'a> {
 }
 
 impl Health {
+    pub(crate) fn new(config: &RedisConfig) -> Health {
+        Health {
+            conn: OnceLock::new(),
+            down: AtomicBool::new(false),
+            unreachable: AtomicBool::new(false),
+            retry_at_ns: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            last_error: parking_lot::Mutex::new(None),
+            target: config.target(),
+            prefix: config.prefix.clone(),
+            on_error: config.on_error,
+        }
+    }
+
     pub(crate) fn gate(&self, now: u64) -> Gate<'_> {
         let Some(conn) = self.conn.get() else {
             return Gate::Fallback {
@@ -163,17 +201,33 @@ impl Health {
     /// Redis answered (to a probe, if `probe`).
     pub(crate) fn success(&self, probe: bool) {
         if probe {
-            self.down.store(false, Ordering::Release);
+            let was_down = self.down.swap(false, Ordering::AcqRel);
             self.probing.store(false, Ordering::Release);
+            if was_down {
+                tracing::info!(
+                    redis = %self.target,
+                    prefix = %self.prefix,
+                    "redis store recovered: decisions back on Redis"
+                );
+            }
         }
     }
 
     /// Redis did not answer in time: leave it alone until `retry_at_ns`.
     pub(crate) fn failure(&self, probe: bool, retry_at_ns: u64, error: String) {
         self.retry_at_ns.store(retry_at_ns, Ordering::Release);
-        self.down.store(true, Ordering::Release);
+        let was_down = self.down.swap(true, Ordering::AcqRel);
         if probe {
             self.probing.store(false, Ordering::Release);
+        }
+        if !was_down {
+            tracing::warn!(
+                redis = %self.target,
+                prefix = %self.prefix,
+                on_error = %self.on_error,
+                error = %error,
+                "redis store down: decisions degraded to on_error until Redis answers again"
+            );
         }
         *self.last_error.lock() = Some(error);
     }
@@ -187,6 +241,12 @@ impl Health {
     pub(crate) fn connected(&self, conn: Conn) {
         let _ = self.conn.set(conn);
         self.down.store(false, Ordering::Release);
+        self.unreachable.store(false, Ordering::Release);
+        tracing::info!(
+            redis = %self.target,
+            prefix = %self.prefix,
+            "redis store connected: decisions on Redis"
+        );
     }
 
     /// Whether requests go to Redis now.
@@ -197,6 +257,15 @@ impl Health {
     /// Records why the first connection is not there yet.
     pub(crate) fn not_connected(&self, retry_at_ns: u64, error: String) {
         self.retry_at_ns.store(retry_at_ns, Ordering::Release);
+        if !self.unreachable.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                redis = %self.target,
+                prefix = %self.prefix,
+                on_error = %self.on_error,
+                error = %error,
+                "redis store cannot connect: decisions degraded to on_error until it does"
+            );
+        }
         *self.last_error.lock() = Some(error);
     }
 }

@@ -3,7 +3,10 @@
 //! # How a decision is made
 //!
 //! One round trip: `EVALSHA` of an atomic Lua script. When Redis answers `NOSCRIPT` (after a
-//! restart or a failover) the script is loaded with `SCRIPT LOAD` and run again. The script
+//! restart or a failover) the script is loaded with `SCRIPT LOAD` and run again: it did not
+//! run. No other decision is ever sent twice: one whose answer is lost (the connection drops
+//! after it left, or the answer does not come within the timeout) may have been made, so
+//! sending it again could spend (or refund) twice; it follows [`OnError`] instead. The script
 //! reads the time from Redis itself (`TIME`), so servers with skewed clocks agree, and makes
 //! exactly the decision the Rust core would make at that time:
 //!
@@ -40,7 +43,17 @@
 //! `local` (an in-process [`MemoryStore`](crate::store::MemoryStore) with the same quota, one per
 //! process). Redis is then left alone for [`RedisConfig::retry_interval`] (default 250 ms); the
 //! first request after that is a probe, and when it succeeds decisions go back to Redis by
-//! themselves. No manual reset.
+//! themselves. No manual reset. A probe to one server sends `PING` first (again at once if the
+//! old connection turns out broken: `PING` decides nothing), so that a server that came back
+//! gets the probe's decision over a fresh connection.
+//!
+//! So a Redis that stops answering (a hung or `SIGSTOP`ped server, whose connections stay
+//! open) costs each request in flight at most the timeout, later requests nothing until the
+//! next probe; when it answers again, decisions are back on it within the retry interval and
+//! a timeout. Each change is logged once, however many requests fail: `redis store down`
+//! (warn, with the error and the `on_error` policy now deciding), `redis store recovered`
+//! (info); before the first connection, `redis store cannot connect` (warn) and
+//! `redis store connected` (info).
 //!
 //! # The local denial cache
 //!

@@ -147,6 +147,7 @@ impl RedisStore {
             )),
         };
         let label = config.prefix.clone();
+        let health = Health::new(&config);
         let counter = |name: &'static str| metrics::counter!(name, "store" => "redis", "prefix" => label.clone());
         Ok(RedisStore {
             inner: Arc::new(Inner {
@@ -161,7 +162,7 @@ impl RedisStore {
                 program,
                 config,
                 clock: TokioClock::new(),
-                health: Health::default(),
+                health,
                 fallback,
                 queues: Queues::default(),
             }),
@@ -343,7 +344,12 @@ impl Inner {
             armed: probe,
         };
         self.metrics.round_trips.increment(1);
-        let run = conn.run(cmd, self.program.script());
+        let run = async {
+            if probe {
+                conn.ping().await?;
+            }
+            conn.run(cmd, self.program.script()).await
+        };
         let reply = tokio::time::timeout(self.config.timeout, run).await;
         guard.armed = false;
         let error = match reply {
