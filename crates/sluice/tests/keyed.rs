@@ -217,3 +217,108 @@ async fn a_refund_lets_the_head_of_a_keys_queue_in_at_once() {
         "admitted at the refund, not at 60 s: {waited:?}"
     );
 }
+
+/// A deterministic stream of pseudo-random numbers (splitmix64), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Starts `n` waiters on `key` one after another (each queued before the next starts) and
+/// returns the order in which they are admitted.
+async fn admission_order(keyed: &Keyed<u64, Gcra>, key: u64, n: usize) -> Vec<usize> {
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (keyed, order) = (keyed.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            keyed
+                .acquire(&key, 1, AcquireOptions::default())
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+        }));
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_keyed_waiters_leave_nothing_behind_and_fifo_holds() {
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(2, "20/s"))
+        .queue(10_000, Duration::from_secs(600))
+        .max_keys(1_000)
+        .build();
+    assert_eq!(keyed.waiting_keys(), 0);
+    let mut rng = Rng(0x5EED_F00D_D20F);
+    let mut handles = Vec::new();
+    for _ in 0..10_000 {
+        let key = rng.below(40);
+        let keyed = keyed.clone();
+        // Each waiter gives up after a random time, from before its first poll (0 ms, or an
+        // abort before it runs) to after its admission (the refund path).
+        let patience = Duration::from_millis(rng.below(3_000));
+        let handle = tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep(patience) => None,
+                r = keyed.acquire(&key, 1 + rng_cost(key), AcquireOptions::default()) => Some(r),
+            }
+        });
+        match rng.below(10) {
+            0 => handle.abort(),
+            1 => {
+                tokio::task::yield_now().await;
+                handle.abort();
+            }
+            _ => handles.push(handle),
+        }
+        if rng.below(8) == 0 {
+            tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
+        }
+    }
+    for h in handles {
+        if let Ok(Some(r)) = h.await {
+            assert!(
+                !matches!(r, Err(Error::Closed | Error::NoRuntime)),
+                "unexpected {r:?}"
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        keyed.waiting_keys(),
+        0,
+        "every waiting key left the waiting map with its last waiter"
+    );
+    keyed.sweep();
+    assert_eq!(keyed.len(), 0, "every key is idle again");
+
+    // A fresh sequence on one key: served first come, first served.
+    keyed.try_acquire(&7, 2).unwrap();
+    let order = admission_order(&keyed, 7, 30).await;
+    assert_eq!(order, (0..30).collect::<Vec<_>>());
+    assert_eq!(keyed.waiting_keys(), 0);
+}
+
+/// Some keys ask for two tokens, so that waiters of different sizes share queues.
+fn rng_cost(key: u64) -> u64 {
+    u64::from(key.is_multiple_of(5))
+}

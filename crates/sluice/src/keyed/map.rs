@@ -19,8 +19,17 @@ use crate::metrics::LimiterMetrics;
 
 type Hasher = foldhash::fast::RandomState;
 
+/// The limiter of one waiting key, with the number of `acquire` calls holding it.
+pub(crate) struct WaitEntry<K: Key, A: LocalAlgorithm, C: Clock> {
+    limiter: Limiter<A, C, KeyCell<K, A, C>>,
+    /// Tasks that took this limiter to wait on it and have not let go. Changed only under the
+    /// shard's lock, and the entry is removed only when it falls to zero, so no task can
+    /// hold a limiter that is no longer in the map: a key has one queue at a time.
+    users: usize,
+}
+
 /// The per-key limiters of one shard's waiting keys.
-pub(crate) type Waiters<K, A, C> = hashbrown::HashMap<K, Limiter<A, C, KeyCell<K, A, C>>, Hasher>;
+pub(crate) type Waiters<K, A, C> = hashbrown::HashMap<K, WaitEntry<K, A, C>, Hasher>;
 
 /// One shard of [`Waiters`], on its own cache line.
 pub(crate) type WaitersShard<K, A, C> = Padded<Mutex<Waiters<K, A, C>>>;
@@ -219,6 +228,11 @@ where
         self.shared.keys.load(Ordering::Relaxed)
     }
 
+    /// Keys with requests waiting in a queue of their own right now.
+    pub fn waiting_keys(&self) -> usize {
+        self.shared.waiting_keys.load(Ordering::Acquire)
+    }
+
     /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -317,7 +331,9 @@ where
     ///
     /// # Cancel safety
     ///
-    /// As [`crate::Limiter::acquire`]: dropping the future gives its place or tokens back.
+    /// As [`crate::Limiter::acquire`]: dropping the future gives its place or tokens back, and
+    /// the key's queue is dropped with its last waiter, so cancelled calls leave nothing in
+    /// the table of waiting keys.
     pub async fn acquire<Q>(
         &self,
         key: &Q,
@@ -333,10 +349,10 @@ where
             Err(Error::Limited { .. }) if self.shared.queue.depth > 0 => {}
             Err(e) => return Err(e),
         }
-        let limiter = self.waiting_limiter(key);
-        let result = limiter.acquire_with(cost, options).await;
-        self.release_waiting_limiter(key, &limiter);
-        result
+        // The guard lets go of the key's limiter however this future ends: completed, or
+        // dropped while queued.
+        let waiting = self.waiting_limiter(key);
+        waiting.limiter.acquire_with(cost, options).await
     }
 
     /// The hottest keys: up to `n` keys with the fewest tokens left, with their decisions.
@@ -426,7 +442,9 @@ where
         Ok(())
     }
 
-    fn waiting_limiter<Q>(&self, key: &Q) -> Limiter<A, C, KeyCell<K, A, C>>
+    /// The limiter of `key`'s queue, made if the key has none, held for the caller until the
+    /// returned guard is dropped.
+    fn waiting_limiter<'a, Q>(&'a self, key: &'a Q) -> Waiting<'a, K, A, C, Q>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -434,8 +452,14 @@ where
         let s = &*self.shared;
         let hash = s.hasher.hash_one(key);
         let mut waiters = s.waiters_of(hash).lock();
-        if let Some(limiter) = waiters.get(key) {
-            return limiter.clone();
+        if let Some(entry) = waiters.get_mut(key) {
+            entry.users += 1;
+            return Waiting {
+                keyed: self,
+                key,
+                hash,
+                limiter: entry.limiter.clone(),
+            };
         }
         let owned = key.to_owned();
         let gone = s.algorithm.exhausted_state(u64::MAX);
@@ -445,19 +469,57 @@ where
             .queue_config(s.queue)
             .name(s.name.clone())
             .build_with_cell(cell);
-        waiters.insert(owned, limiter.clone());
+        waiters.insert(
+            owned,
+            WaitEntry {
+                limiter: limiter.clone(),
+                users: 1,
+            },
+        );
         s.waiting_keys.fetch_add(1, Ordering::AcqRel);
-        limiter
+        Waiting {
+            keyed: self,
+            key,
+            hash,
+            limiter,
+        }
     }
+}
 
-    fn release_waiting_limiter<Q>(&self, key: &Q, limiter: &Limiter<A, C, KeyCell<K, A, C>>)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let s = &*self.shared;
-        let mut waiters = s.waiters_of(s.hasher.hash_one(key)).lock();
-        if limiter.queued() == 0 && waiters.remove(key).is_some() {
+/// One `acquire` call's hold on its key's limiter. Dropping it lets go; the last holder
+/// removes the limiter from the waiting map, so the map holds exactly the keys someone waits
+/// on, whether their calls finish or are dropped.
+struct Waiting<'a, K, A, C, Q>
+where
+    K: Key + Borrow<Q>,
+    A: LocalAlgorithm,
+    C: Clock + Clone,
+    Q: Hash + Eq + ?Sized,
+{
+    keyed: &'a Keyed<K, A, C>,
+    key: &'a Q,
+    hash: u64,
+    limiter: Limiter<A, C, KeyCell<K, A, C>>,
+}
+
+impl<K, A, C, Q> Drop for Waiting<'_, K, A, C, Q>
+where
+    K: Key + Borrow<Q>,
+    A: LocalAlgorithm,
+    C: Clock + Clone,
+    Q: Hash + Eq + ?Sized,
+{
+    fn drop(&mut self) {
+        let s = &*self.keyed.shared;
+        let mut waiters = s.waiters_of(self.hash).lock();
+        let Some(entry) = waiters.get_mut(self.key) else {
+            debug_assert!(false, "a held waiting limiter left the map");
+            return;
+        };
+        debug_assert!(Arc::ptr_eq(&entry.limiter.shared, &self.limiter.shared));
+        entry.users -= 1;
+        if entry.users == 0 {
+            waiters.remove(self.key);
             s.waiting_keys.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -533,7 +595,10 @@ where
         if self.waiting_keys.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.waiters_of(hash).lock().get(key).cloned()
+        self.waiters_of(hash)
+            .lock()
+            .get(key)
+            .map(|entry| entry.limiter.clone())
     }
 
     pub(crate) fn with_state<R>(
