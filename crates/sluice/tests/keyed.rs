@@ -322,3 +322,47 @@ async fn dropped_keyed_waiters_leave_nothing_behind_and_fifo_holds() {
 fn rng_cost(key: u64) -> u64 {
     u64::from(key.is_multiple_of(5))
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_refund_works_with_the_callers_own_measure_of_the_age() {
+    use sluice_core::SlidingLog;
+    let keyed: Keyed<String, SlidingLog> =
+        Keyed::new(SlidingLog::new(Quota::parse(3, "3/min").unwrap()));
+    // The caller starts its stopwatch, then the request waits a little (another limit, a
+    // pool slot) before this limit admits it: its measure of the age is a bit too long.
+    let at = Instant::now();
+    tokio::time::advance(Duration::from_millis(3)).await;
+    keyed.try_acquire("k", 2).unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    keyed.try_acquire("k", 1).unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert_eq!(keyed.peek("k").remaining, 0);
+    keyed.refund("k", 2, at.elapsed());
+    assert_eq!(keyed.peek("k").remaining, 2, "the two tokens come back");
+    keyed.try_acquire("k", 2).unwrap();
+    // The admission 5 s later is still counted until it leaves the window, 65 s after start.
+    tokio::time::advance(Duration::from_secs(53)).await;
+    assert_eq!(keyed.peek("k").remaining, 0);
+    tokio::time::advance(Duration::from_millis(2_100)).await;
+    assert_eq!(keyed.peek("k").remaining, 1);
+
+    // An age measured from just after the admission (as a caller that notes the time when
+    // the answer comes back) works too.
+    let log: Keyed<String, SlidingLog> =
+        Keyed::new(SlidingLog::new(Quota::parse(2, "2/min").unwrap()));
+    log.try_acquire("k", 2).unwrap();
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let at = Instant::now();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    log.refund("k", 1, at.elapsed());
+    assert_eq!(log.peek("k").remaining, 1);
+    // A refund never gives back more than was taken.
+    log.refund("k", 5, at.elapsed());
+    assert_eq!(log.peek("k").remaining, 2);
+    log.try_acquire("k", 2).unwrap();
+    // An admission that already left the window has nothing to give back.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    log.try_acquire("k", 2).unwrap();
+    log.refund("k", 2, Duration::from_secs(61));
+    assert_eq!(log.peek("k").remaining, 0);
+}
