@@ -468,7 +468,7 @@ where
             .clock(s.clock.clone())
             .queue_config(s.queue)
             .name(s.name.clone())
-            .build_with_cell(cell);
+            .build_with_cell_and_metrics(cell, s.metrics.clone());
         waiters.insert(
             owned,
             WaitEntry {
