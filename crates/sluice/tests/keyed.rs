@@ -472,3 +472,28 @@ async fn a_key_with_waiters_is_never_evicted() {
         "one token a minute, as if no other key had come"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn evicted_busy_keys_of_the_window_algorithms_come_back_no_fuller() {
+    use sluice_core::{AnyAlgorithm, Kind};
+    for kind in [
+        Kind::SlidingLog,
+        Kind::FixedWindow,
+        Kind::SlidingWindow,
+        Kind::TokenBucket,
+        Kind::LeakyBucket,
+    ] {
+        let alg = AnyAlgorithm::new(kind, Quota::parse(4, "4/min").unwrap());
+        let keyed: Keyed<u64, AnyAlgorithm> = Keyed::builder(alg).max_keys(8).build();
+        keyed.try_acquire(&0, 4).unwrap();
+        tokio::time::advance(SEC).await;
+        // Busier keys come in: key 0, the nearest to idle, makes room.
+        for k in 1..10 {
+            let _ = keyed.try_acquire(&k, 4);
+        }
+        assert!(
+            keyed.try_acquire(&0, 1).is_err(),
+            "{kind:?}: key 0 spent everything a second ago"
+        );
+    }
+}
