@@ -283,9 +283,10 @@ where
         let (shard_count, per_shard) = plan_shards(b.max_keys, min_shards);
         // Reserve for the cap when it is reasonable; a huge cap grows on demand instead.
         let reserve = if b.max_keys <= 1 << 24 { per_shard } else { 0 };
-        // Records of evicted busy keys for a quarter of a shard's share of keys: they are
-        // all live only when that many busy keys were evicted within one refill time.
-        let evicted_buckets = (per_shard / 4 / WAYS).clamp(4, 1 << 14).next_power_of_two();
+        // Records of evicted busy keys for about an eighth of a shard's share of keys (a few
+        // bytes per key of the cap): they are all live only when that many busy keys were
+        // evicted within one refill time.
+        let evicted_buckets = (per_shard / 8 / WAYS).clamp(4, 1 << 14).next_power_of_two();
         let shards: Box<[_]> = (0..shard_count)
             .map(|_| {
                 Padded(Mutex::new(Shard {
