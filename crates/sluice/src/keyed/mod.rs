@@ -1,7 +1,7 @@
 //! One limit per key (user, IP, API token), with a hard cap on keys and idle eviction.
 //!
 //! Keys live in a sharded hash table of plain algorithm states (8 bytes a key for GCRA, plus
-//! the key), sized up front for the cap, hashed with SipHash under a random per-process key
+//! the key), sized up front for the cap, hashed with aHash under a random key of its own
 //! so that clients cannot choose keys that collide. A key whose bucket is full again carries
 //! no information, so idle keys are dropped first when room is needed. Only when none is idle
 //! is a busy key dropped, the one closest to idle, and a small record keeps when it would
