@@ -65,7 +65,8 @@ impl Error {
         }
     }
 
-    /// A short machine-readable reason: `limit`, `queue_full`, `timeout`, `capacity`, `closed`.
+    /// A short machine-readable reason: `limit`, `queue_full`, `timeout`, `capacity`,
+    /// `unavailable`, `closed`, `no_runtime`.
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Limited { .. } => "limit",
@@ -73,7 +74,8 @@ impl Error {
             Error::Timeout { .. } => "timeout",
             Error::InsufficientCapacity { .. } => "capacity",
             Error::Unavailable { .. } => "unavailable",
-            Error::Closed | Error::NoRuntime => "closed",
+            Error::Closed => "closed",
+            Error::NoRuntime => "no_runtime",
         }
     }
 }

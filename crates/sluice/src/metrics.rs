@@ -7,10 +7,12 @@
 //! | name | kind | labels |
 //! |------|------|--------|
 //! | `sluice_admitted_total` | counter | `limiter` |
-//! | `sluice_denied_total` | counter | `limiter`, `reason` (`limit`, `queue_full`, `timeout`, `closed`) |
-//! | `sluice_queued` | gauge | `limiter` |
+//! | `sluice_denied_total` | counter | `limiter`, `reason` (`limit`, `queue_full`, `timeout`, `closed`, `no_runtime`) |
+//! | `sluice_queued` | gauge | `limiter` (every key's queue of a keyed limiter, summed), or `pool` |
 //! | `sluice_queue_wait_seconds` | histogram | `limiter` |
 //! | `sluice_in_flight` | gauge | `pool` |
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use metrics::{Counter, Gauge, Histogram};
 
@@ -22,7 +24,8 @@ pub(crate) struct LimiterMetrics {
     pub(crate) queue_full: Counter,
     pub(crate) timeout: Counter,
     pub(crate) closed: Counter,
-    pub(crate) queued: Gauge,
+    pub(crate) no_runtime: Counter,
+    pub(crate) queued: QueuedGauge,
     pub(crate) queue_wait: Histogram,
 }
 
@@ -36,7 +39,8 @@ impl LimiterMetrics {
             queue_full: denied("queue_full"),
             timeout: denied("timeout"),
             closed: denied("closed"),
-            queued: metrics::gauge!("sluice_queued", "limiter" => name.clone()),
+            no_runtime: denied("no_runtime"),
+            queued: QueuedGauge::new(metrics::gauge!("sluice_queued", "limiter" => name.clone())),
             queue_wait: metrics::histogram!("sluice_queue_wait_seconds", "limiter" => name),
         }
     }
@@ -46,8 +50,55 @@ impl LimiterMetrics {
             crate::error::Error::Limited { .. } => self.limited.increment(1),
             crate::error::Error::QueueFull { .. } => self.queue_full.increment(1),
             crate::error::Error::Timeout { .. } => self.timeout.increment(1),
+            crate::error::Error::NoRuntime => self.no_runtime.increment(1),
             _ => self.closed.increment(1),
         }
+    }
+}
+
+/// One limiter's share of the `sluice_queued` gauge.
+///
+/// The queues of a keyed limiter's keys all report into one gauge, so a queue does not set
+/// it: it adds the change since its last report. The gauge then holds the sum over the
+/// queues that share it. A clone is another queue's share (it starts at zero), and a share
+/// dropped takes its last report back out.
+#[derive(Debug)]
+pub(crate) struct QueuedGauge {
+    gauge: Gauge,
+    /// The length this queue last reported.
+    reported: AtomicUsize,
+}
+
+impl QueuedGauge {
+    fn new(gauge: Gauge) -> QueuedGauge {
+        QueuedGauge {
+            gauge,
+            reported: AtomicUsize::new(0),
+        }
+    }
+
+    /// Reports this queue's length now.
+    pub(crate) fn set(&self, len: f64) {
+        // Lengths are whole numbers well below 2^53, so the cast is exact.
+        let len = len as usize;
+        let before = self.reported.swap(len, Ordering::AcqRel);
+        if len > before {
+            self.gauge.increment((len - before) as f64);
+        } else if len < before {
+            self.gauge.decrement((before - len) as f64);
+        }
+    }
+}
+
+impl Clone for QueuedGauge {
+    fn clone(&self) -> Self {
+        QueuedGauge::new(self.gauge.clone())
+    }
+}
+
+impl Drop for QueuedGauge {
+    fn drop(&mut self) {
+        self.set(0.0);
     }
 }
 

@@ -41,9 +41,10 @@ async fn the_key_cap_holds_and_idle_keys_go_first() {
         keyed.try_acquire(&k, 2).unwrap();
     }
     assert_eq!(keyed.len(), 100);
-    // A flood of new keys never grows the table past the cap.
+    // A flood of new keys never grows the table past the cap. (Busy keys evicted for room
+    // are remembered until they would be idle, so some of the flood may be refused.)
     for k in 100..1000 {
-        keyed.try_acquire(&k, 1).unwrap();
+        let _ = keyed.try_acquire(&k, 1);
         assert!(keyed.len() <= 100, "{} keys", keyed.len());
     }
     // After 2 s every key is full again: idle, so a sweep drops them all.
@@ -216,4 +217,283 @@ async fn a_refund_lets_the_head_of_a_keys_queue_in_at_once() {
         waited < Duration::from_secs(6),
         "admitted at the refund, not at 60 s: {waited:?}"
     );
+}
+
+/// A deterministic stream of pseudo-random numbers (splitmix64), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Starts `n` waiters on `key` one after another (each queued before the next starts) and
+/// returns the order in which they are admitted.
+async fn admission_order(keyed: &Keyed<u64, Gcra>, key: u64, n: usize) -> Vec<usize> {
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (keyed, order) = (keyed.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            keyed
+                .acquire(&key, 1, AcquireOptions::default())
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+        }));
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_keyed_waiters_leave_nothing_behind_and_fifo_holds() {
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(2, "20/s"))
+        .queue(10_000, Duration::from_secs(600))
+        .max_keys(1_000)
+        .build();
+    assert_eq!(keyed.waiting_keys(), 0);
+    let mut rng = Rng(0x5EED_F00D_D20F);
+    let mut handles = Vec::new();
+    for _ in 0..10_000 {
+        let key = rng.below(40);
+        let keyed = keyed.clone();
+        // Each waiter gives up after a random time, from before its first poll (0 ms, or an
+        // abort before it runs) to after its admission (the refund path).
+        let patience = Duration::from_millis(rng.below(3_000));
+        let handle = tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep(patience) => None,
+                r = keyed.acquire(&key, 1 + rng_cost(key), AcquireOptions::default()) => Some(r),
+            }
+        });
+        match rng.below(10) {
+            0 => handle.abort(),
+            1 => {
+                tokio::task::yield_now().await;
+                handle.abort();
+            }
+            _ => handles.push(handle),
+        }
+        if rng.below(8) == 0 {
+            tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
+        }
+    }
+    for h in handles {
+        if let Ok(Some(r)) = h.await {
+            assert!(
+                !matches!(r, Err(Error::Closed | Error::NoRuntime)),
+                "unexpected {r:?}"
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        keyed.waiting_keys(),
+        0,
+        "every waiting key left the waiting map with its last waiter"
+    );
+    keyed.sweep();
+    assert_eq!(keyed.len(), 0, "every key is idle again");
+
+    // A fresh sequence on one key: served first come, first served.
+    keyed.try_acquire(&7, 2).unwrap();
+    let order = admission_order(&keyed, 7, 30).await;
+    assert_eq!(order, (0..30).collect::<Vec<_>>());
+    assert_eq!(keyed.waiting_keys(), 0);
+}
+
+/// Some keys ask for two tokens, so that waiters of different sizes share queues.
+fn rng_cost(key: u64) -> u64 {
+    u64::from(key.is_multiple_of(5))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_refund_works_with_the_callers_own_measure_of_the_age() {
+    use sluice_core::SlidingLog;
+    let keyed: Keyed<String, SlidingLog> =
+        Keyed::new(SlidingLog::new(Quota::parse(3, "3/min").unwrap()));
+    // The caller starts its stopwatch, then the request waits a little (another limit, a
+    // pool slot) before this limit admits it: its measure of the age is a bit too long.
+    let at = Instant::now();
+    tokio::time::advance(Duration::from_millis(3)).await;
+    keyed.try_acquire("k", 2).unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    keyed.try_acquire("k", 1).unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert_eq!(keyed.peek("k").remaining, 0);
+    keyed.refund("k", 2, at.elapsed());
+    assert_eq!(keyed.peek("k").remaining, 2, "the two tokens come back");
+    keyed.try_acquire("k", 2).unwrap();
+    // The admission 5 s later is still counted until it leaves the window, 65 s after start.
+    tokio::time::advance(Duration::from_secs(53)).await;
+    assert_eq!(keyed.peek("k").remaining, 0);
+    tokio::time::advance(Duration::from_millis(2_100)).await;
+    assert_eq!(keyed.peek("k").remaining, 1);
+
+    // An age measured from just after the admission (as a caller that notes the time when
+    // the answer comes back) works too.
+    let log: Keyed<String, SlidingLog> =
+        Keyed::new(SlidingLog::new(Quota::parse(2, "2/min").unwrap()));
+    log.try_acquire("k", 2).unwrap();
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let at = Instant::now();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    log.refund("k", 1, at.elapsed());
+    assert_eq!(log.peek("k").remaining, 1);
+    // A refund never gives back more than was taken.
+    log.refund("k", 5, at.elapsed());
+    assert_eq!(log.peek("k").remaining, 2);
+    log.try_acquire("k", 2).unwrap();
+    // An admission that already left the window has nothing to give back.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    log.try_acquire("k", 2).unwrap();
+    log.refund("k", 2, Duration::from_secs(61));
+    assert_eq!(log.peek("k").remaining, 0);
+}
+
+/// Spends a whole bucket of `gcra(5, "1/min")` on each of `keys`: busy for five minutes.
+fn spend_all(keyed: &Keyed<u64, Gcra>, keys: impl IntoIterator<Item = u64>) {
+    for k in keys {
+        keyed.try_acquire(&k, 5).unwrap();
+    }
+}
+
+/// New keys, each trying to spend a whole bucket of `gcra(5, "1/min")`; a key may be refused
+/// when the table is full of busy keys (see the record of evicted keys).
+fn flood(keyed: &Keyed<u64, Gcra>, keys: impl IntoIterator<Item = u64>) {
+    for k in keys {
+        let _ = keyed.try_acquire(&k, 5);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_keys_are_evicted_before_any_busy_one() {
+    const MAX: usize = 2_000;
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(5, "1/min")).max_keys(MAX).build();
+    let mut rng = Rng(0xE71C_7105);
+    let mut busy = Vec::new();
+    let mut next = 0;
+    // Each round fills the free slots and the slots of the keys gone idle since the last
+    // round, no more: new keys never need a busy key's slot. One key in twenty is light (one
+    // token: idle again after 1 min), the rest spend their whole bucket (busy for 5 min).
+    let mut light_before = 0;
+    for round in 0..4 {
+        let n = (MAX - keyed.len()) + light_before;
+        light_before = 0;
+        for _ in 0..n {
+            next += 1;
+            if rng.below(20) == 0 {
+                keyed.try_acquire(&next, 1).unwrap();
+                light_before += 1;
+            } else {
+                spend_all(&keyed, [next]);
+                busy.push(next);
+            }
+        }
+        assert!(keyed.len() <= MAX);
+        let held: std::collections::HashSet<u64> =
+            keyed.export().into_iter().map(|(k, _)| k).collect();
+        let lost = busy.iter().filter(|k| !held.contains(k)).count();
+        assert_eq!(
+            lost, 0,
+            "round {round}: busy keys evicted while idle ones were there"
+        );
+        tokio::time::advance(Duration::from_secs(61)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_evicted_busy_key_does_not_come_back_fuller() {
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(5, "1/min")).max_keys(8).build();
+    spend_all(&keyed, [0]);
+    tokio::time::advance(SEC).await;
+    // Busier keys come in: key 0 is the nearest to idle, the first to go.
+    spend_all(&keyed, 1..10);
+    assert!(keyed.len() <= 8);
+    assert!(
+        keyed.try_acquire(&0, 1).is_err(),
+        "key 0 spent its bucket a second ago: it has nothing to give"
+    );
+    // It refills at its own pace: one token a minute after it spent its fifth.
+    tokio::time::advance(Duration::from_secs(59)).await;
+    assert!(keyed.try_acquire(&0, 1).is_ok());
+    assert!(keyed.try_acquire(&0, 1).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_with_waiters_is_never_evicted() {
+    let keyed: Keyed<u64, Gcra> = Keyed::builder(gcra(5, "1/min"))
+        .max_keys(8)
+        .queue(10, Duration::from_secs(600))
+        .build();
+    spend_all(&keyed, [0]);
+    let start = Instant::now();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let keyed = keyed.clone();
+            tokio::spawn(async move {
+                keyed
+                    .acquire(&0, 1, AcquireOptions::default())
+                    .await
+                    .map(|_| start.elapsed())
+            })
+        })
+        .collect();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::advance(SEC).await;
+    flood(&keyed, 1..200);
+    assert!(keyed.len() <= 9, "the cap, and the key with waiters");
+    let mut times = Vec::new();
+    for w in waiters {
+        times.push(w.await.unwrap().unwrap());
+    }
+    assert_eq!(
+        times,
+        [Duration::from_secs(60), Duration::from_secs(120)],
+        "one token a minute, as if no other key had come"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn evicted_busy_keys_of_the_window_algorithms_come_back_no_fuller() {
+    use sluice_core::{AnyAlgorithm, Kind};
+    for kind in [
+        Kind::SlidingLog,
+        Kind::FixedWindow,
+        Kind::SlidingWindow,
+        Kind::TokenBucket,
+        Kind::LeakyBucket,
+    ] {
+        let alg = AnyAlgorithm::new(kind, Quota::parse(4, "4/min").unwrap());
+        let keyed: Keyed<u64, AnyAlgorithm> = Keyed::builder(alg).max_keys(8).build();
+        keyed.try_acquire(&0, 4).unwrap();
+        tokio::time::advance(SEC).await;
+        // Busier keys come in: key 0, the nearest to idle, makes room.
+        for k in 1..10 {
+            let _ = keyed.try_acquire(&k, 4);
+        }
+        assert!(
+            keyed.try_acquire(&0, 1).is_err(),
+            "{kind:?}: key 0 spent everything a second ago"
+        );
+    }
 }

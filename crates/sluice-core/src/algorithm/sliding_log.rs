@@ -154,18 +154,37 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// Takes `cost` off the newest entries admitted at or before `admitted_at`, then, if those
+    /// hold less, off the oldest entries after it.
+    ///
+    /// Callers measure the age of an admission with their own clock (the public `refund`
+    /// takes `ago`, not the limiter's nanosecond), so `admitted_at` is an estimate and need
+    /// not match any entry. Forgetting an admission older than the refunded one never
+    /// lets more through later: every future window that holds the older one holds the
+    /// refunded one too. So an `ago` measured from before the admission (a stopwatch
+    /// started earlier) is always safe; one measured from after it errs only by the
+    /// admissions made in between. An admission that already left the window is not counted
+    /// anywhere and gives nothing back.
     fn refund(&self, state: &mut SlidingLogState, admitted_at: u64, now: u64, cost: u64) {
-        self.expire(state, now);
+        let now = self.expire(state, now);
         let leaves = clamp_time(admitted_at).saturating_add(self.window);
-        if let Some(pos) = state.entries.iter().rposition(|&(l, _)| l == leaves) {
-            let entry = &mut state.entries[pos];
-            let taken = entry.1.min(cost);
-            entry.1 -= taken;
-            state.total -= taken;
-            if entry.1 == 0 {
-                state.entries.remove(pos);
-            }
+        if leaves <= now {
+            return;
         }
+        let split = state.entries.partition_point(|&(l, _)| l <= leaves);
+        let mut owed = cost;
+        let order = (0..split).rev().chain(split..state.entries.len());
+        for i in order {
+            if owed == 0 {
+                break;
+            }
+            let entry = &mut state.entries[i];
+            let taken = entry.1.min(owed);
+            entry.1 -= taken;
+            owed -= taken;
+            state.total -= taken;
+        }
+        state.entries.retain(|&(_, c)| c > 0);
     }
 
     fn idle_at(&self, state: &SlidingLogState) -> u64 {
@@ -247,5 +266,62 @@ impl Algorithm for SlidingLog {
             }
         }
         Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::Rate;
+
+    /// Admissions of one unit each at the given times, at most 10 in any 100 ns.
+    fn log_with(times: &[u64]) -> (SlidingLog, SlidingLogState) {
+        let log = SlidingLog::new(Quota::new(10, Rate::from_interval_ns(10).unwrap()).unwrap());
+        let mut s = log.initial_state();
+        for &t in times {
+            assert!(log.check(&mut s, t, 1).unwrap().allowed);
+        }
+        (log, s)
+    }
+
+    fn admitted(s: &SlidingLogState, log: &SlidingLog) -> alloc::vec::Vec<u64> {
+        s.entries.iter().map(|&(l, _)| l - log.window).collect()
+    }
+
+    #[test]
+    fn a_refund_takes_the_newest_admission_at_or_before_the_estimate() {
+        let (log, mut s) = log_with(&[0, 10, 20]);
+        // The caller's estimate falls between two admissions: the older one goes.
+        log.refund(&mut s, 12, 30, 1);
+        assert_eq!(admitted(&s, &log), [0, 20]);
+        assert_eq!(s.total, 2);
+        // Exactly at an admission: that one.
+        log.refund(&mut s, 20, 30, 1);
+        assert_eq!(admitted(&s, &log), [0]);
+    }
+
+    #[test]
+    fn an_estimate_before_every_admission_takes_the_oldest() {
+        let (log, mut s) = log_with(&[5, 10, 20]);
+        log.refund(&mut s, 1, 30, 2);
+        assert_eq!(admitted(&s, &log), [20]);
+    }
+
+    #[test]
+    fn a_refund_spans_entries_and_never_gives_back_more_than_counted() {
+        let (log, mut s) = log_with(&[0, 10, 20]);
+        log.refund(&mut s, 10, 30, 2);
+        assert_eq!(admitted(&s, &log), [20]);
+        log.refund(&mut s, 10, 30, 5);
+        assert!(s.entries.is_empty());
+        assert_eq!(s.total, 0);
+    }
+
+    #[test]
+    fn an_admission_out_of_the_window_gives_nothing_back() {
+        let (log, mut s) = log_with(&[0, 150]);
+        // Admitted at 0: it left the window at 100.
+        log.refund(&mut s, 0, 160, 1);
+        assert_eq!(admitted(&s, &log), [150]);
     }
 }

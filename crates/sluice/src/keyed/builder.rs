@@ -37,6 +37,12 @@ impl<A: LocalAlgorithm> KeyedBuilder<A, TokioClock> {
 impl<A: LocalAlgorithm, C: Clock + Clone> KeyedBuilder<A, C> {
     /// The most keys held at once (at least 1; default 100,000). The table is reserved for
     /// this many up front, so memory does not grow under a flood of new keys.
+    ///
+    /// At the cap, idle keys (full again) make room first. When none is idle, the busy key
+    /// nearest to idle is evicted and remembered until it would be idle, so it comes back no
+    /// fuller than it left; under a flood of such evictions new keys may be limited until
+    /// then too. Keys with waiters are never evicted (the cap is exceeded by at most their
+    /// number when every other key has gone).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self

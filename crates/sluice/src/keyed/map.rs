@@ -1,7 +1,7 @@
 //! The sharded table of per-key states.
 
 use std::borrow::Borrow;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -17,10 +17,31 @@ use crate::keyed::cell::KeyCell;
 use crate::limiter::{AcquireOptions, Builder, Limiter};
 use crate::metrics::LimiterMetrics;
 
-type Hasher = foldhash::fast::RandomState;
+/// The hasher of keys: aHash, keyed with random numbers from the operating system, a new key
+/// per table.
+///
+/// Keys come from clients (IP addresses, tokens, user names), so an attacker can choose
+/// them. With a fixed or guessable hash they could pick keys that all land in one shard and
+/// one probe sequence, and turn every lookup into a long scan. aHash is a keyed hash designed
+/// and documented to resist exactly this (its authors treat any way to make collisions
+/// without knowing the key as a flaw to fix), at the speed of the fastest unkeyed hashes.
+/// foldhash, even seeded, documents that it does not resist an attacker who can observe
+/// the program, and std's SipHash, the reference, costs twice the whole lookup here (its long
+/// dependency chain stops the processor from overlapping the cache misses of consecutive
+/// lookups).
+type Hasher = ahash::RandomState;
+
+/// The limiter of one waiting key, with the number of `acquire` calls holding it.
+pub(crate) struct WaitEntry<K: Key, A: LocalAlgorithm, C: Clock> {
+    limiter: Limiter<A, C, KeyCell<K, A, C>>,
+    /// Tasks that took this limiter to wait on it and have not let go. Changed only under the
+    /// shard's lock, and the entry is removed only when it falls to zero, so no task can
+    /// hold a limiter that is no longer in the map: a key has one queue at a time.
+    users: usize,
+}
 
 /// The per-key limiters of one shard's waiting keys.
-pub(crate) type Waiters<K, A, C> = hashbrown::HashMap<K, Limiter<A, C, KeyCell<K, A, C>>, Hasher>;
+pub(crate) type Waiters<K, A, C> = hashbrown::HashMap<K, WaitEntry<K, A, C>, Hasher>;
 
 /// One shard of [`Waiters`], on its own cache line.
 pub(crate) type WaitersShard<K, A, C> = Padded<Mutex<Waiters<K, A, C>>>;
@@ -87,8 +108,92 @@ pub(crate) struct Padded<T>(pub(crate) T);
 
 pub(crate) struct Shard<K, S> {
     pub(crate) table: HashTable<(K, S)>,
-    /// Keys inserted since the last full sweep for idle keys.
-    inserted_since_sweep: usize,
+    /// No key of `table` goes idle before this time: a lower bound of their
+    /// [`idle_at`](sluice_core::Algorithm::idle_at), lowered whenever a state may have moved
+    /// closer to idle (an insert, a refund, a store) and recomputed by a sweep. A check never
+    /// makes a busy state idle, so checks leave it alone. While it is in the future there is
+    /// no idle key to find, and no sweep is needed.
+    next_idle: u64,
+    /// The hashes of the keys that have a queue now, each with the number of such keys (two
+    /// keys may share a hash). Their entries are never evicted: the queue's waiters count on
+    /// the state they wait for.
+    pinned: Vec<(u64, u32)>,
+    /// The busy keys evicted for room, until they would have gone idle: see [`Evicted`].
+    evicted: Box<[Evicted]>,
+}
+
+/// The record of a busy key evicted for room: its hash and when its state would have been
+/// idle. A key absent from the table with a live record comes back as the emptiest state
+/// that is idle at that time, so an evicted key never comes back fuller than it left.
+///
+/// Records live in buckets of [`WAYS`] by their hash. A record expires when its time
+/// passes. When a bucket is full of live records, a new one is merged into the one that ends
+/// first, which then stands for every key of the bucket ([`SHARED`]): no evicted key is
+/// forgotten, and under a flood of evictions new keys of that bucket may start emptier than
+/// a fresh key would (they are limited until the merged time), never fuller.
+#[derive(Debug, Clone, Copy, Default)]
+struct Evicted {
+    hash: u64,
+    until: u64,
+}
+
+/// Records per bucket of [`Evicted`].
+const WAYS: usize = 4;
+
+/// The hash of a merged [`Evicted`] record, which applies to every key of its bucket.
+const SHARED: u64 = u64::MAX;
+
+impl<K, S> Shard<K, S> {
+    fn is_pinned(&self, hash: u64) -> bool {
+        self.pinned.iter().any(|&(h, _)| h == hash)
+    }
+
+    fn evicted_bucket(&mut self, hash: u64) -> &mut [Evicted] {
+        let buckets = self.evicted.len() / WAYS;
+        let b = hash as usize & (buckets - 1);
+        &mut self.evicted[b * WAYS..(b + 1) * WAYS]
+    }
+
+    /// When the key of `hash`, absent from the table, would be idle as evicted; 0 if never
+    /// evicted busy (or no longer busy).
+    fn evicted_until(&mut self, hash: u64, now: u64) -> u64 {
+        self.evicted_bucket(hash)
+            .iter()
+            .filter(|r| (r.hash == hash || r.hash == SHARED) && r.until > now)
+            .map(|r| r.until)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn record_eviction(&mut self, hash: u64, until: u64, now: u64) {
+        let bucket = self.evicted_bucket(hash);
+        if let Some(r) = bucket.iter_mut().find(|r| r.hash == hash && r.until > now) {
+            r.until = r.until.max(until);
+        } else if let Some(r) = bucket.iter_mut().find(|r| r.until <= now) {
+            *r = Evicted { hash, until };
+        } else if let Some(r) = bucket.iter_mut().min_by_key(|r| r.until) {
+            *r = Evicted {
+                hash: SHARED,
+                until: r.until.max(until),
+            };
+        }
+    }
+
+    fn pin(&mut self, hash: u64) {
+        match self.pinned.iter_mut().find(|(h, _)| *h == hash) {
+            Some((_, n)) => *n += 1,
+            None => self.pinned.push((hash, 1)),
+        }
+    }
+
+    fn unpin(&mut self, hash: u64) {
+        if let Some(i) = self.pinned.iter().position(|&(h, _)| h == hash) {
+            self.pinned[i].1 -= 1;
+            if self.pinned[i].1 == 0 {
+                self.pinned.swap_remove(i);
+            }
+        }
+    }
 }
 
 pub(crate) struct Shared<K, A: LocalAlgorithm, C>
@@ -178,11 +283,17 @@ where
         let (shard_count, per_shard) = plan_shards(b.max_keys, min_shards);
         // Reserve for the cap when it is reasonable; a huge cap grows on demand instead.
         let reserve = if b.max_keys <= 1 << 24 { per_shard } else { 0 };
+        // Records of evicted busy keys for about an eighth of a shard's share of keys (a few
+        // bytes per key of the cap): they are all live only when that many busy keys were
+        // evicted within one refill time.
+        let evicted_buckets = (per_shard / 8 / WAYS).clamp(4, 1 << 14).next_power_of_two();
         let shards: Box<[_]> = (0..shard_count)
             .map(|_| {
                 Padded(Mutex::new(Shard {
                     table: HashTable::with_capacity(reserve),
-                    inserted_since_sweep: 0,
+                    next_idle: u64::MAX,
+                    pinned: Vec::new(),
+                    evicted: vec![Evicted::default(); evicted_buckets * WAYS].into_boxed_slice(),
                 }))
             })
             .collect();
@@ -217,6 +328,11 @@ where
     /// Keys held now.
     pub fn len(&self) -> usize {
         self.shared.keys.load(Ordering::Relaxed)
+    }
+
+    /// Keys with requests waiting in a queue of their own right now.
+    pub fn waiting_keys(&self) -> usize {
+        self.shared.waiting_keys.load(Ordering::Acquire)
     }
 
     /// Whether no key is held.
@@ -270,8 +386,9 @@ where
     }
 
     /// Gives back `cost` that was admitted for `key` `ago` and will never be used (see
-    /// [`crate::Limiter::refund`]). A key no longer in the table was idle, full again: there is
-    /// nothing to give back.
+    /// [`crate::Limiter::refund`]). A key no longer in the table was idle, full again, or was
+    /// evicted busy and is only remembered as a time it is limited until: nothing is given
+    /// back then.
     pub fn refund<Q>(&self, key: &Q, cost: u64, ago: std::time::Duration)
     where
         K: Borrow<Q>,
@@ -288,6 +405,8 @@ where
         let mut shard = s.shard_of(hash).lock();
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
             s.algorithm.refund(state, admitted_at, now, cost);
+            let idle_at = s.algorithm.idle_at(state);
+            shard.next_idle = shard.next_idle.min(idle_at);
         }
     }
 
@@ -317,7 +436,9 @@ where
     ///
     /// # Cancel safety
     ///
-    /// As [`crate::Limiter::acquire`]: dropping the future gives its place or tokens back.
+    /// As [`crate::Limiter::acquire`]: dropping the future gives its place or tokens back, and
+    /// the key's queue is dropped with its last waiter, so cancelled calls leave nothing in
+    /// the table of waiting keys.
     pub async fn acquire<Q>(
         &self,
         key: &Q,
@@ -333,10 +454,10 @@ where
             Err(Error::Limited { .. }) if self.shared.queue.depth > 0 => {}
             Err(e) => return Err(e),
         }
-        let limiter = self.waiting_limiter(key);
-        let result = limiter.acquire_with(cost, options).await;
-        self.release_waiting_limiter(key, &limiter);
-        result
+        // The guard lets go of the key's limiter however this future ends: completed, or
+        // dropped while queued.
+        let waiting = self.waiting_limiter(key);
+        waiting.limiter.acquire_with(cost, options).await
     }
 
     /// The hottest keys: up to `n` keys with the fewest tokens left, with their decisions.
@@ -411,22 +532,22 @@ where
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| *k == key) {
             if replace {
                 *state = s.algorithm.restore(saved, now, elapsed_ns)?;
+                let idle_at = s.algorithm.idle_at(state);
+                shard.next_idle = shard.next_idle.min(idle_at);
             }
             return Ok(());
         }
         let state = s.algorithm.restore(saved, now, elapsed_ns)?;
         if s.algorithm.idle_at(&state) > now {
-            s.make_room(&mut shard, now);
-            shard
-                .table
-                .insert_unique(hash, (key, state), |(k, _)| s.hasher.hash_one(k));
-            shard.inserted_since_sweep += 1;
-            s.keys.fetch_add(1, Ordering::Relaxed);
+            s.make_room(&mut shard, hash, now);
+            s.insert(&mut shard, hash, key, state);
         }
         Ok(())
     }
 
-    fn waiting_limiter<Q>(&self, key: &Q) -> Limiter<A, C, KeyCell<K, A, C>>
+    /// The limiter of `key`'s queue, made if the key has none, held for the caller until the
+    /// returned guard is dropped.
+    fn waiting_limiter<'a, Q>(&'a self, key: &'a Q) -> Waiting<'a, K, A, C, Q>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -434,9 +555,17 @@ where
         let s = &*self.shared;
         let hash = s.hasher.hash_one(key);
         let mut waiters = s.waiters_of(hash).lock();
-        if let Some(limiter) = waiters.get(key) {
-            return limiter.clone();
+        if let Some(entry) = waiters.get_mut(key) {
+            entry.users += 1;
+            return Waiting {
+                keyed: self,
+                key,
+                hash,
+                limiter: entry.limiter.clone(),
+            };
         }
+        // The key's entry stays in the table while it has a queue.
+        s.shard_of(hash).lock().pin(hash);
         let owned = key.to_owned();
         let gone = s.algorithm.exhausted_state(u64::MAX);
         let cell = KeyCell::new(Arc::downgrade(&self.shared), owned.clone(), hash, gone);
@@ -444,21 +573,67 @@ where
             .clock(s.clock.clone())
             .queue_config(s.queue)
             .name(s.name.clone())
-            .build_with_cell(cell);
-        waiters.insert(owned, limiter.clone());
+            .build_with_cell_and_metrics(cell, s.metrics.clone());
+        waiters.insert(
+            owned,
+            WaitEntry {
+                limiter: limiter.clone(),
+                users: 1,
+            },
+        );
         s.waiting_keys.fetch_add(1, Ordering::AcqRel);
-        limiter
+        Waiting {
+            keyed: self,
+            key,
+            hash,
+            limiter,
+        }
     }
+}
 
-    fn release_waiting_limiter<Q>(&self, key: &Q, limiter: &Limiter<A, C, KeyCell<K, A, C>>)
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let s = &*self.shared;
-        let mut waiters = s.waiters_of(s.hasher.hash_one(key)).lock();
-        if limiter.queued() == 0 && waiters.remove(key).is_some() {
+/// One `acquire` call's hold on its key's limiter. Dropping it lets go; the last holder
+/// removes the limiter from the waiting map, so the map holds exactly the keys someone waits
+/// on, whether their calls finish or are dropped.
+struct Waiting<'a, K, A, C, Q>
+where
+    K: Key + Borrow<Q>,
+    A: LocalAlgorithm,
+    C: Clock + Clone,
+    Q: Hash + Eq + ?Sized,
+{
+    keyed: &'a Keyed<K, A, C>,
+    key: &'a Q,
+    hash: u64,
+    limiter: Limiter<A, C, KeyCell<K, A, C>>,
+}
+
+impl<K, A, C, Q> Drop for Waiting<'_, K, A, C, Q>
+where
+    K: Key + Borrow<Q>,
+    A: LocalAlgorithm,
+    C: Clock + Clone,
+    Q: Hash + Eq + ?Sized,
+{
+    fn drop(&mut self) {
+        let s = &*self.keyed.shared;
+        let mut waiters = s.waiters_of(self.hash).lock();
+        let Some(entry) = waiters.get_mut(self.key) else {
+            debug_assert!(false, "a held waiting limiter left the map");
+            return;
+        };
+        debug_assert!(Arc::ptr_eq(&entry.limiter.shared, &self.limiter.shared));
+        entry.users -= 1;
+        if entry.users == 0 {
+            waiters.remove(self.key);
             s.waiting_keys.fetch_sub(1, Ordering::AcqRel);
+            let mut shard = s.shard_of(self.hash).lock();
+            shard.unpin(self.hash);
+            // The sweeps skipped this key while it was pinned: it may be idle now.
+            let idle_at = shard
+                .table
+                .find(self.hash, |(k, _)| k.borrow() == self.key)
+                .map_or(u64::MAX, |(_, state)| s.algorithm.idle_at(state));
+            shard.next_idle = shard.next_idle.min(idle_at);
         }
     }
 }
@@ -503,20 +678,14 @@ where
                 .check(state, now, cost)
                 .map_err(crate::limiter::capacity_error);
         }
-        let mut state = self.algorithm.initial_state();
+        let mut state = self.fresh_state(&mut shard, hash, now);
         let decision = self
             .algorithm
             .check(&mut state, now, cost)
             .map_err(crate::limiter::capacity_error)?;
         if decision.allowed && cost > 0 {
-            self.make_room(&mut shard, now);
-            shard
-                .table
-                .insert_unique(hash, (key.to_owned(), state), |(k, _)| {
-                    self.hasher.hash_one(k)
-                });
-            shard.inserted_since_sweep += 1;
-            self.keys.fetch_add(1, Ordering::Relaxed);
+            self.make_room(&mut shard, hash, now);
+            self.insert(&mut shard, hash, key.to_owned(), state);
         }
         Ok(decision)
     }
@@ -533,7 +702,10 @@ where
         if self.waiting_keys.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.waiters_of(hash).lock().get(key).cloned()
+        self.waiters_of(hash)
+            .lock()
+            .get(key)
+            .map(|entry| entry.limiter.clone())
     }
 
     pub(crate) fn with_state<R>(
@@ -544,64 +716,149 @@ where
         f: impl FnOnce(&mut A::State) -> R,
     ) -> R {
         let mut shard = self.shard_of(hash).lock();
+        let shard = &mut *shard;
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k == key) {
-            return f(state);
+            let r = f(state);
+            // A store or a refund may have moved the state closer to idle.
+            shard.next_idle = shard.next_idle.min(self.algorithm.idle_at(state));
+            return r;
         }
-        self.make_room(&mut shard, now);
+        // A load or a store passes no time: room is made as of the clock's time.
+        let now = now.max(self.clock.now_ns());
+        let state = self.fresh_state(shard, hash, now);
+        self.make_room(shard, hash, now);
         self.keys.fetch_add(1, Ordering::Relaxed);
-        shard.inserted_since_sweep += 1;
-        let entry = shard.table.insert_unique(
-            hash,
-            (key.clone(), self.algorithm.initial_state()),
-            |(k, _)| self.hasher.hash_one(k),
-        );
-        f(&mut entry.into_mut().1)
+        let entry = shard
+            .table
+            .insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
+        let state = &mut entry.into_mut().1;
+        let r = f(state);
+        let idle_at = self.algorithm.idle_at(state);
+        shard.next_idle = shard.next_idle.min(idle_at);
+        r
     }
 
+    /// Adds a key known to be absent.
+    fn insert(&self, shard: &mut Shard<K, A::State>, hash: u64, key: K, state: A::State) {
+        shard.next_idle = shard.next_idle.min(self.algorithm.idle_at(&state));
+        shard
+            .table
+            .insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k));
+        self.keys.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The state of a key absent from the table: full, unless it was evicted busy and would
+    /// not be idle yet; then the emptiest state that is idle when it would be.
+    fn fresh_state(&self, shard: &mut Shard<K, A::State>, hash: u64, now: u64) -> A::State {
+        let until = shard.evicted_until(hash, now);
+        if until <= now {
+            return self.algorithm.initial_state();
+        }
+        // Everything spent as late as still leaves the state idle at `until`. For the
+        // buckets (GCRA, token, leaky) this is exactly the evicted state, whose refill is
+        // linear; for the windows it counts the full capacity until then, never less than
+        // the evicted key had.
+        let span = self
+            .algorithm
+            .idle_at(&self.algorithm.exhausted_state(now))
+            .saturating_sub(now);
+        self.algorithm.exhausted_state(until.saturating_sub(span))
+    }
+
+    /// Drops the idle keys of `shard` that have no queue, and recomputes its `next_idle`.
     fn sweep_shard(&self, shard: &mut Shard<K, A::State>, now: u64) -> usize {
         let before = shard.table.len();
         let algorithm = &self.algorithm;
-        shard
-            .table
-            .retain(|(_, state)| algorithm.idle_at(state) > now);
-        shard.inserted_since_sweep = 0;
+        let Shard { table, pinned, .. } = shard;
+        let mut next_idle = u64::MAX;
+        table.retain(|(k, state)| {
+            let idle_at = algorithm.idle_at(state);
+            let keep = idle_at > now
+                || (!pinned.is_empty() && {
+                    let hash = self.hasher.hash_one(&*k);
+                    pinned.iter().any(|&(h, _)| h == hash)
+                });
+            if keep && idle_at > now {
+                next_idle = next_idle.min(idle_at);
+            }
+            keep
+        });
+        shard.next_idle = next_idle;
         let removed = before - shard.table.len();
         self.keys.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
-    /// Frees a slot for one more key in `shard`: idle keys first, else the one nearest idle.
-    fn make_room(&self, shard: &mut Shard<K, A::State>, now: u64) {
-        let full = |shard: &Shard<K, A::State>| {
-            shard.table.len() >= self.shard_capacity
-                || self.keys.load(Ordering::Relaxed) >= self.max_keys
-        };
-        if !full(shard) {
+    /// Frees a slot for one more key in `shard` (the one `hash` falls in, locked by the
+    /// caller).
+    ///
+    /// Idle keys go first, from this shard or, when the cap on keys as a whole is what is
+    /// reached, from any shard not locked right now: an idle key's bucket is full again, so
+    /// nothing is lost by forgetting it. Only when none is idle is a busy key evicted: the
+    /// one without a queue nearest to idle, which forgets the least, and its idle time is
+    /// kept in the shard's record of evicted keys so that it comes back no fuller than it
+    /// left (as nginx's `limit_req` zone evicts its least recently used entry, but without
+    /// handing the evicted key a full bucket). A key with a queue is never evicted: when
+    /// every key of the shard has one, the new key is let in above the cap, which is then
+    /// exceeded by at most the number of keys with waiters.
+    fn make_room(&self, shard: &mut Shard<K, A::State>, hash: u64, now: u64) {
+        let local_full = |shard: &Shard<K, A::State>| shard.table.len() >= self.shard_capacity;
+        let global_full = || self.keys.load(Ordering::Relaxed) >= self.max_keys;
+        if !local_full(shard) && !global_full() {
             return;
         }
-        // A full sweep costs the shard's size; do it at most once per 1/16 of it in inserts.
-        if shard.inserted_since_sweep >= shard.table.len() / 16 {
+        if shard.next_idle <= now {
             let removed = self.sweep_shard(shard, now);
             self.evicted.increment(removed as u64);
         }
-        let mut attempts = 0;
-        while full(shard) && attempts < 4 {
-            attempts += 1;
-            let victim = shard
-                .table
-                .iter()
-                .take(16)
-                .min_by_key(|(_, state)| self.algorithm.idle_at(state))
-                .map(|(k, _)| k.clone());
-            let Some(victim) = victim else {
-                break;
-            };
-            let hash = self.hasher.hash_one(&victim);
-            if let Ok(entry) = shard.table.find_entry(hash, |(k, _)| *k == victim) {
-                entry.remove();
-                self.keys.fetch_sub(1, Ordering::Relaxed);
-                self.evicted.increment(1);
+        if !local_full(shard) && global_full() {
+            // Idle keys of other shards, without waiting for a lock held elsewhere (waiting
+            // while holding this one could deadlock).
+            let start = self.shard_index(hash);
+            let count = self.shards.len();
+            for i in (1..count).map(|i| (start + i) % count) {
+                if !global_full() {
+                    break;
+                }
+                let Some(mut other) = self.shards[i].0.try_lock() else {
+                    continue;
+                };
+                if other.next_idle <= now {
+                    let removed = self.sweep_shard(&mut *other, now);
+                    self.evicted.increment(removed as u64);
+                }
             }
         }
+        let mut attempts = 0;
+        while (local_full(shard) || global_full()) && attempts < 4 {
+            attempts += 1;
+            let Some((victim, victim_hash, idle_at)) = self.busy_victim(shard) else {
+                break;
+            };
+            let Ok(entry) = shard.table.find_entry(victim_hash, |(k, _)| *k == victim) else {
+                break;
+            };
+            entry.remove();
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+            self.evicted.increment(1);
+            shard.record_eviction(victim_hash, idle_at, now);
+        }
+    }
+
+    /// The key of `shard` without a queue that goes idle first, with its hash and idle time.
+    fn busy_victim(&self, shard: &Shard<K, A::State>) -> Option<(K, u64, u64)> {
+        let mut best: Option<(&K, u64)> = None;
+        for (k, state) in shard.table.iter() {
+            let idle_at = self.algorithm.idle_at(state);
+            if best.is_some_and(|(_, b)| idle_at >= b) {
+                continue;
+            }
+            // Hashing is needed only for a key that would be the new best (a few per scan).
+            if !shard.pinned.is_empty() && shard.is_pinned(self.hasher.hash_one(k)) {
+                continue;
+            }
+            best = Some((k, idle_at));
+        }
+        best.map(|(k, idle_at)| (k.clone(), self.hasher.hash_one(k), idle_at))
     }
 }

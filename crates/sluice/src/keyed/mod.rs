@@ -1,9 +1,11 @@
 //! One limit per key (user, IP, API token), with a hard cap on keys and idle eviction.
 //!
 //! Keys live in a sharded hash table of plain algorithm states (8 bytes a key for GCRA, plus
-//! the key), sized up front for the cap. A key whose bucket is full again carries no
-//! information, so idle keys are dropped first when room is needed; only when none is idle is
-//! the key closest to idle dropped, which forgets the least.
+//! the key), sized up front for the cap, hashed with aHash under a random key of its own
+//! so that clients cannot choose keys that collide. A key whose bucket is full again carries
+//! no information, so idle keys are dropped first when room is needed. Only when none is idle
+//! is a busy key dropped, the one closest to idle, and a small record keeps when it would
+//! have been idle: it comes back no fuller than it left. A key with waiters is never dropped.
 //!
 //! Waiting is per key: a key that must queue gets a [`Limiter`](crate::Limiter) of its own over
 //! the same table entry for as long as anyone waits on it.

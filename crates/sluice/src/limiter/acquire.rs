@@ -76,6 +76,7 @@ impl<'a, A: LocalAlgorithm, C: Clock, X: StateCell<A>> Acquire<'a, A, C, X> {
             }
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            s.metrics.denied(&Error::NoRuntime);
             return Poll::Ready(Err(Error::NoRuntime));
         };
         let max_wait = self.options.max_wait.map_or(u64::MAX, duration_ns);

@@ -89,9 +89,20 @@ impl<A: LocalAlgorithm, C: Clock> Builder<A, C> {
 
     /// The limiter over a state that lives elsewhere (a keyed map's entry).
     pub(crate) fn build_with_cell<X: StateCell<A>>(self, cell: X) -> Limiter<A, C, X> {
+        let metrics = LimiterMetrics::new(&self.name);
+        self.build_with_cell_and_metrics(cell, metrics)
+    }
+
+    /// The limiter over a state that lives elsewhere, reporting through `metrics` (a keyed
+    /// limiter's handles, shared by the queues of its keys).
+    pub(crate) fn build_with_cell_and_metrics<X: StateCell<A>>(
+        self,
+        cell: X,
+        metrics: LimiterMetrics,
+    ) -> Limiter<A, C, X> {
         Limiter {
             shared: Arc::new(Shared {
-                metrics: LimiterMetrics::new(&self.name),
+                metrics,
                 name: self.name,
                 algorithm: self.algorithm,
                 clock: self.clock,

@@ -174,7 +174,10 @@ impl Pool {
                 retry_after: self.retry_hint(),
             });
         }
-        inner.metrics.queued.set((waiting + 1) as f64);
+        // Raised while this caller waits, lowered however the wait ends (a slot, a timeout,
+        // a close or a dropped future), so the gauge is the number waiting.
+        inner.metrics.queued.increment(1);
+        let _queued = Lower(&inner.metrics.queued);
         let started = tokio::time::Instant::now();
         let acquire = inner.semaphore.acquire();
         let result = match inner.max_wait {
@@ -256,6 +259,15 @@ impl Pool {
         let mean = self.inner.mean_task_ns.load(Ordering::Relaxed);
         let rounds = (self.waiting() / self.inner.size) as u64 + 1;
         Duration::from_nanos(mean.saturating_mul(rounds))
+    }
+}
+
+/// Lowers a gauge by one when dropped.
+struct Lower<'a>(&'a metrics::Gauge);
+
+impl Drop for Lower<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1);
     }
 }
 
