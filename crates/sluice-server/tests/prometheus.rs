@@ -2,7 +2,7 @@
 //! every series has help text, and names, types and units follow Prometheus's conventions.
 //! The gateway is driven first so that every kind of series it registers is present:
 //! admissions, each kind of denial, queue waits, upstream responses and errors, a keyed
-//! policy, and the browser telemetry.
+//! policy, the browser telemetry and a reload.
 
 mod common;
 
@@ -106,7 +106,10 @@ async fn metrics_pass_promtool_with_help_text_for_every_series() {
     // A telemetry batch from a Service Worker.
     let batch = post(&gw.url("/v1/telemetry"), BATCH).await;
     assert_eq!(batch.status, 204);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A reload of the unchanged file, counted by result.
+    gw.signal("HUP");
+    gw.wait_log("SIGHUP: reloaded", Duration::from_secs(10))
+        .await;
 
     let text = String::from_utf8(get(&gw.admin("/metrics")).await.unwrap().body.to_vec())
         .expect("/metrics is UTF-8");
@@ -121,6 +124,7 @@ async fn metrics_pass_promtool_with_help_text_for_every_series() {
         "sluice_browser_admitted_total",
         "sluice_browser_queue_wait_seconds_total",
         "sluice_browser_queue_wait_max_seconds",
+        "sluice_reloads_total",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),

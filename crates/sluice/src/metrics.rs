@@ -141,7 +141,8 @@ pub fn describe() {
         "sluice_denied_total",
         Unit::Count,
         "Acquisitions refused, by `limiter` or `pool` and `reason`: `limit` (no token and no queue), \
-         `queue_full`, `timeout` (the wait would pass or passed max_wait), `closed`."
+         `queue_full`, `timeout` (the wait would pass or passed max_wait), `closed`, `no_runtime` (no \
+         tokio runtime with timers to wait on)."
     );
     describe_gauge!(
         "sluice_queued",

@@ -69,6 +69,11 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .context("installing the metrics recorder")?;
     sluice_http::describe_metrics();
     crate::browser::telemetry::describe();
+    metrics::describe_counter!(
+        "sluice_reloads_total",
+        metrics::Unit::Count,
+        "Configuration reloads (SIGHUP), by `result`: `ok` (the new configuration serves) or `refused` (the running one keeps serving)."
+    );
     let upkeep = prometheus.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
