@@ -7,7 +7,8 @@
 //! exactly what was matched. To make a path canonical:
 //!
 //! - percent-encoded unreserved characters are decoded (`%61` is `a`, `%2E` is `.`), and the
-//!   hex digits of every other escape are upper-cased (RFC 3986 §6.2.2.1 and §6.2.2.2);
+//!   hex digits of every other escape are upper-cased (RFC 3986 §6.2.2.1 and §6.2.2.2); a `%`
+//!   that starts no escape is written `%25`, so that no decoded digit can complete it;
 //! - each run of `/` becomes one `/`;
 //! - `.` and `..` segments are resolved (RFC 3986 §5.2.4); `..` stops at the root.
 //!
@@ -168,7 +169,10 @@ fn read_otherwise(resolved: &str) -> bool {
 }
 
 /// Decodes the escapes of unreserved characters; upper-cases the hex of the others. A `%`
-/// not followed by two hex digits is kept as it is.
+/// not followed by two hex digits becomes `%25`, the escape of `%`: kept bare, it could start
+/// an escape with the digits a decoded escape puts after it (`%6%31` would become `%61`, which
+/// an upstream decodes again to `a`). So every `%` of the result starts an escape, and the
+/// result is a fixed point. An upstream that reads a bare `%` as itself reads the same path.
 fn decode_unreserved(path: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(path.len());
     let mut i = 0;
@@ -184,7 +188,11 @@ fn decode_unreserved(path: &[u8]) -> Vec<u8> {
             i += 3;
             continue;
         }
-        out.push(path[i]);
+        if path[i] == b'%' {
+            out.extend_from_slice(b"%25");
+        } else {
+            out.push(path[i]);
+        }
         i += 1;
     }
     out
@@ -307,10 +315,30 @@ mod tests {
             ("/a/%c3%a9", "/a/%C3%A9"),
         ];
         assert_changed(&cases);
-        // Broken escapes stay as they were.
-        assert_eq!(canonical_path("/a/%zz"), Canonical::Unchanged);
-        assert_eq!(canonical_path("/a/%4"), Canonical::Unchanged);
-        assert_eq!(canonical_path("/a/%"), Canonical::Unchanged);
+    }
+
+    #[test]
+    fn a_percent_that_starts_no_escape_is_encoded() {
+        // Kept bare, the `%` of `/%6%31pi/x` would start an escape once `%31` is decoded: the
+        // gateway would route `/%61pi/x` and the upstream serve `/api/x`.
+        let cases = [
+            ("/%6%31pi/x", "/%2561pi/x"),
+            ("/%%36%31pi/x", "/%2561pi/x"),
+            ("/%6%61p", "/%256ap"),
+            ("/a/%%41", "/a/%25A"),
+            ("/a/%zz", "/a/%25zz"),
+            ("/a/%4", "/a/%254"),
+            ("/a/%", "/a/%25"),
+            ("/100%/x", "/100%25/x"),
+        ];
+        assert_changed(&cases);
+        for (_, canonical) in cases {
+            assert_eq!(
+                canonical_path(canonical),
+                Canonical::Unchanged,
+                "{canonical}"
+            );
+        }
     }
 
     #[test]
@@ -357,6 +385,9 @@ mod tests {
                 Just("x.y"),
                 Just("x;p=1"),
                 Just("..;"),
+                Just("%"),
+                Just("%6"),
+                Just("%36"),
             ];
             proptest::collection::vec(piece, 0..8)
                 .prop_map(|pieces| format!("/{}", pieces.join("/")))
@@ -395,7 +426,7 @@ mod tests {
                 let mut candidates = Vec::new();
                 let mut j = 0;
                 while j < bytes.len() {
-                    if bytes[j] == b'%' {
+                    if escape_at(bytes, j).is_some() {
                         j += 3;
                         continue;
                     }

@@ -79,10 +79,21 @@ pub(crate) struct Fields<'t, 'i> {
     taken: Vec<&'static str>,
 }
 
-/// The path of field `key` in table `path`.
+/// The path of field `key` in table `path`. A key that is not bare (empty, or with a
+/// character other than `A-Z a-z 0-9 _ -`) is quoted, as TOML writes it, so that the path
+/// names it: `""`, `server."a b"`, `server."x.y"`.
 pub(crate) fn join(path: &str, key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let key: Cow<'_, str> = if bare {
+        Cow::Borrowed(key)
+    } else {
+        Cow::Owned(format!("{key:?}"))
+    };
     if path.is_empty() {
-        key.to_owned()
+        key.into_owned()
     } else {
         format!("{path}.{key}")
     }
