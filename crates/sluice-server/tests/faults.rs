@@ -226,7 +226,7 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
     let load = tokio::spawn(drive(
         gw.url("/api/x"),
         100,
-        started + Duration::from_millis(5500),
+        started + Duration::from_millis(6500),
         |_| Vec::new(),
     ));
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -388,7 +388,7 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
     assert_eq!(promoted.len(), 3, "a replica took the dead master's place");
     assert!(!promoted.contains(&victim));
     eprintln!(
-        "failover: a replica promoted {promoted_after:?} after the kill, the last denial {recovered_after:?} after it; {all}"
+        "failover: a replica promoted {promoted_after:?} after the kill, the last denial {recovered_after:?} after the kill; {all}"
     );
 }
 
