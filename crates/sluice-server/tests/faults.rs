@@ -21,7 +21,6 @@ mod process {
 }
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -341,11 +340,11 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let sent = Arc::new(load.await.unwrap());
+    let sent = load.await.unwrap();
     let log = gw.log_text();
     let all = summary(&sent);
 
-    for s in sent.iter() {
+    for s in &sent {
         match &s.answer {
             Ok((StatusCode::OK, _)) => {}
             Ok((StatusCode::SERVICE_UNAVAILABLE, reason)) => {
