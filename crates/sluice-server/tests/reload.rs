@@ -322,51 +322,68 @@ async fn new_header_limits_apply_to_new_connections() {
     assert_eq!(r.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
 }
 
+/// A reload that tightens a policy from 100 to 20 under about 500 requests a second over four
+/// keys spending at different speeds: no 5xx after the reload, and no key above its new bound.
+/// The busiest key is empty at the reload and gets nothing more; the others had more than 20
+/// left and get at most 20 more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_under_load_that_tightens_a_policy_gives_no_5xx_and_no_burst() {
+    // Of every 10 requests, key k0 sends 6 (300/s: its 100 are gone after about 0.33 s), k1
+    // and k2 send 2 (100/s: 50 spent at the reload) and k3 sends 1 (50/s).
+    const KEY_OF: [usize; 10] = [0, 1, 0, 2, 0, 0, 1, 0, 2, 3];
     for store in ["", "[store]\nbackend = \"file\"\npath = \"STATE\""] {
         let up = Upstream::start().await;
         let dir = common::TempDir::new();
         let store = store.replace("STATE", &dir.0.join("state").display().to_string());
-        let gw = Gateway::start("", &config(&up.url(), &store, "token_bucket", 100, "ip")).await;
-        // About 500 requests a second for 1.5 s; the reload lands after about 0.5 s, when
-        // the bucket of 100 is long empty. Under capacity 20 the key still has nothing.
+        let policy = |capacity| config(&up.url(), &store, "token_bucket", capacity, "header:x-k");
+        let gw = Gateway::start("", &policy(100)).await;
+        // About 500 requests a second for 1.5 s; the reload is sent after 0.5 s and applies
+        // when its log line is out (`reloaded_at`).
         let url = gw.url("/api/x");
         let mut tasks = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_millis(2));
         let started = Instant::now();
-        let mut reloaded = false;
+        let (mut signalled, mut reloaded_at) = (false, None);
+        let mut i = 0;
         while started.elapsed() < Duration::from_millis(1500) {
             tick.tick().await;
-            if !reloaded && started.elapsed() >= Duration::from_millis(500) {
-                gw.rewrite("", &config(&up.url(), &store, "token_bucket", 20, "ip"));
+            if !signalled && started.elapsed() >= Duration::from_millis(500) {
+                gw.rewrite("", &policy(20));
                 gw.signal("HUP");
-                reloaded = true;
+                signalled = true;
             }
-            let url = url.clone();
-            let after_reload = reloaded;
+            if signalled && reloaded_at.is_none() && gw.log_text().contains("SIGHUP: reloaded") {
+                reloaded_at = Some(Instant::now());
+            }
+            let (url, key) = (url.clone(), KEY_OF[i % 10]);
+            let (after_signal, after_reload) = (signalled, reloaded_at.is_some());
             tasks.push(tokio::spawn(async move {
-                (after_reload, get(&url).await.map(|r| r.status))
+                let answer = get_with(&url, &[("x-k", &format!("k{key}"))]).await;
+                (key, after_signal, after_reload, answer.status)
             }));
+            i += 1;
         }
-        let (mut admitted, mut fivexx_after, mut seen) = (0, 0, Vec::new());
+        reload(&gw, "SIGHUP: reloaded", 1).await;
+        let (mut admitted, mut admitted_after) = ([0usize; 4], [0usize; 4]);
+        let (mut fivexx_after, mut seen) = (0, Vec::new());
         for t in tasks {
-            let (after_reload, status) = t.await.unwrap();
-            let status = status.expect("every request answered");
+            let (key, after_signal, after_reload, status) = t.await.unwrap();
             // The file store takes the token, then may refuse with 503 while a slow disk
             // write delays its lease (its own tests cover that); either way a token is spent.
             if status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE {
-                admitted += 1;
+                admitted[key] += 1;
+                if after_reload {
+                    admitted_after[key] += 1;
+                }
             }
-            if after_reload && status.is_server_error() {
+            if after_signal && status.is_server_error() {
                 fivexx_after += 1;
             }
             seen.push(status.as_u16());
         }
-        reload(&gw, "SIGHUP: reloaded", 1).await;
         let count = |code: u16| seen.iter().filter(|&&s| s == code).count();
         let summary = format!(
-            "{store}: 200 {}, 429 {}, 503 {}",
+            "{store}: 200 {}, 429 {}, 503 {}; admitted per key {admitted:?}, of which after the reload {admitted_after:?}",
             count(200),
             count(429),
             count(503)
@@ -375,7 +392,18 @@ async fn a_reload_under_load_that_tightens_a_policy_gives_no_5xx_and_no_burst() 
         if store.is_empty() {
             assert_eq!(count(503), 0, "{summary}");
         }
-        // 100 at start, plus at most 2 refilled at 1/min over the run: none from the reload.
-        assert!((100..=102).contains(&admitted), "{summary}");
+        // 1/min refills at most 2 per key over the run.
+        for key in 0..4 {
+            assert!(admitted[key] <= 102, "k{key}: {summary}");
+            assert!(admitted_after[key] <= 22, "k{key}: {summary}");
+        }
+        // k0 is empty at the reload: the new capacity gives it nothing.
+        assert!(admitted[0] >= 100, "k0 spent its 100: {summary}");
+        assert!(admitted_after[0] <= 2, "k0: {summary}");
+        assert!(
+            reloaded_at.is_some(),
+            "the reload applied during the run: {summary}"
+        );
+        eprintln!("{summary}");
     }
 }

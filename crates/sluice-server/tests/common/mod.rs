@@ -35,6 +35,8 @@ pub struct Upstream {
     pub count: Arc<AtomicU64>,
     /// The `x-seq` header of each request, in arrival order.
     pub arrivals: Arc<Mutex<Vec<String>>>,
+    /// When each request arrived, in arrival order.
+    pub times: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl Upstream {
@@ -43,15 +45,21 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let count = Arc::new(AtomicU64::new(0));
         let arrivals = Arc::new(Mutex::new(Vec::new()));
-        let (c, a) = (Arc::clone(&count), Arc::clone(&arrivals));
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let (c, a, t) = (
+            Arc::clone(&count),
+            Arc::clone(&arrivals),
+            Arc::clone(&times),
+        );
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (c, a) = (Arc::clone(&c), Arc::clone(&a));
+                let (c, a, t) = (Arc::clone(&c), Arc::clone(&a), Arc::clone(&t));
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
+                        t.lock().unwrap().push(Instant::now());
                         let n = c.fetch_add(1, Ordering::SeqCst) + 1;
                         if let Some(seq) = req.headers().get("x-seq") {
                             a.lock()
@@ -70,6 +78,7 @@ impl Upstream {
             addr,
             count,
             arrivals,
+            times,
         }
     }
 
@@ -164,8 +173,13 @@ impl Drop for TempDir {
     }
 }
 
+/// The `sluice` binary under test: Cargo's build of this profile, or `SLUICE_BIN` when set
+/// (e.g. `SLUICE_BIN=target/release/sluice` runs a suite against the release binary).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("SLUICE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").to_owned())
+    })
 }
 
 /// A global token bucket, capacity 10 at 5/s, no queue, on `/api/` in front of `upstream`:
@@ -204,15 +218,7 @@ impl Gateway {
         let config = dir.0.join("sluice.toml");
         std::fs::write(&config, config_text(port, admin_port, server_extra, rest)).unwrap();
         let log = dir.0.join("sluice.log");
-        let log_file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin())
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("SLUICE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .unwrap();
+        let child = spawn_serve(&config, &log);
         let mut gw = Gateway {
             child,
             port,
@@ -223,6 +229,15 @@ impl Gateway {
         };
         gw.wait_ready().await;
         gw
+    }
+
+    /// `kill -9`, then `sluice serve` again on the same config (ports, state files), its log
+    /// appended to the same file; waits until `/healthz` answers.
+    pub async fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_serve(&self.config, &self.log);
+        self.wait_ready().await;
     }
 
     async fn wait_ready(&mut self) {
@@ -300,6 +315,23 @@ impl Gateway {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// `sluice serve --config CONFIG` at log level info, its stderr appended to `log`.
+fn spawn_serve(config: &std::path::Path, log: &std::path::Path) -> Child {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("SLUICE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .unwrap()
 }
 
 impl Drop for Gateway {

@@ -78,6 +78,9 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     cluster: bool,
+    /// `cluster-node-timeout`, in milliseconds: how long a Cluster node may not answer before
+    /// it is failed over.
+    node_timeout_ms: u32,
     dir: TempDir,
 }
 
@@ -87,14 +90,15 @@ impl RedisServer {
         if !available() {
             return None;
         }
-        Some(RedisServer::spawn(free_port(false), false))
+        Some(RedisServer::spawn(free_port(false), false, 5000))
     }
 
-    fn spawn(port: u16, cluster: bool) -> RedisServer {
+    fn spawn(port: u16, cluster: bool, node_timeout_ms: u32) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port,
             cluster,
+            node_timeout_ms,
             dir: TempDir::new("redis"),
         };
         server.launch();
@@ -114,7 +118,8 @@ impl RedisServer {
             .stderr(Stdio::null())
             .stdin(Stdio::null());
         if self.cluster {
-            cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+            cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout"])
+                .arg(self.node_timeout_ms.to_string())
                 .arg("--cluster-config-file")
                 .arg(dir.join("nodes.conf"));
         }
@@ -214,7 +219,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of masters without replicas, every slot assigned.
+/// A Redis Cluster, every slot assigned: masters, and optionally replicas of each.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
@@ -223,16 +228,27 @@ impl RedisCluster {
     /// `masters` servers joined with `redis-cli --cluster create`, once `cluster_state:ok`
     /// everywhere; `None` (skip) if redis-server is missing.
     pub fn start(masters: usize) -> Option<RedisCluster> {
+        RedisCluster::start_with_replicas(masters, 0, 5000)
+    }
+
+    /// `masters` masters with `replicas` replicas each (`--cluster-replicas`), every node with
+    /// `cluster-node-timeout` `node_timeout_ms`, once `cluster_state:ok` everywhere and every
+    /// replica is in sync with its master; `None` (skip) if redis-server is missing.
+    pub fn start_with_replicas(
+        masters: usize,
+        replicas: usize,
+        node_timeout_ms: u32,
+    ) -> Option<RedisCluster> {
         if !available() {
             return None;
         }
         let mut nodes: Vec<RedisServer> = Vec::new();
-        while nodes.len() < masters {
+        while nodes.len() < masters * (1 + replicas) {
             let port = free_port(true);
             if nodes.iter().any(|n| n.port == port) {
                 continue;
             }
-            nodes.push(RedisServer::spawn(port, true));
+            nodes.push(RedisServer::spawn(port, true, node_timeout_ms));
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -241,7 +257,7 @@ impl RedisCluster {
         let out = Command::new(CLI)
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("run redis-cli --cluster create");
         assert!(
@@ -251,9 +267,12 @@ impl RedisCluster {
         );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let ok = nodes
-                .iter()
-                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            let ok = nodes.iter().all(|n| {
+                let replication = n.cli(&["INFO", "replication"]);
+                let synced = !replication.contains("role:slave")
+                    || replication.contains("master_link_status:up");
+                synced && n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+            });
             if ok {
                 break;
             }
@@ -264,6 +283,16 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
         Some(RedisCluster { nodes })
+    }
+
+    /// The nodes that are masters now (`ROLE`), by index into `nodes`.
+    pub fn masters(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].child.is_some()
+                    && self.nodes[i].cli(&["ROLE"]).lines().next() == Some("master")
+            })
+            .collect()
     }
 
     pub fn urls(&self) -> Vec<String> {
