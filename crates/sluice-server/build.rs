@@ -143,20 +143,7 @@ fn nested_build(workspace: &Path, out_dir: &Path, rustc: &std::ffi::OsStr) -> Pa
         .arg("--target-dir")
         .arg(&target_dir)
         .env("RUSTC", rustc);
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
-        "CLIPPY_ARGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "CARGO_LLVM_COV",
-        "RUSTDOCFLAGS",
-        "CARGO_ENCODED_RUSTDOCFLAGS",
-    ] {
+    for var in digest::HOST_BUILD_VARS {
         build.env_remove(var);
     }
     let output = build

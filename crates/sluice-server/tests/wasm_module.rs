@@ -51,14 +51,7 @@ fn fresh_module() -> Vec<u8> {
         ])
         .arg("--target-dir")
         .arg(&target_dir);
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-    ] {
+    for var in digest::HOST_BUILD_VARS {
         build.env_remove(var);
     }
     let out = build.output().expect("cargo runs");

@@ -18,6 +18,24 @@ pub const INPUTS: &[&str] = &[
     "crates/sluice-wasm/src",
 ];
 
+/// The outer build's variables a nested wasm32 build must not inherit: its compiler flags and
+/// wrappers are for the host (`-C target-cpu=native`, coverage, clippy's wrapper), and its
+/// target directory and target are the outer build's.
+pub const HOST_BUILD_VARS: &[&str] = &[
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
+    "CLIPPY_ARGS",
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET_DIR",
+    "CARGO_BUILD_TARGET",
+    "CARGO_LLVM_COV",
+    "RUSTDOCFLAGS",
+    "CARGO_ENCODED_RUSTDOCFLAGS",
+];
+
 /// SHA-256 over the module's inputs, as lowercase hex: each file's path relative to the
 /// workspace, a NUL, its length, a NUL and its bytes, in sorted path order. Paths use `/` on
 /// every platform, so the digest is the same in every checkout.
