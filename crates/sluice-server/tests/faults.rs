@@ -210,16 +210,8 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
         return;
     };
     let up = Upstream::start().await;
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"50ms\"\non_error = \"deny\"",
-        redis.url()
-    );
-    let gw = Gateway::start(
-        "",
-        &policy(&up.url(), &store, 1_000_000, "1000000/s", "global"),
-    )
-    .await;
-    wait_for_200(&gw, Duration::from_secs(10)).await;
+    let url = format!("\"{}\"", redis.url());
+    let gw = redis_gateway(&up, &url, "50ms", "global").await;
 
     let started = Instant::now();
     let load = tokio::spawn(drive(
@@ -276,6 +268,18 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
 }
 
 /// Polls `/api/x` until it answers 200, at most `limit`.
+/// A gateway on a Redis store (`url_toml` as written after `url =`) that denies while Redis
+/// does not answer within `timeout`, with a policy too generous to deny anything itself;
+/// returned once it admits.
+async fn redis_gateway(up: &Upstream, url_toml: &str, timeout: &str, key: &str) -> Gateway {
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = {url_toml}\ntimeout = \"{timeout}\"\non_error = \"deny\""
+    );
+    let gw = Gateway::start("", &policy(&up.url(), &store, 1_000_000, "1000000/s", key)).await;
+    wait_for_200(&gw, Duration::from_secs(10)).await;
+    gw
+}
+
 async fn wait_for_200(gw: &Gateway, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
@@ -308,16 +312,13 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
     assert_eq!(masters.len(), 3, "3 masters");
     let up = Upstream::start().await;
     let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    let store = format!(
-        "[store]\nbackend = \"redis\"\nurl = [{}]\ntimeout = \"100ms\"\non_error = \"deny\"",
-        urls.join(", ")
-    );
-    let gw = Gateway::start(
-        "",
-        &policy(&up.url(), &store, 1_000_000, "1000000/s", "header:x-k"),
+    let gw = redis_gateway(
+        &up,
+        &format!("[{}]", urls.join(", ")),
+        "100ms",
+        "header:x-k",
     )
     .await;
-    wait_for_200(&gw, Duration::from_secs(10)).await;
 
     let started = Instant::now();
     let load = tokio::spawn(drive(
