@@ -862,3 +862,56 @@ where
         best.map(|(k, idle_at)| (k.clone(), self.hasher.hash_one(k), idle_at))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sluice_core::{Gcra, Quota};
+
+    use super::*;
+
+    /// A task that has taken a key's limiter but not yet queued on it must keep that limiter
+    /// the key's only one: when the last waiter before it leaves, the entry stays, and the next
+    /// caller gets the same limiter (one queue per key, so FIFO holds across them).
+    #[tokio::test(start_paused = true)]
+    async fn a_limiter_taken_but_not_yet_queued_on_stays_the_keys_only_queue() {
+        let keyed: Keyed<u64, Gcra> = Keyed::builder(Gcra::new(Quota::parse(1, "1/s").unwrap()))
+            .queue(16, Duration::from_secs(60))
+            .build();
+        keyed.try_acquire(&7, 1).unwrap();
+
+        // B queues on key 7 and waits for the refill.
+        let b = tokio::spawn({
+            let keyed = keyed.clone();
+            async move { keyed.acquire(&7, 1, AcquireOptions::default()).await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(keyed.waiting_keys(), 1, "B is queued");
+
+        // A takes the key's limiter, as `acquire` does between its check and its enqueue.
+        let a = keyed.waiting_limiter(&7);
+        assert_eq!(a.limiter.queued(), 1, "only B is in the queue");
+
+        // B is admitted and lets go of the key, while A holds the limiter with nothing queued.
+        b.await.unwrap().unwrap();
+        assert_eq!(a.limiter.queued(), 0);
+        assert_eq!(
+            keyed.waiting_keys(),
+            1,
+            "the key still has its queue, held by A"
+        );
+
+        // C arrives now: it must queue behind A on the same limiter, not on a second one.
+        let c = keyed.waiting_limiter(&7);
+        assert!(
+            Arc::ptr_eq(&a.limiter.shared, &c.limiter.shared),
+            "two limiters for one key: two queues, so FIFO breaks"
+        );
+
+        drop(a);
+        assert_eq!(keyed.waiting_keys(), 1, "C still holds it");
+        drop(c);
+        assert_eq!(keyed.waiting_keys(), 0, "the last holder removes it");
+    }
+}
