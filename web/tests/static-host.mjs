@@ -72,7 +72,7 @@ export async function startStaticHost(dir) {
       [...log.matchAll(/"(?:GET|HEAD|POST|PUT|DELETE|PATCH) (\S+) HTTP/g)].map((m) => m[1]).filter((p) => p.startsWith(prefix)),
     close: () =>
       new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve();
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once('exit', () => resolve());
         child.kill();
       }),
