@@ -8,7 +8,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { prefix } from '../build-sw.mjs';
+import { buildServiceWorker, prefix } from '../build-sw.mjs';
 import { fire, launchBrowser, sleep, stopWorkers, WEB, workerState } from './harness.mjs';
 import { bundle, bundleFrom, startStaticHost, tempDir } from './static-host.mjs';
 
@@ -43,6 +43,12 @@ test('sluice bundle writes the worker, its import forms, the client and the conf
     assert.equal(head, prefix(wasm, config).split('\n')[0] + '\n' + lines.slice(1).join('\n'));
     assert.equal(read('sluice-sw-import.js'), head + 'self.__SLUICE_MODE__ = "import";\n' + SW_SOURCE);
     assert.equal(read('sluice-sw.mjs'), read('sluice-sw-import.js') + '\nexport const sluice = self.sluice;\nexport default self.sluice;\n');
+    // build-sw.mjs, the reference, writes the same forms (after the config line, whose JSON
+    // spacing may differ).
+    const afterConfig = (text) => text.split('\n').slice(2).join('\n');
+    for (const [mode, name] of [['worker', 'sluice-sw.js'], ['import', 'sluice-sw-import.js'], ['module', 'sluice-sw.mjs']]) {
+      assert.equal(afterConfig(buildServiceWorker({ wasm, config, mode })), afterConfig(read(name)), name);
+    }
     assert.equal(read('sluice-client.js'), readFileSync(join(WEB, 'client.js'), 'utf8'));
     for (const name of ['sluice-sw.js', 'sluice-client.js', 'sluice-config.json']) assert.match(r.stdout, new RegExp(name));
 
