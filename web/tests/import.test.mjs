@@ -114,12 +114,13 @@ test('a Workbox worker precaches its page and routes /api/* through self.sluice.
   }
 });
 
-// An ES module worker: `import { sluice } from './sluice-sw.mjs'`, its own listeners.
+// An ES module worker: `import { sluice } from './sluice-sw.mjs'`, its own fetch listener, no
+// lifecycle listeners at all (so nothing claims the first page: it is controlled from its next
+// load), and one path under /api/ it chooses not to hand to sluice.
 const MODULE_SW = `
 import { sluice } from './sluice-sw.mjs';
-self.addEventListener('install', () => self.skipWaiting());
-self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim()));
 self.addEventListener('fetch', (event) => {
+  if (new URL(event.request.url).pathname.startsWith('/api/free/')) return;
   const answer = sluice.handle(event);
   if (answer) event.respondWith(answer);
 });
@@ -130,16 +131,14 @@ const MODULE_PAGE = `<!doctype html>
 <title>module worker</title>
 <script type="module">
   window.ready = (async () => {
-    if (!navigator.serviceWorker.controller) {
-      await navigator.serviceWorker.register('/module-sw.js', { type: 'module', scope: '/' });
-      await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
-    }
-    return true;
+    await navigator.serviceWorker.register('/module-sw.js', { type: 'module', scope: '/' });
+    await navigator.serviceWorker.ready;
+    return { controlled: navigator.serviceWorker.controller !== null };
   })();
 </script>
 `;
 
-test('an ES module worker imports sluice-sw.mjs: the limits hold', { timeout: 60000 }, async (t) => {
+test('an ES module worker imports sluice-sw.mjs: it owns the lifecycle and the routing, the limits hold', { timeout: 60000 }, async (t) => {
   const tmp = await tempDir();
   const out = await bundleFrom(tmp.dir, TOML);
   await writeFile(join(out, 'module-sw.js'), MODULE_SW);
@@ -149,15 +148,21 @@ test('an ES module worker imports sluice-sw.mjs: the limits hold', { timeout: 60
   try {
     const page = await browser.context.newPage();
     await page.goto(host.url + '/index.html');
-    assert.equal(await page.evaluate(() => window.ready), true);
+    // Active, but sluice claimed no client: the first page stays uncontrolled.
+    assert.deepEqual(await page.evaluate(() => window.ready), { controlled: false });
+    await page.reload();
+    assert.deepEqual(await page.evaluate(() => window.ready), { controlled: true });
     const state = await workerState(page);
     assert.equal(state.disabled, null);
     assert.equal(state.restored_from, 'install');
     const burst = await fire(page, { path: '/api/m/', perSecond: 1000, durationMs: 8 });
     const admitted = burst.filter((r) => r.status !== 429).length;
-    t.diagnostic(`admitted ${admitted} of 8`);
+    // sluice registered no fetch listener of its own: what the app does not hand it is not limited.
+    const free = await fire(page, { path: '/api/free/', perSecond: 1000, durationMs: 8 });
+    t.diagnostic(`admitted ${admitted} of 8; /api/free/: ${free.filter((r) => r.status === 404).length} of 8 reached the host`);
     assert.ok(admitted >= 3 && admitted <= 4, `${admitted} admitted`);
     assert.ok(burst.filter((r) => r.status === 429).every((r) => r.limiter === 'browser' && r.reason === 'limit'));
+    assert.deepEqual(free.map((r) => r.status), Array(8).fill(404));
   } finally {
     await browser.close();
     await host.close();
