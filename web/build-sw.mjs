@@ -2,7 +2,7 @@
 // Builds the served /sluice/sw.js: the generated prefix (configuration and module), then
 // web/sw.js. The gateway does the same in Rust; the contract is in web/README.md.
 //
-//   node web/build-sw.mjs [--wasm FILE] [--config FILE.json] [--out FILE]
+//   node web/build-sw.mjs [--wasm FILE] [--config FILE.json] [--out FILE] [--mode worker|import|module]
 //
 // Defaults: the release build of sluice-wasm, web/sluice.config.json, standard output.
 
@@ -36,20 +36,32 @@ export function prefix(wasmBytes, config) {
   );
 }
 
-/** The whole served script. */
-export function buildServiceWorker({ wasm, config, swSource = readFileSync(SW_SOURCE, 'utf8') }) {
+/** The line after the prefix in the import forms (`sw-import.js`, `sw.mjs`). */
+export const IMPORT_MODE_LINE = 'self.__SLUICE_MODE__ = "import";\n';
+
+/** What follows `web/sw.js` in the ES module form. */
+export const MODULE_EXPORTS = '\nexport const sluice = self.sluice;\nexport default self.sluice;\n';
+
+/**
+ * The whole served script. `mode`: 'worker' (`/sluice/sw.js`), 'import' (`/sluice/sw-import.js`,
+ * for `importScripts()` in an app's worker) or 'module' (`/sluice/sw.mjs`).
+ */
+export function buildServiceWorker({ wasm, config, swSource = readFileSync(SW_SOURCE, 'utf8'), mode = 'worker' }) {
   if (config === null || typeof config !== 'object' || Array.isArray(config)) {
     throw new Error('the configuration must be a JSON object');
   }
-  return prefix(wasm, config) + swSource;
+  if (mode === 'worker') return prefix(wasm, config) + swSource;
+  if (mode === 'import') return prefix(wasm, config) + IMPORT_MODE_LINE + swSource;
+  if (mode === 'module') return prefix(wasm, config) + IMPORT_MODE_LINE + swSource + MODULE_EXPORTS;
+  throw new Error(`mode must be worker, import or module, not ${mode}`);
 }
 
 function main(argv) {
-  const args = { wasm: DEFAULT_WASM, config: DEFAULT_CONFIG, out: null };
+  const args = { wasm: DEFAULT_WASM, config: DEFAULT_CONFIG, out: null, mode: 'worker' };
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '');
     if (!(key in args) || argv[i + 1] === undefined) {
-      console.error('usage: node web/build-sw.mjs [--wasm FILE] [--config FILE.json] [--out FILE]');
+      console.error('usage: node web/build-sw.mjs [--wasm FILE] [--config FILE.json] [--out FILE] [--mode worker|import|module]');
       process.exit(2);
     }
     args[key] = argv[i + 1];
@@ -57,6 +69,7 @@ function main(argv) {
   const script = buildServiceWorker({
     wasm: readFileSync(args.wasm),
     config: JSON.parse(readFileSync(args.config, 'utf8')),
+    mode: args.mode,
   });
   if (args.out) writeFileSync(args.out, script);
   else process.stdout.write(script);

@@ -689,26 +689,81 @@
 
   // --- events ---
 
+  // The standalone worker (`/sluice/sw.js`) registers its own listeners and owns its
+  // lifecycle. The import form (`/sluice/sw-import.js`, `self.__SLUICE_MODE__ = 'import'` in its
+  // prefix) registers none and never calls skipWaiting or clients.claim: the app's worker calls
+  // `self.sluice.handle(event)` from its own fetch listener.
+  const IMPORTED = self.__SLUICE_MODE__ === 'import';
+
+  /** Writes the full-bucket record of a fresh install (no active worker yet), if none exists. */
+  async function installRecord() {
+    if (!limiter || !config.persist) return;
+    // A fresh install (no worker of this registration active yet) with no record may start
+    // full, and writes that down, so that a record missing later means lost or corrupt, never
+    // "first start".
+    const fresh = !self.registration.active;
+    try {
+      await transact('readwrite', async (store) => {
+        const existing = await request(store.getKey(KEY));
+        if (existing === undefined && fresh) store.put(makeRecord('install'), KEY);
+      });
+    } catch (e) {
+      console.warn('sluice: could not write the install record:', e);
+    }
+  }
+
+  /**
+   * Decides one fetch event: a Response promise for the requests sluice answers (limited
+   * requests that wait, are sent by the worker or refused, and `/sluice/state`), `undefined`
+   * for everything else, including a GET or HEAD admitted at once (the browser, or the app's
+   * own worker, sends it). Keeps the worker alive with `event.waitUntil` until the bucket the
+   * request changed is on disk.
+   */
+  function handle(event) {
+    const req = event.request;
+    const url = new URL(req.url);
+    if (url.pathname === STATE_PATH && url.origin === self.location.origin && req.method === 'GET') {
+      return ready().then(stateResponse);
+    }
+    if (!isLimited(req, url)) return undefined; // assets, navigations, other origins: untouched
+    const key = requestKey(event.clientId, req);
+    let response;
+    if (restored && (req.method === 'GET' || req.method === 'HEAD')) {
+      // The fast path: decided synchronously. Admitted at once, the request is not answered
+      // here at all: the browser sends it itself, as if there were no worker (the cheapest
+      // path, and a stopped worker cannot make the browser send it twice).
+      const offer = decide(event, req, key, 0);
+      if (offer.result === 'admitted') {
+        count((c) => c.admitted++);
+        scheduleSave();
+        event.waitUntil(saved()); // alive until the spent token is on disk
+        return undefined;
+      }
+      response = respond(event, req, key, offer);
+    } else {
+      response = limited(event, key);
+    }
+    // Keep the worker alive until the bucket this request changed is on disk.
+    event.waitUntil(response.then(saved, saved));
+    return response;
+  }
+
+  if (IMPORTED) {
+    // The app's worker evaluates this script at its own first install too: a fresh
+    // registration writes its install record now (nothing can be fetched through this worker
+    // before it is active, and this transaction is ordered before the first restore's).
+    if (!self.registration.active) installRecord();
+    self.sluice = {
+      handle,
+      ready,
+      /** The `/sluice/state` object, once the bucket is restored. */
+      state: () => ready().then(stateResponse).then((r) => r.json()),
+    };
+    return;
+  }
+
   self.addEventListener('install', (event) => {
-    event.waitUntil(
-      (async () => {
-        if (limiter && config.persist) {
-          // A fresh install (no worker of this registration active yet) with no record may
-          // start full, and writes that down, so that a record missing later means lost or
-          // corrupt, never "first start".
-          const fresh = !self.registration.active;
-          try {
-            await transact('readwrite', async (store) => {
-              const existing = await request(store.getKey(KEY));
-              if (existing === undefined && fresh) store.put(makeRecord('install'), KEY);
-            });
-          } catch (e) {
-            console.warn('sluice: could not write the install record:', e);
-          }
-        }
-        await self.skipWaiting();
-      })(),
-    );
+    event.waitUntil(installRecord().then(() => self.skipWaiting()));
   });
 
   self.addEventListener('activate', (event) => {
@@ -721,32 +776,7 @@
   });
 
   self.addEventListener('fetch', (event) => {
-    const req = event.request;
-    const url = new URL(req.url);
-    if (url.pathname === STATE_PATH && url.origin === self.location.origin && req.method === 'GET') {
-      event.respondWith(ready().then(stateResponse));
-      return;
-    }
-    if (!isLimited(req, url)) return; // assets, navigations, other origins: untouched
-    const key = requestKey(event.clientId, req);
-    let response;
-    if (restored && (req.method === 'GET' || req.method === 'HEAD')) {
-      // The fast path: decided synchronously. Admitted at once, the request is not answered
-      // here at all: the browser sends it itself, as if there were no worker (the cheapest
-      // path, and a stopped worker cannot make the browser send it twice).
-      const offer = decide(event, req, key, 0);
-      if (offer.result === 'admitted') {
-        count((c) => c.admitted++);
-        scheduleSave();
-        event.waitUntil(saved()); // alive until the spent token is on disk
-        return;
-      }
-      response = respond(event, req, key, offer);
-    } else {
-      response = limited(event, key);
-    }
-    event.respondWith(response);
-    // Keep the worker alive until the bucket this request changed is on disk.
-    event.waitUntil(response.then(saved, saved));
+    const response = handle(event);
+    if (response !== undefined) event.respondWith(response);
   });
 })(self);

@@ -1,4 +1,5 @@
-//! The command line: `sluice serve`, `sluice check-config`, `sluice default-config`.
+//! The command line: `sluice serve`, `sluice check-config`, `sluice default-config`,
+//! `sluice bundle`.
 //!
 //! Exit status: 0 success, 1 a runtime failure (a port in use), 2 an invalid configuration.
 
@@ -45,6 +46,11 @@ pub enum Command {
     },
     /// Print the embedded default configuration (a starting point for your own).
     DefaultConfig,
+    /// Write the browser limiter as static files for any web host, from the `[browser]`
+    /// table: sluice-sw.js (the Service Worker, module embedded), sluice-sw-import.js and
+    /// sluice-sw.mjs (for an app's own worker), sluice-client.js and sluice-config.json.
+    /// Exit 1 if DIR cannot be written, 2 for an invalid configuration.
+    Bundle(crate::bundle::Args),
     /// Replay a policy of a config against a trace or a synthetic pattern, on a virtual
     /// clock with the gateway's own algorithm and queue code, and report what it admits.
     Simulate(crate::simulate::Args),
@@ -62,6 +68,7 @@ pub fn run() -> ExitCode {
             print!("{}", config::DEFAULT_CONFIG);
             ExitCode::SUCCESS
         }
+        Command::Bundle(args) => crate::bundle::run(args),
         Command::Simulate(args) => crate::simulate::run(args),
         Command::Stress(args) => crate::stress::run(args),
     }

@@ -8,7 +8,8 @@
 //! browser (a Service Worker over sluice-core compiled to WebAssembly) and its telemetry.
 //! `main.rs` only calls [`cli::run`].
 //!
-//! `serve`, `simulate` and `stress` live in modules of their own, [`dashboard`] serves
+//! `serve`, `simulate`, `stress` and `bundle` (the browser files for any web host, [`bundle`])
+//! live in modules of their own, [`dashboard`] serves
 //! `/dashboard` and `/v1/stats` on the admin listener, and the two small subcommands,
 //! `check-config` and `default-config`, are in [`cli`]. All of them read [`config`].
 //!
@@ -35,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod browser;
+pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod dashboard;

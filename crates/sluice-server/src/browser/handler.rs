@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, ETAG,
-    IF_NONE_MATCH, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
+    HeaderName, HeaderValue, ACCEPT_ENCODING, ALLOW, CACHE_CONTROL, CONTENT_ENCODING,
+    CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER, VARY, X_CONTENT_TYPE_OPTIONS,
 };
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -16,7 +16,7 @@ use sluice_core::Gcra;
 use sluice_http::body::Body;
 use sluice_http::{headers, TrustedProxies};
 
-use crate::browser::assets;
+use crate::browser::assets::{self, Coding};
 use crate::browser::telemetry::{Batch, Metrics, Refusal, MAX_BATCH_BYTES};
 use crate::config::BrowserConfig;
 
@@ -32,25 +32,52 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most client addresses the telemetry limit tracks at once.
 const TELEMETRY_MAX_KEYS: usize = 10_000;
 
-/// One embedded file, ready to send.
+/// One embedded file, ready to send: plain, and compressed once in `br` and `gzip`.
 #[derive(Debug)]
 struct Asset {
-    path: &'static str,
+    path: String,
     content_type: HeaderValue,
-    body: Bytes,
-    etag: HeaderValue,
+    /// The plain body, then its `br` and `gzip` forms, each with its entity tag.
+    forms: [(Option<Coding>, Bytes, HeaderValue); 3],
     service_worker: bool,
+    /// A content-hashed name: cached for a year, never revalidated.
+    immutable: bool,
 }
 
 impl Asset {
-    fn new(path: &'static str, content_type: &'static str, body: Bytes) -> Asset {
+    fn new(path: impl Into<String>, content_type: &'static str, body: Bytes) -> Asset {
+        let path = path.into();
+        let tag = etag(&body);
+        let coded = |c: Coding| {
+            let suffix = format!("-{}\"", c.token());
+            let tagged = tag
+                .to_str()
+                .unwrap_or("\"0\"")
+                .trim_end_matches('"')
+                .to_owned()
+                + &suffix;
+            (
+                Some(c),
+                Bytes::from(c.compress(&body)),
+                HeaderValue::from_str(&tagged).unwrap_or(HeaderValue::from_static("\"0\"")),
+            )
+        };
         Asset {
+            service_worker: path == "/sluice/sw.js",
+            immutable: false,
+            forms: [
+                coded(Coding::Brotli),
+                coded(Coding::Gzip),
+                (None, body, tag),
+            ],
             path,
             content_type: HeaderValue::from_static(content_type),
-            etag: etag(&body),
-            body,
-            service_worker: path == "/sluice/sw.js",
         }
+    }
+
+    fn immutable(mut self) -> Asset {
+        self.immutable = true;
+        self
     }
 }
 
@@ -108,6 +135,22 @@ impl Browser {
                 Bytes::from_static(assets::DEMO_JS.as_bytes()),
             ),
             Asset::new(
+                "/sluice/sw-import.js",
+                js,
+                Bytes::from(assets::service_worker_import(&json)),
+            ),
+            Asset::new(
+                "/sluice/sw.mjs",
+                js,
+                Bytes::from(assets::service_worker_module(&json)),
+            ),
+            Asset::new(
+                assets::wasm_path(),
+                "application/wasm",
+                Bytes::from_static(assets::WASM),
+            )
+            .immutable(),
+            Asset::new(
                 "/sluice/config.json",
                 "application/json",
                 Bytes::from(json + "\n"),
@@ -128,7 +171,7 @@ impl Browser {
         }
     }
 
-    /// Whether `path` is answered here rather than routed: the five files under `/sluice/`
+    /// Whether `path` is answered here rather than routed: the files under `/sluice/`
     /// and the telemetry endpoint. Other paths under `/sluice/` go to the routes.
     #[inline]
     pub fn owns(&self, path: &str) -> bool {
@@ -206,27 +249,58 @@ impl Browser {
                 .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
             return r;
         }
-        let fresh = req
+        let coding = assets::negotiate(
+            req.headers()
+                .get_all(ACCEPT_ENCODING)
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+        );
+        let (coding, body, tag) = asset
+            .forms
+            .iter()
+            .find(|(c, _, _)| c.is_none() || *c == coding)
+            .cloned()
+            .unwrap_or((None, Bytes::new(), HeaderValue::from_static("\"0\"")));
+        // Any form the client holds is current: the forms differ in coding only.
+        let held = req
             .headers()
             .get_all(IF_NONE_MATCH)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(|tag| tag.trim().trim_start_matches("W/"))
-            .any(|tag| tag == "*" || tag.as_bytes() == asset.etag.as_bytes());
-        let mut response = if fresh {
+            .find_map(|held| {
+                asset
+                    .forms
+                    .iter()
+                    .find(|(_, _, t)| held == "*" || held.as_bytes() == t.as_bytes())
+                    .map(|(_, _, t)| if held == "*" { tag.clone() } else { t.clone() })
+            });
+        let mut response = if let Some(held) = held {
             let mut r = Response::new(Body::empty());
             *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r.headers_mut().insert(ETAG, held);
             r
         } else {
-            let mut r = Response::new(Body::full(asset.body.clone()));
-            r.headers_mut()
-                .insert(CONTENT_TYPE, asset.content_type.clone());
+            let mut r = Response::new(Body::full(body));
+            let h = r.headers_mut();
+            h.insert(CONTENT_TYPE, asset.content_type.clone());
+            h.insert(ETAG, tag);
+            if let Some(c) = coding {
+                h.insert(CONTENT_ENCODING, HeaderValue::from_static(c.token()));
+            }
             r
         };
         let h = response.headers_mut();
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert(ETAG, asset.etag.clone());
+        h.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_static(if asset.immutable {
+                "public, max-age=31536000, immutable"
+            } else {
+                "no-cache"
+            }),
+        );
+        h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
         h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         if asset.service_worker {
             h.insert(

@@ -242,6 +242,25 @@ pub enum LoadError {
 ///
 /// [`LoadError::Read`], or [`LoadError::Invalid`] with every problem found.
 pub fn load(path: &Path) -> Result<Config, LoadError> {
+    load_as(path, Routes::Required)
+}
+
+/// Whether a file must have a `[[route]]`: the gateway's must; one read for `sluice bundle`
+/// (whose `[browser]` table alone matters) may have none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    /// No `[[route]]` is an error.
+    Required,
+    /// No `[[route]]` is fine.
+    Optional,
+}
+
+/// Reads and validates the file at `path` as [`load`] does, with or without its routes.
+///
+/// # Errors
+///
+/// [`LoadError::Read`], or [`LoadError::Invalid`] with every problem found.
+pub fn load_as(path: &Path, routes: Routes) -> Result<Config, LoadError> {
     let shown = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: shown.clone(),
@@ -257,7 +276,7 @@ pub fn load(path: &Path) -> Result<Config, LoadError> {
             return Err(LoadError::Invalid(errors.list));
         }
     };
-    parse(&text, &shown).map_err(LoadError::Invalid)
+    parse_as(&text, &shown, routes).map_err(LoadError::Invalid)
 }
 
 /// The embedded defaults.
@@ -275,6 +294,15 @@ pub fn defaults() -> Config {
 ///
 /// Every problem, in file order.
 pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    parse_as(text, file, Routes::Required)
+}
+
+/// Validates `text`, read from `file`, with or without its routes.
+///
+/// # Errors
+///
+/// Every problem, in file order.
+pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Errors::new(file, text);
     let (document, syntax) = DeTable::parse_recoverable(text);
     for e in &syntax {
@@ -355,7 +383,7 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             }
         }
     }
-    if routes.is_empty() && errors.list.is_empty() {
+    if routes.is_empty() && errors.list.is_empty() && need == Routes::Required {
         errors.at(
             0,
             "route",
