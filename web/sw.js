@@ -82,7 +82,7 @@
 
   const OFFER_RESULTS = ['admitted', 'queued', 'limit', 'queue_full', 'timeout', 'too_costly', 'closed'];
   const OUTCOME_RESULTS = ['admitted', 'timeout', 'closed'];
-  const ABI_VERSION = 1;
+  const ABI_VERSION = 2;
 
   /** A thin wrapper over the sluice-wasm exports: one limiter per instance. */
   class SluiceLimiter {

@@ -344,6 +344,22 @@ export async function startGateway({ upstream, config, cmd = gatewayCommand(), t
         wait_ms_max: Math.round(value('sluice_browser_queue_wait_max_seconds') * 1000),
       };
     },
+    /**
+     * Rewrites the config file for `config` (the [browser] JSON) and sends SIGHUP; resolves once
+     * /sluice/config.json serves it (so /sluice/sw.js has the new bytes).
+     */
+    reload: async (config) => {
+      if (toml) throw new Error('reload() needs the config of gatewayToml()');
+      await writeFile(file, gatewayToml({ listen, adminListen, upstream, config }));
+      child.kill('SIGHUP');
+      const until = Date.now() + 10000;
+      for (;;) {
+        const served = await (await fetch(`${url}/sluice/config.json`)).json();
+        if (served.capacity === config.capacity && served.rate === config.rate) return;
+        if (Date.now() > until) throw new Error(`the gateway did not reload: ${JSON.stringify(served)}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
     close: async () => {
       child.kill('SIGTERM');
       await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));

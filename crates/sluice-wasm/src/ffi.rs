@@ -30,7 +30,7 @@ use crate::record;
 compile_error!("sluice-wasm keeps its state in a single-threaded global; build without `atomics`");
 
 /// The version of this ABI; the JavaScript wrapper refuses a module of another version.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Slots in the `out` area.
 pub const OUT_SLOTS: usize = 8;
@@ -418,8 +418,10 @@ pub extern "C" fn sluice_snapshot(now_ms: f64, unix_ms: f64) -> u32 {
 }
 
 /// Restores the bucket from the first `len` floats of `input_f64` (a list from
-/// `sluice_snapshot`) at monotonic `now_ms` and wall-clock `unix_ms`. 0, or -1 (message in
-/// `error`; the bucket is unchanged, and the caller should call `sluice_exhaust`).
+/// `sluice_snapshot`) at monotonic `now_ms` and wall-clock `unix_ms`. A snapshot taken under
+/// another algorithm, capacity or rate is converted so that no client gains tokens
+/// ([`Limiter::restore`]). 0, or -1 (message in `error`; the bucket is unchanged, and the
+/// caller should call `sluice_exhaust`).
 #[no_mangle]
 pub extern "C" fn sluice_restore(len: u32, now_ms: f64, unix_ms: f64) -> i32 {
     with(|g| {

@@ -7,7 +7,9 @@ use alloc::vec::Vec;
 use sluice_core::queue::{
     Offer, Outcome, Owned, Priority, QueueConfig, Rejection, Ticket, WaitQueue,
 };
-use sluice_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Snapshot, SnapshotError};
+use sluice_core::{
+    Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Rate, Snapshot, SnapshotError, FORMAT_VERSION,
+};
 
 /// Why a request was turned away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,10 +310,18 @@ impl Limiter {
 
     /// Replaces the bucket with `snapshot`, counting the wall-clock time since it was taken.
     ///
+    /// A snapshot taken under another algorithm, capacity or rate (the configuration changed
+    /// between two workers) is first converted by sluice-core's rule
+    /// ([`SavedState::convert`](sluice_core::SavedState::convert)), as of the moment it was
+    /// taken: what was left becomes at most the new capacity, debt is kept in the new rate's
+    /// time, so a tightened limit never grants a burst; the time since then refills at the new
+    /// rate.
+    ///
     /// # Errors
     ///
     /// [`RestoreError::Busy`] while requests wait, and [`RestoreError::Snapshot`] for a snapshot
-    /// of another algorithm, format or with impossible values. The bucket is unchanged then.
+    /// of another format, with an impossible quota or impossible values. The bucket is
+    /// unchanged then.
     pub fn restore(
         &mut self,
         snapshot: &Snapshot,
@@ -321,11 +331,42 @@ impl Limiter {
         if !self.queue.is_empty() {
             return Err(RestoreError::Busy);
         }
+        let converted = self.convert(snapshot).map_err(RestoreError::Snapshot)?;
         let now = self.tick(now);
-        self.state = snapshot
+        self.state = converted
             .restore(&self.algorithm, now, unix_ms)
             .map_err(RestoreError::Snapshot)?;
         Ok(())
+    }
+
+    /// `snapshot` as this limiter's algorithm and quota would have saved it at the same moment.
+    fn convert(&self, snapshot: &Snapshot) -> Result<Snapshot, SnapshotError> {
+        let quota = self.quota();
+        if snapshot.algorithm == self.kind()
+            && snapshot.capacity == quota.capacity()
+            && snapshot.interval_ns == quota.interval_ns()
+        {
+            return Ok(snapshot.clone());
+        }
+        if snapshot.version != FORMAT_VERSION {
+            return Err(SnapshotError::UnsupportedVersion {
+                found: snapshot.version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let corrupt = |field, value| SnapshotError::Corrupt { field, value };
+        let rate = Rate::from_interval_ns(snapshot.interval_ns)
+            .map_err(|_| corrupt("interval_ns", snapshot.interval_ns))?;
+        let from_quota = Quota::new(snapshot.capacity, rate)
+            .map_err(|_| corrupt("capacity", snapshot.capacity))?;
+        let from = AnyAlgorithm::new(snapshot.algorithm, from_quota);
+        Ok(Snapshot {
+            algorithm: self.kind(),
+            capacity: quota.capacity(),
+            interval_ns: quota.interval_ns(),
+            state: self.algorithm.convert_saved(&from, &snapshot.state)?,
+            ..snapshot.clone()
+        })
     }
 
     /// Empties the bucket as of `now`: what a restarted worker assumes when it cannot trust or
@@ -539,17 +580,79 @@ mod tests {
         l.offer(0, 1, 0, Priority::Normal, None);
         assert_eq!(l.restore(&snap, 0, 0), Err(RestoreError::Busy));
         assert_eq!(l.exhaust(0), Err(Busy));
+        // Another algorithm: converted, the empty bucket stays empty.
         let mut other = Limiter::new(
             Kind::SlidingLog,
             Quota::parse(1, "1/s").unwrap(),
             QueueConfig::NONE,
         );
+        other.restore(&snap, 0, 0).unwrap();
+        assert_eq!(other.status(0).remaining, 0);
+    }
+
+    /// A bucket of `capacity` at `rate` with `left` tokens, snapshotted at wall-clock 0.
+    fn snapshot_with(capacity: u64, rate: &str, left: u64) -> Snapshot {
+        let mut l = limiter(capacity, rate, 0, 0);
+        for _ in 0..capacity - left {
+            assert!(matches!(
+                l.offer(0, 1, 0, Priority::Normal, None),
+                Verdict::Admitted { .. }
+            ));
+        }
+        l.snapshot(0, 0)
+    }
+
+    #[test]
+    fn a_tightened_config_never_grants_a_burst() {
+        // 2 of 10 left at 1/s; the new worker limits 10 per hour.
+        let snap = snapshot_with(10, "1/s", 2);
+        let mut l = limiter(10, "1/h", 0, 0);
+        l.restore(&snap, 0, 0).unwrap();
+        assert_eq!(
+            l.status(0).remaining,
+            2,
+            "not the 9.99 of a debt capped at the window"
+        );
+        // The time since the snapshot refills at the new rate.
+        l.restore(&snap, 0, 10_000).unwrap();
+        assert_eq!(l.status(0).remaining, 2);
+        l.restore(&snap, 0, 3_600_000).unwrap();
+        assert_eq!(l.status(0).remaining, 3);
+        // A smaller capacity: min(left, new capacity).
+        let snap = snapshot_with(10, "1/s", 8);
+        let mut small = limiter(5, "1/s", 0, 0);
+        small.restore(&snap, 0, 0).unwrap();
+        assert_eq!(small.status(0).remaining, 5);
+        let mut smaller_and_slower = limiter(5, "1/min", 0, 0);
+        smaller_and_slower
+            .restore(&snapshot_with(10, "1/s", 3), 0, 0)
+            .unwrap();
+        assert_eq!(smaller_and_slower.status(0).remaining, 3);
+        assert_eq!(smaller_and_slower.status(59 * S).remaining, 3);
+        assert_eq!(smaller_and_slower.status(60 * S).remaining, 4);
+    }
+
+    #[test]
+    fn a_loosened_config_applies_without_a_reset() {
+        let snap = snapshot_with(10, "1/h", 2);
+        let mut l = limiter(20, "1/s", 0, 0);
+        l.restore(&snap, 0, 0).unwrap();
+        assert_eq!(l.status(0).remaining, 2, "no reset to a full bucket");
+        l.restore(&snap, 0, 3_000).unwrap();
+        assert_eq!(l.status(0).remaining, 5, "refills at the new rate");
+        assert_eq!(l.status(100 * S).remaining, 20, "towards the new capacity");
+    }
+
+    #[test]
+    fn a_snapshot_with_an_impossible_quota_is_refused() {
+        let mut snap = snapshot_with(10, "1/s", 2);
+        snap.capacity = 0;
+        let mut l = limiter(10, "1/h", 0, 0);
         assert!(matches!(
-            other.restore(&snap, 0, 0),
-            Err(RestoreError::Snapshot(
-                SnapshotError::AlgorithmMismatch { .. }
-            ))
+            l.restore(&snap, 0, 0),
+            Err(RestoreError::Snapshot(SnapshotError::Corrupt { .. }))
         ));
+        assert_eq!(l.status(0).remaining, 10, "unchanged");
     }
 
     #[test]
