@@ -458,3 +458,41 @@ pub extern "C" fn sluice_exhaust(now_ms: f64) -> i32 {
         None => -1,
     })
 }
+
+/// Writes into `list` (layout of [`record`]) the bucket for a record to store now: this one
+/// with the next `block` admissions (at most what is left) already spent. Call
+/// `sluice_written` once that record is stored or failed, in order. Returns its length (0
+/// without a limiter).
+#[no_mangle]
+pub extern "C" fn sluice_reserve(now_ms: f64, unix_ms: f64, block: f64) -> u32 {
+    with(|g| {
+        let Some(limiter) = g.limiter.as_mut() else {
+            g.list.clear();
+            return 0;
+        };
+        let snapshot = limiter.reserve(ms_to_ns(now_ms), unix_ms as u64, block as u64);
+        record::encode(&snapshot, &mut g.list);
+        g.list.len() as u32
+    })
+}
+
+/// The oldest record of `sluice_reserve` is stored (`ok` 1) or could not be (0).
+#[no_mangle]
+pub extern "C" fn sluice_written(ok: u32) {
+    with(|g| {
+        if let Some(limiter) = g.limiter.as_mut() {
+            limiter.written(ok == 1);
+        }
+    })
+}
+
+/// 1 if the stored record (and every one being written) is at least as empty as the live
+/// bucket at `now_ms` after `more` further admissions; else 0. With `more` 0: whether the
+/// admissions so far may go without a write.
+#[no_mangle]
+pub extern "C" fn sluice_covered(now_ms: f64, more: f64) -> u32 {
+    with(|g| match g.limiter.as_mut() {
+        Some(limiter) => u32::from(limiter.covered(ms_to_ns(now_ms), more as u64)),
+        None => 0,
+    })
+}

@@ -1,14 +1,15 @@
 //! [`Limiter`]: one bucket and its fair wait queue, driven by the caller's clock. Safe Rust,
 //! tested natively; the `extern "C"` layer only converts numbers.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
 use sluice_core::queue::{
     Offer, Outcome, Owned, Priority, QueueConfig, Rejection, Ticket, WaitQueue,
 };
 use sluice_core::{
-    Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Rate, Snapshot, SnapshotError, FORMAT_VERSION,
+    Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Rate, SavedState, Snapshot, SnapshotError,
+    FORMAT_VERSION,
 };
 
 /// Why a request was turned away.
@@ -150,6 +151,10 @@ pub struct Limiter {
     /// The latest time seen.
     now: u64,
     outcomes: Vec<Delivered>,
+    /// The bucket as the stored record holds it (`None`: no record known to this instance).
+    stored: Option<AnyState>,
+    /// Buckets of records being written, oldest first (see [`Limiter::reserve`]).
+    writing: VecDeque<AnyState>,
 }
 
 impl Limiter {
@@ -163,6 +168,8 @@ impl Limiter {
             tickets: BTreeMap::new(),
             now: 0,
             outcomes: Vec::new(),
+            stored: None,
+            writing: VecDeque::new(),
         }
     }
 
@@ -336,6 +343,8 @@ impl Limiter {
         self.state = converted
             .restore(&self.algorithm, now, unix_ms)
             .map_err(RestoreError::Snapshot)?;
+        self.stored = Some(self.state.clone());
+        self.writing.clear();
         Ok(())
     }
 
@@ -381,7 +390,107 @@ impl Limiter {
         }
         let now = self.tick(now);
         self.state = self.algorithm.exhausted_state(now);
+        self.stored = None;
+        self.writing.clear();
         Ok(())
+    }
+
+    /// The bucket for a record to write now: this one with the next `block` admissions (at
+    /// most what is left now) already spent. Until that record is written, and as long as
+    /// [`Limiter::covered`] says so afterwards, the stored record is at least as empty as the
+    /// live bucket: a worker that stops and restores from it cannot grant a token twice.
+    ///
+    /// Call [`Limiter::written`] once the record is stored (or could not be), in the order of
+    /// the calls to this.
+    pub fn reserve(&mut self, now: u64, unix_ms: u64, block: u64) -> Snapshot {
+        let now = self.tick(now);
+        let mut ahead = self.state.clone();
+        let left = self
+            .algorithm
+            .check(&mut self.state.clone(), now, 0)
+            .map_or(0, |d| d.remaining);
+        let spend = block.min(left);
+        if spend > 0 {
+            let _ = self.algorithm.check(&mut ahead, now, spend);
+        }
+        let snapshot = Snapshot::take(&self.algorithm, &ahead, now, unix_ms);
+        self.writing.push_back(ahead);
+        snapshot
+    }
+
+    /// The oldest record of [`Limiter::reserve`] is stored (`ok`) or was not.
+    pub fn written(&mut self, ok: bool) {
+        if let Some(state) = self.writing.pop_front() {
+            if ok {
+                self.stored = Some(state);
+            }
+        }
+    }
+
+    /// Whether the stored record, and every record being written, is at least as empty as the
+    /// live bucket at `now` with `more` further admissions: with `more` 0, whether the
+    /// admissions so far may go without a write.
+    pub fn covered(&mut self, now: u64, more: u64) -> bool {
+        let now = self.tick(now);
+        let Some(stored) = &self.stored else {
+            return false;
+        };
+        let mut live = self.state.clone();
+        if more > 0
+            && !self
+                .algorithm
+                .check(&mut live, now, more)
+                .is_ok_and(|d| d.allowed)
+        {
+            return false;
+        }
+        let live = self.algorithm.save(&live, now);
+        core::iter::once(stored)
+            .chain(self.writing.iter())
+            .all(|s| at_least_as_empty(&self.algorithm.save(s, now), &live))
+    }
+}
+
+/// Whether `a` admits, now and at any later time, no more than `b` (both saved at the same
+/// moment by the same algorithm). Conservative: `false` when in doubt (a write then follows).
+fn at_least_as_empty(a: &SavedState, b: &SavedState) -> bool {
+    match (a, b) {
+        (SavedState::Debt { debt_ns: a }, SavedState::Debt { debt_ns: b }) => a >= b,
+        (
+            SavedState::Window {
+                ends_in_ns: ea,
+                count: a,
+            },
+            SavedState::Window {
+                ends_in_ns: eb,
+                count: b,
+            },
+        ) => ea == eb && a >= b,
+        (
+            SavedState::Sliding {
+                ends_in_ns: ea,
+                previous: pa,
+                current: ca,
+            },
+            SavedState::Sliding {
+                ends_in_ns: eb,
+                previous: pb,
+                current: cb,
+            },
+        ) => ea == eb && pa >= pb && ca >= cb,
+        (SavedState::Log { entries: a }, SavedState::Log { entries: b }) => {
+            // For every moment, `a` holds at least as much cost still in use as `b`.
+            let in_use_after = |entries: &[(u64, u64)], t: u64| -> u128 {
+                entries
+                    .iter()
+                    .filter(|&&(ends, _)| ends >= t)
+                    .map(|&(_, cost)| u128::from(cost))
+                    .sum()
+            };
+            b.iter()
+                .all(|&(t, _)| in_use_after(a, t) >= in_use_after(b, t))
+        }
+        _ => false,
     }
 }
 
@@ -641,6 +750,60 @@ mod tests {
         l.restore(&snap, 0, 3_000).unwrap();
         assert_eq!(l.status(0).remaining, 5, "refills at the new rate");
         assert_eq!(l.status(100 * S).remaining, 20, "towards the new capacity");
+    }
+
+    #[test]
+    fn the_stored_record_stays_at_least_as_empty_as_the_live_bucket() {
+        for kind in Kind::ALL {
+            let mut l = Limiter::new(kind, Quota::parse(10, "1/s").unwrap(), QueueConfig::NONE);
+            assert!(!l.covered(0, 0), "{kind}: no record known yet");
+            // A record with the next 3 admissions spent.
+            let snap = l.reserve(0, 0, 3);
+            assert!(!l.covered(0, 0), "{kind}: not written yet");
+            assert!(!l.covered(0, 3), "{kind}");
+            l.written(true);
+            assert!(l.covered(0, 3), "{kind}: 3 more are inside the block");
+            assert!(!l.covered(0, 4), "{kind}: 4 are not");
+            let mut restored = Limiter::new(kind, l.quota(), QueueConfig::NONE);
+            restored.restore(&snap, 0, 0).unwrap();
+            assert_eq!(restored.status(0).remaining, 7, "{kind}");
+            for i in 0..3 {
+                assert!(matches!(
+                    l.offer(0, 1, 0, Priority::Normal, None),
+                    Verdict::Admitted { .. }
+                ));
+                assert!(l.covered(0, 0), "{kind}: admission {i} is inside the block");
+            }
+            l.offer(0, 1, 0, Priority::Normal, None);
+            assert!(!l.covered(0, 0), "{kind}: the fourth is beyond it");
+            // A failed write covers nothing.
+            l.reserve(0, 0, 3);
+            l.written(false);
+            assert!(!l.covered(0, 0), "{kind}");
+            // The block is at most what is left.
+            let snap = l.reserve(0, 0, 100);
+            l.written(true);
+            restored.restore(&snap, 0, 0).unwrap();
+            assert_eq!(restored.status(0).remaining, 0, "{kind}");
+            for _ in 0..6 {
+                l.offer(0, 1, 0, Priority::Normal, None);
+            }
+            assert!(l.covered(0, 0), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_full_bucket_does_not_make_the_record_cover_more() {
+        // 10 tokens, 5 reserved; 5 s later the live bucket is capped at 10 while the record has
+        // refilled to 10 as well: the block is spent by then.
+        let mut l = limiter(10, "1/s", 0, 0);
+        l.reserve(0, 0, 5);
+        l.written(true);
+        assert!(matches!(
+            l.offer(5 * S, 1, 0, Priority::Normal, None),
+            Verdict::Admitted { .. }
+        ));
+        assert!(!l.covered(5 * S, 0));
     }
 
     #[test]
