@@ -345,8 +345,18 @@
   // beyond it waits for the next record (sendUpstream). A worker stopped at any moment restarts
   // from a record that already counts every admission it granted: it may lose the unused part
   // of one block, never grant a token twice.
+  //
+  // The block: a quarter of the capacity (at most 64), or one second of refill if that is
+  // more. The stored bucket refills too: a block smaller than what refills between two writes
+  // would be used up by refill alone (a record that has refilled to full counts nothing).
+  const RESERVE_REFILL_MS = 1000;
+  let reserveBlockSize = 0;
   function reserveBlock() {
-    return Math.min(64, Math.ceil(config.capacity / 4));
+    if (reserveBlockSize === 0) {
+      const perBlockMs = limiter.status(performance.now()).intervalNs / 1e6;
+      reserveBlockSize = Math.max(Math.min(64, Math.ceil(config.capacity / 4)), Math.ceil(RESERVE_REFILL_MS / perBlockMs));
+    }
+    return reserveBlockSize;
   }
 
   /** Whether every admission so far (and `more`) is counted in the stored record, or needs not be. */
