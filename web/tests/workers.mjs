@@ -5,19 +5,27 @@ import { sleep, workerState } from './harness.mjs';
 
 /**
  * Has the page's registration look for a new sluice-sw.js (`registration.update()`, as the
- * browser does on a navigation) and waits until the page is controlled by a worker whose
- * `/sluice/state` satisfies `isNew`. Returns that state.
+ * browser does on a navigation) and waits until a new worker controls the page
+ * (`controllerchange`, from its `clients.claim()`), then until its `/sluice/state` satisfies
+ * `isNew`. Returns that state.
+ *
+ * It sends no request while it waits: Chromium stops the old worker before it activates the
+ * new one, and a fetch in between starts the old one again, which then delays the activation
+ * until the old worker is idle long enough to be stopped (about 30 s).
  */
 export async function updateWorker(page, isNew, timeoutMs = 20000) {
-  await page.evaluate(async () => {
+  await page.evaluate(async (timeoutMs) => {
     const reg = await navigator.serviceWorker.getRegistration('/');
+    const changed = new Promise((resolve) => navigator.serviceWorker.addEventListener('controllerchange', resolve, { once: true }));
     await reg.update();
-  });
-  const until = Date.now() + timeoutMs;
+    const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error(`no controllerchange within ${timeoutMs} ms`)), timeoutMs));
+    await Promise.race([changed, timeout]);
+  }, timeoutMs);
+  const until = Date.now() + 5000;
   for (;;) {
     const state = await workerState(page).catch(() => null);
     if (state && isNew(state)) return state;
-    if (Date.now() > until) throw new Error(`no new worker within ${timeoutMs} ms: ${JSON.stringify(state)}`);
+    if (Date.now() > until) throw new Error(`the new worker is not the expected one: ${JSON.stringify(state)}`);
     await sleep(50);
   }
 }
