@@ -359,9 +359,13 @@
     return reserveBlockSize;
   }
 
-  /** Whether every admission so far (and `more`) is counted in the stored record, or needs not be. */
+  /**
+   * Whether every admission so far (and `more`) is counted in the stored record, or needs not
+   * be: without persistence, or while writes fail (IndexedDB unusable: admissions do not wait
+   * for writes that cannot happen; the gateway still limits).
+   */
   function covered(more = 0) {
-    return !config.persist || limiter.covered(performance.now(), more);
+    return !config.persist || writeFailed || limiter.covered(performance.now(), more);
   }
 
   /** After an admission inside the block: the next block is written early when this one runs low. */
@@ -488,6 +492,7 @@
   let saveWaiters = [];
   let saveChain = Promise.resolve();
   let writing = 0; // records on their way to IndexedDB
+  let writeFailed = false; // the last write failed
 
   function scheduleSave() {
     if (!limiter || saveTimer !== null) return;
@@ -507,8 +512,12 @@
     saveChain = saveChain
       .then(() => transact('readwrite', (store) => request(store.put(record, KEY))))
       .then(
-        () => reserved && limiter.written(true),
+        () => {
+          writeFailed = false;
+          if (reserved) limiter.written(true);
+        },
         (e) => {
+          writeFailed = true;
           if (reserved) limiter.written(false);
           console.warn('sluice: could not save the bucket:', e);
         },
