@@ -353,8 +353,8 @@
   let reserveBlockSize = 0;
   function reserveBlock() {
     if (reserveBlockSize === 0) {
-      const perBlockMs = limiter.status(performance.now()).intervalNs / 1e6;
-      reserveBlockSize = Math.max(Math.min(64, Math.ceil(config.capacity / 4)), Math.ceil(RESERVE_REFILL_MS / perBlockMs));
+      const tokenMs = limiter.status(performance.now()).intervalNs / 1e6; // refill time of one token
+      reserveBlockSize = Math.max(Math.min(64, Math.ceil(config.capacity / 4)), Math.ceil(RESERVE_REFILL_MS / tokenMs));
     }
     return reserveBlockSize;
   }
