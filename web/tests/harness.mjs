@@ -148,7 +148,7 @@ export function gatewayCommand() {
 
 /** The dev front: what `sluice serve` will do for the browser, minus any limiting. */
 export async function startDevFront({ upstream, config, port = 0 }) {
-  const script = buildServiceWorker({ wasm: wasmBytes(), config });
+  let script = buildServiceWorker({ wasm: wasmBytes(), config });
   const telemetry = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://front');
@@ -178,6 +178,11 @@ export async function startDevFront({ upstream, config, port = 0 }) {
     kind: 'dev',
     telemetry,
     telemetryTotals: async () => sumTelemetry(telemetry),
+    /** Serves `next` (the [browser] JSON) from now on, as the gateway does after a reload. */
+    reload: async (next) => {
+      config = next;
+      script = buildServiceWorker({ wasm: wasmBytes(), config });
+    },
     close: () => closeServer(server),
   };
 }
