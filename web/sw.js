@@ -82,7 +82,7 @@
 
   const OFFER_RESULTS = ['admitted', 'queued', 'limit', 'queue_full', 'timeout', 'too_costly', 'closed'];
   const OUTCOME_RESULTS = ['admitted', 'timeout', 'closed'];
-  const ABI_VERSION = 1;
+  const ABI_VERSION = 2;
 
   /** A thin wrapper over the sluice-wasm exports: one limiter per instance. */
   class SluiceLimiter {
@@ -175,6 +175,22 @@
 
     exhaust(nowMs) {
       if (this.x.sluice_exhaust(nowMs) !== 0) throw this._error();
+    }
+
+    /** The bucket for a record to write now, with the next `block` admissions already spent. */
+    reserve(nowMs, unixMs, block) {
+      this.x.sluice_reserve(nowMs, unixMs, block);
+      return Array.from(this._list());
+    }
+
+    /** The oldest record of `reserve` was stored (or not). */
+    written(ok) {
+      this.x.sluice_written(ok ? 1 : 0);
+    }
+
+    /** Whether the stored record is at least as empty as the live bucket after `more` admissions. */
+    covered(nowMs, more = 0) {
+      return this.x.sluice_covered(nowMs, more) === 1;
     }
   }
 
@@ -323,12 +339,51 @@
   const orphans = new Map(); // key -> how many copies may still arrive
   let inflightSeq = 0;
 
+  // Reserve ahead: a saved record holds the bucket with the next admissions already spent
+  // (at most this many, and at most what is left), so that the stored bucket is always at
+  // least as empty as the live one. Admissions inside that block go without a write; one
+  // beyond it waits for the next record (sendUpstream). A worker stopped at any moment restarts
+  // from a record that already counts every admission it granted: it may lose the unused part
+  // of one block, never grant a token twice.
+  //
+  // The block: a quarter of the capacity (at most 64), or one second of refill if that is
+  // more. The stored bucket refills too: a block smaller than what refills between two writes
+  // would be used up by refill alone (a record that has refilled to full counts nothing).
+  const RESERVE_REFILL_MS = 1000;
+  let reserveBlockSize = 0;
+  function reserveBlock() {
+    if (reserveBlockSize === 0) {
+      const tokenMs = limiter.status(performance.now()).intervalNs / 1e6; // refill time of one token
+      reserveBlockSize = Math.max(Math.min(64, Math.ceil(config.capacity / 4)), Math.ceil(RESERVE_REFILL_MS / tokenMs));
+    }
+    return reserveBlockSize;
+  }
+
+  /**
+   * Whether every admission so far (and `more`) is counted in the stored record, or needs not
+   * be: without persistence, or while writes fail (IndexedDB unusable: admissions do not wait
+   * for writes that cannot happen; the gateway still limits).
+   */
+  function covered(more = 0) {
+    return !config.persist || writeFailed || limiter.covered(performance.now(), more);
+  }
+
+  /** After an admission inside the block: the next block is written early when this one runs low. */
+  function reserveNext() {
+    if (covered(Math.ceil(reserveBlock() / 2))) scheduleSave();
+    else if (!writing) saveNow();
+    else scheduleSave();
+  }
+
   function makeRecord(kind) {
+    const reserve = kind === 'save' && config.persist;
     return {
       v: RECORD_VERSION,
       kind, // 'install' (the full bucket of a fresh install) or 'save'
       config: fingerprint(),
-      snapshot: limiter.snapshot(performance.now(), Date.now()),
+      snapshot: reserve
+        ? limiter.reserve(performance.now(), Date.now(), reserveBlock())
+        : limiter.snapshot(performance.now(), Date.now()),
       inflight: [...inflight.values()],
     };
   }
@@ -363,7 +418,8 @@
     const id = ++inflightSeq;
     inflight.set(id, { key, t: Date.now() });
     unsaved.add(id);
-    if (!SAFE_METHODS.has(req.method)) await saveNow();
+    // A request whose admission the stored record does not count yet waits for a record that does.
+    if (!SAFE_METHODS.has(req.method) || !covered()) await saveNow();
     else if (journalTimer === null) journalTimer = setTimeout(journalSlow, JOURNAL_DELAY_MS);
     try {
       return await fetch(req);
@@ -386,9 +442,12 @@
   /** The bucket is restored before any request is decided; every decision awaits this. */
   function ready() {
     if (readyPromise === null) {
-      readyPromise = restore().then(() => {
-        restored = true;
-      });
+      readyPromise = restore()
+        // The first block, so that the first requests take the fast path.
+        .then(() => limiter && config.persist && saveNow())
+        .then(() => {
+          restored = true;
+        });
     }
     return readyPromise;
   }
@@ -432,6 +491,8 @@
   let saveTimer = null;
   let saveWaiters = [];
   let saveChain = Promise.resolve();
+  let writing = 0; // records on their way to IndexedDB
+  let writeFailed = false; // the last write failed
 
   function scheduleSave() {
     if (!limiter || saveTimer !== null) return;
@@ -446,10 +507,25 @@
     saveWaiters = [];
     unsaved.clear();
     const record = makeRecord('save'); // the state as of now, after every admission so far
+    const reserved = config.persist;
+    writing++;
     saveChain = saveChain
       .then(() => transact('readwrite', (store) => request(store.put(record, KEY))))
-      .catch((e) => console.warn('sluice: could not save the bucket:', e))
-      .then(() => waiters.forEach((w) => w()));
+      .then(
+        () => {
+          writeFailed = false;
+          if (reserved) limiter.written(true);
+        },
+        (e) => {
+          writeFailed = true;
+          if (reserved) limiter.written(false);
+          console.warn('sluice: could not save the bucket:', e);
+        },
+      )
+      .then(() => {
+        writing--;
+        waiters.forEach((w) => w());
+      });
     return saveChain;
   }
 
@@ -733,12 +809,13 @@
       // here at all: the browser sends it itself, as if there were no worker (the cheapest
       // path, and a stopped worker cannot make the browser send it twice).
       const offer = decide(event, req, key, 0);
-      if (offer.result === 'admitted') {
+      if (offer.result === 'admitted' && covered()) {
         count((c) => c.admitted++);
-        scheduleSave();
-        event.waitUntil(saved()); // alive until the spent token is on disk
+        reserveNext();
+        event.waitUntil(saved()); // alive until the next block is on disk
         return undefined;
       }
+      // Beyond the block the stored record counts: the worker sends it once a record does.
       response = respond(event, req, key, offer);
     } else {
       response = limited(event, key);

@@ -11,7 +11,10 @@
 //   direct GET|POST /api/        no worker
 //   trivial worker GET /api/     respondWith(fetch(request))
 //   sluice worker GET /api/      admitted at once (an effectively unlimited bucket): decided
-//                                synchronously, then left to the browser (no respondWith)
+//                                synchronously, then left to the browser (no respondWith),
+//                                its block reserved ahead in IndexedDB (web/README.md)
+//   sluice persist:false GET     the same without persistence: nothing reserved ahead, so the
+//                                difference is what reserving ahead costs
 //   sluice worker POST /api/     admitted, sent by the worker after the journal is written
 //   direct|sluice GET /static/   a path outside the prefixes (the worker does not respond)
 // Also: the cost of one offer (+ status) through the wasm ABI in node (same V8), and the sizes.
@@ -106,11 +109,13 @@ const upstream = await startUpstream();
 const plain = await startDevFront({ upstream, config: CONFIG });
 const trivialFront = await startTrivialFront(upstream);
 const limited = await startDevFront({ upstream, config: CONFIG });
+const unpersisted = await startDevFront({ upstream, config: { ...CONFIG, persist: false } });
 const browser = await launchBrowser();
 const SERIES = [
   ['direct GET /api/', 'direct', '/api/', 'GET'],
   ['trivial worker GET /api/', 'trivial', '/api/', 'GET'],
   ['sluice worker GET /api/', 'sluice', '/api/', 'GET'],
+  ['sluice worker persist:false GET /api/', 'unpersisted', '/api/', 'GET'],
   ['direct POST /api/', 'direct', '/api/', 'POST'],
   ['sluice worker POST /api/', 'sluice', '/api/', 'POST'],
   ['direct GET /static/', 'direct', '/static/', 'GET'],
@@ -125,6 +130,7 @@ try {
     direct,
     trivial: await openTab(browser.context, trivialFront),
     sluice: await openTab(browser.context, limited),
+    unpersisted: await openTab(browser.context, unpersisted),
   };
   // Warm up connections, the workers and the JIT.
   for (const [, page, path, method] of SERIES) await sequential(pages[page], `${path}warm/`, 30, method);
@@ -143,6 +149,7 @@ try {
   await plain.close();
   await trivialFront.close();
   await limited.close();
+  await unpersisted.close();
   await upstream.close();
 }
 
@@ -158,6 +165,7 @@ const addedTrivial = paired('trivial worker GET /api/', 'direct GET /api/');
 const versusTrivial = paired('sluice worker GET /api/', 'trivial worker GET /api/');
 const addedPost = paired('sluice worker POST /api/', 'direct POST /api/');
 const addedStatic = paired('sluice worker GET /static/', 'direct GET /static/');
+const addedReserve = paired('sluice worker GET /api/', 'sluice worker persist:false GET /api/');
 
 const chromium = execSync(`${CHROMIUM} --version`, { encoding: 'utf8' }).trim();
 const rows = [
@@ -171,6 +179,7 @@ const summary = [
   `| added latency, admitted GET: sluice worker vs no worker | **${addedApi.toFixed(2)} ms** (target < 1 ms) |`,
   `| for scale: a trivial respondWith(fetch(request)) worker vs no worker | ${addedTrivial.toFixed(2)} ms |`,
   `| sluice worker vs that trivial worker, admitted GET | ${versusTrivial.toFixed(2)} ms |`,
+  `| reserve ahead: admitted GET, persist true vs persist false | ${addedReserve.toFixed(2)} ms |`,
   `| added latency, admitted POST (sent by the worker, journal written first) | ${addedPost.toFixed(2)} ms |`,
   `| pass-through (path outside the prefixes): sluice worker vs no worker | ${addedStatic.toFixed(2)} ms |`,
   `| one offer through the wasm ABI (node ${process.version}, same V8) | ${cost.offerUs.toFixed(2)} µs |`,

@@ -56,11 +56,11 @@ test('/sluice/sw.js is the reference prefix (this config, the embedded module) a
     assert.equal(lines[0], reference[0]);
     assert.equal(lines[2], reference[2]);
     assert.equal(lines.slice(3).join('\n'), readFileSync(join(WEB, 'sw.js'), 'utf8'));
-    // The module is sluice-wasm: valid, importing nothing, ABI version 1.
+    // The module is sluice-wasm: valid, importing nothing, ABI version 2.
     assert.ok(WebAssembly.validate(wasm));
     const module = new WebAssembly.Module(wasm);
     assert.deepEqual(WebAssembly.Module.imports(module), []);
-    assert.equal(new WebAssembly.Instance(module, {}).exports.sluice_abi_version(), 1);
+    assert.equal(new WebAssembly.Instance(module, {}).exports.sluice_abi_version(), 2);
     // Revalidation is cheap: the same ETag gives 304.
     const again = await fetch(`${front.url}/sluice/sw.js`, { headers: { 'if-none-match': r.headers.get('etag') } });
     assert.equal(again.status, 304);

@@ -148,7 +148,7 @@ export function gatewayCommand() {
 
 /** The dev front: what `sluice serve` will do for the browser, minus any limiting. */
 export async function startDevFront({ upstream, config, port = 0 }) {
-  const script = buildServiceWorker({ wasm: wasmBytes(), config });
+  let script = buildServiceWorker({ wasm: wasmBytes(), config });
   const telemetry = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://front');
@@ -178,6 +178,11 @@ export async function startDevFront({ upstream, config, port = 0 }) {
     kind: 'dev',
     telemetry,
     telemetryTotals: async () => sumTelemetry(telemetry),
+    /** Serves `next` (the [browser] JSON) from now on, as the gateway does after a reload. */
+    reload: async (next) => {
+      config = next;
+      script = buildServiceWorker({ wasm: wasmBytes(), config });
+    },
     close: () => closeServer(server),
   };
 }
@@ -343,6 +348,22 @@ export async function startGateway({ upstream, config, cmd = gatewayCommand(), t
         wait_ms_sum: Math.round(value('sluice_browser_queue_wait_seconds_total') * 1000),
         wait_ms_max: Math.round(value('sluice_browser_queue_wait_max_seconds') * 1000),
       };
+    },
+    /**
+     * Rewrites the config file for `config` (the [browser] JSON) and sends SIGHUP; resolves once
+     * /sluice/config.json serves it (so /sluice/sw.js has the new bytes).
+     */
+    reload: async (config) => {
+      if (toml) throw new Error('reload() needs the config of gatewayToml()');
+      await writeFile(file, gatewayToml({ listen, adminListen, upstream, config }));
+      child.kill('SIGHUP');
+      const until = Date.now() + 10000;
+      for (;;) {
+        const served = await (await fetch(`${url}/sluice/config.json`)).json();
+        if (served.capacity === config.capacity && served.rate === config.rate) return;
+        if (Date.now() > until) throw new Error(`the gateway did not reload: ${JSON.stringify(served)}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
     },
     close: async () => {
       child.kill('SIGTERM');

@@ -30,7 +30,7 @@ use crate::record;
 compile_error!("sluice-wasm keeps its state in a single-threaded global; build without `atomics`");
 
 /// The version of this ABI; the JavaScript wrapper refuses a module of another version.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Slots in the `out` area.
 pub const OUT_SLOTS: usize = 8;
@@ -418,8 +418,10 @@ pub extern "C" fn sluice_snapshot(now_ms: f64, unix_ms: f64) -> u32 {
 }
 
 /// Restores the bucket from the first `len` floats of `input_f64` (a list from
-/// `sluice_snapshot`) at monotonic `now_ms` and wall-clock `unix_ms`. 0, or -1 (message in
-/// `error`; the bucket is unchanged, and the caller should call `sluice_exhaust`).
+/// `sluice_snapshot`) at monotonic `now_ms` and wall-clock `unix_ms`. A snapshot taken under
+/// another algorithm, capacity or rate is converted so that no client gains tokens
+/// ([`Limiter::restore`]). 0, or -1 (message in `error`; the bucket is unchanged, and the
+/// caller should call `sluice_exhaust`).
 #[no_mangle]
 pub extern "C" fn sluice_restore(len: u32, now_ms: f64, unix_ms: f64) -> i32 {
     with(|g| {
@@ -454,5 +456,43 @@ pub extern "C" fn sluice_exhaust(now_ms: f64) -> i32 {
             }
         },
         None => -1,
+    })
+}
+
+/// Writes into `list` (layout of [`record`]) the bucket for a record to store now: this one
+/// with the next `block` admissions (at most what is left) already spent. Call
+/// `sluice_written` once that record is stored or failed, in order. Returns its length (0
+/// without a limiter).
+#[no_mangle]
+pub extern "C" fn sluice_reserve(now_ms: f64, unix_ms: f64, block: f64) -> u32 {
+    with(|g| {
+        let Some(limiter) = g.limiter.as_mut() else {
+            g.list.clear();
+            return 0;
+        };
+        let snapshot = limiter.reserve(ms_to_ns(now_ms), unix_ms as u64, block as u64);
+        record::encode(&snapshot, &mut g.list);
+        g.list.len() as u32
+    })
+}
+
+/// The oldest record of `sluice_reserve` is stored (`ok` 1) or could not be (0).
+#[no_mangle]
+pub extern "C" fn sluice_written(ok: u32) {
+    with(|g| {
+        if let Some(limiter) = g.limiter.as_mut() {
+            limiter.written(ok == 1);
+        }
+    })
+}
+
+/// 1 if the stored record (and every one being written) is at least as empty as the live
+/// bucket at `now_ms` after `more` further admissions; else 0. With `more` 0: whether the
+/// admissions so far may go without a write.
+#[no_mangle]
+pub extern "C" fn sluice_covered(now_ms: f64, more: f64) -> u32 {
+    with(|g| match g.limiter.as_mut() {
+        Some(limiter) => u32::from(limiter.covered(ms_to_ns(now_ms), more as u64)),
+        None => 0,
     })
 }

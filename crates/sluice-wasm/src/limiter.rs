@@ -1,13 +1,16 @@
 //! [`Limiter`]: one bucket and its fair wait queue, driven by the caller's clock. Safe Rust,
 //! tested natively; the `extern "C"` layer only converts numbers.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
 use sluice_core::queue::{
     Offer, Outcome, Owned, Priority, QueueConfig, Rejection, Ticket, WaitQueue,
 };
-use sluice_core::{Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Snapshot, SnapshotError};
+use sluice_core::{
+    Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Rate, SavedState, Snapshot, SnapshotError,
+    FORMAT_VERSION,
+};
 
 /// Why a request was turned away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +151,10 @@ pub struct Limiter {
     /// The latest time seen.
     now: u64,
     outcomes: Vec<Delivered>,
+    /// The bucket as the stored record holds it (`None`: no record known to this instance).
+    stored: Option<AnyState>,
+    /// Buckets of records being written, oldest first (see [`Limiter::reserve`]).
+    writing: VecDeque<AnyState>,
 }
 
 impl Limiter {
@@ -161,6 +168,8 @@ impl Limiter {
             tickets: BTreeMap::new(),
             now: 0,
             outcomes: Vec::new(),
+            stored: None,
+            writing: VecDeque::new(),
         }
     }
 
@@ -308,10 +317,18 @@ impl Limiter {
 
     /// Replaces the bucket with `snapshot`, counting the wall-clock time since it was taken.
     ///
+    /// A snapshot taken under another algorithm, capacity or rate (the configuration changed
+    /// between two workers) is first converted by sluice-core's rule
+    /// ([`SavedState::convert`](sluice_core::SavedState::convert)), as of the moment it was
+    /// taken: what was left becomes at most the new capacity, debt is kept in the new rate's
+    /// time, so a tightened limit never grants a burst; the time since then refills at the new
+    /// rate.
+    ///
     /// # Errors
     ///
     /// [`RestoreError::Busy`] while requests wait, and [`RestoreError::Snapshot`] for a snapshot
-    /// of another algorithm, format or with impossible values. The bucket is unchanged then.
+    /// of another format, with an impossible quota or impossible values. The bucket is
+    /// unchanged then.
     pub fn restore(
         &mut self,
         snapshot: &Snapshot,
@@ -321,11 +338,44 @@ impl Limiter {
         if !self.queue.is_empty() {
             return Err(RestoreError::Busy);
         }
+        let converted = self.convert(snapshot).map_err(RestoreError::Snapshot)?;
         let now = self.tick(now);
-        self.state = snapshot
+        self.state = converted
             .restore(&self.algorithm, now, unix_ms)
             .map_err(RestoreError::Snapshot)?;
+        self.stored = Some(self.state.clone());
+        self.writing.clear();
         Ok(())
+    }
+
+    /// `snapshot` as this limiter's algorithm and quota would have saved it at the same moment.
+    fn convert(&self, snapshot: &Snapshot) -> Result<Snapshot, SnapshotError> {
+        let quota = self.quota();
+        if snapshot.algorithm == self.kind()
+            && snapshot.capacity == quota.capacity()
+            && snapshot.interval_ns == quota.interval_ns()
+        {
+            return Ok(snapshot.clone());
+        }
+        if snapshot.version != FORMAT_VERSION {
+            return Err(SnapshotError::UnsupportedVersion {
+                found: snapshot.version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let corrupt = |field, value| SnapshotError::Corrupt { field, value };
+        let rate = Rate::from_interval_ns(snapshot.interval_ns)
+            .map_err(|_| corrupt("interval_ns", snapshot.interval_ns))?;
+        let from_quota = Quota::new(snapshot.capacity, rate)
+            .map_err(|_| corrupt("capacity", snapshot.capacity))?;
+        let from = AnyAlgorithm::new(snapshot.algorithm, from_quota);
+        Ok(Snapshot {
+            algorithm: self.kind(),
+            capacity: quota.capacity(),
+            interval_ns: quota.interval_ns(),
+            state: self.algorithm.convert_saved(&from, &snapshot.state)?,
+            ..snapshot.clone()
+        })
     }
 
     /// Empties the bucket as of `now`: what a restarted worker assumes when it cannot trust or
@@ -340,7 +390,107 @@ impl Limiter {
         }
         let now = self.tick(now);
         self.state = self.algorithm.exhausted_state(now);
+        self.stored = None;
+        self.writing.clear();
         Ok(())
+    }
+
+    /// The bucket for a record to write now: this one with the next `block` admissions (at
+    /// most what is left now) already spent. Until that record is written, and as long as
+    /// [`Limiter::covered`] says so afterwards, the stored record is at least as empty as the
+    /// live bucket: a worker that stops and restores from it cannot grant a token twice.
+    ///
+    /// Call [`Limiter::written`] once the record is stored (or could not be), in the order of
+    /// the calls to this.
+    pub fn reserve(&mut self, now: u64, unix_ms: u64, block: u64) -> Snapshot {
+        let now = self.tick(now);
+        let mut ahead = self.state.clone();
+        let left = self
+            .algorithm
+            .check(&mut self.state.clone(), now, 0)
+            .map_or(0, |d| d.remaining);
+        let spend = block.min(left);
+        if spend > 0 {
+            let _ = self.algorithm.check(&mut ahead, now, spend);
+        }
+        let snapshot = Snapshot::take(&self.algorithm, &ahead, now, unix_ms);
+        self.writing.push_back(ahead);
+        snapshot
+    }
+
+    /// The oldest record of [`Limiter::reserve`] is stored (`ok`) or was not.
+    pub fn written(&mut self, ok: bool) {
+        if let Some(state) = self.writing.pop_front() {
+            if ok {
+                self.stored = Some(state);
+            }
+        }
+    }
+
+    /// Whether the stored record, and every record being written, is at least as empty as the
+    /// live bucket at `now` with `more` further admissions: with `more` 0, whether the
+    /// admissions so far may go without a write.
+    pub fn covered(&mut self, now: u64, more: u64) -> bool {
+        let now = self.tick(now);
+        let Some(stored) = &self.stored else {
+            return false;
+        };
+        let mut live = self.state.clone();
+        if more > 0
+            && !self
+                .algorithm
+                .check(&mut live, now, more)
+                .is_ok_and(|d| d.allowed)
+        {
+            return false;
+        }
+        let live = self.algorithm.save(&live, now);
+        core::iter::once(stored)
+            .chain(self.writing.iter())
+            .all(|s| at_least_as_empty(&self.algorithm.save(s, now), &live))
+    }
+}
+
+/// Whether `a` admits, now and at any later time, no more than `b` (both saved at the same
+/// moment by the same algorithm). Conservative: `false` when in doubt (a write then follows).
+fn at_least_as_empty(a: &SavedState, b: &SavedState) -> bool {
+    match (a, b) {
+        (SavedState::Debt { debt_ns: a }, SavedState::Debt { debt_ns: b }) => a >= b,
+        (
+            SavedState::Window {
+                ends_in_ns: ea,
+                count: a,
+            },
+            SavedState::Window {
+                ends_in_ns: eb,
+                count: b,
+            },
+        ) => ea == eb && a >= b,
+        (
+            SavedState::Sliding {
+                ends_in_ns: ea,
+                previous: pa,
+                current: ca,
+            },
+            SavedState::Sliding {
+                ends_in_ns: eb,
+                previous: pb,
+                current: cb,
+            },
+        ) => ea == eb && pa >= pb && ca >= cb,
+        (SavedState::Log { entries: a }, SavedState::Log { entries: b }) => {
+            // For every moment, `a` holds at least as much cost still in use as `b`.
+            let in_use_after = |entries: &[(u64, u64)], t: u64| -> u128 {
+                entries
+                    .iter()
+                    .filter(|&&(ends, _)| ends >= t)
+                    .map(|&(_, cost)| u128::from(cost))
+                    .sum()
+            };
+            b.iter()
+                .all(|&(t, _)| in_use_after(a, t) >= in_use_after(b, t))
+        }
+        _ => false,
     }
 }
 
@@ -539,17 +689,133 @@ mod tests {
         l.offer(0, 1, 0, Priority::Normal, None);
         assert_eq!(l.restore(&snap, 0, 0), Err(RestoreError::Busy));
         assert_eq!(l.exhaust(0), Err(Busy));
+        // Another algorithm: converted, the empty bucket stays empty.
         let mut other = Limiter::new(
             Kind::SlidingLog,
             Quota::parse(1, "1/s").unwrap(),
             QueueConfig::NONE,
         );
+        other.restore(&snap, 0, 0).unwrap();
+        assert_eq!(other.status(0).remaining, 0);
+    }
+
+    /// A bucket of `capacity` at `rate` with `left` tokens, snapshotted at wall-clock 0.
+    fn snapshot_with(capacity: u64, rate: &str, left: u64) -> Snapshot {
+        let mut l = limiter(capacity, rate, 0, 0);
+        for _ in 0..capacity - left {
+            assert!(matches!(
+                l.offer(0, 1, 0, Priority::Normal, None),
+                Verdict::Admitted { .. }
+            ));
+        }
+        l.snapshot(0, 0)
+    }
+
+    #[test]
+    fn a_tightened_config_never_grants_a_burst() {
+        // 2 of 10 left at 1/s; the new worker limits 10 per hour.
+        let snap = snapshot_with(10, "1/s", 2);
+        let mut l = limiter(10, "1/h", 0, 0);
+        l.restore(&snap, 0, 0).unwrap();
+        assert_eq!(
+            l.status(0).remaining,
+            2,
+            "not the 9.99 of a debt capped at the window"
+        );
+        // The time since the snapshot refills at the new rate.
+        l.restore(&snap, 0, 10_000).unwrap();
+        assert_eq!(l.status(0).remaining, 2);
+        l.restore(&snap, 0, 3_600_000).unwrap();
+        assert_eq!(l.status(0).remaining, 3);
+        // A smaller capacity: min(left, new capacity).
+        let snap = snapshot_with(10, "1/s", 8);
+        let mut small = limiter(5, "1/s", 0, 0);
+        small.restore(&snap, 0, 0).unwrap();
+        assert_eq!(small.status(0).remaining, 5);
+        let mut smaller_and_slower = limiter(5, "1/min", 0, 0);
+        smaller_and_slower
+            .restore(&snapshot_with(10, "1/s", 3), 0, 0)
+            .unwrap();
+        assert_eq!(smaller_and_slower.status(0).remaining, 3);
+        assert_eq!(smaller_and_slower.status(59 * S).remaining, 3);
+        assert_eq!(smaller_and_slower.status(60 * S).remaining, 4);
+    }
+
+    #[test]
+    fn a_loosened_config_applies_without_a_reset() {
+        let snap = snapshot_with(10, "1/h", 2);
+        let mut l = limiter(20, "1/s", 0, 0);
+        l.restore(&snap, 0, 0).unwrap();
+        assert_eq!(l.status(0).remaining, 2, "no reset to a full bucket");
+        l.restore(&snap, 0, 3_000).unwrap();
+        assert_eq!(l.status(0).remaining, 5, "refills at the new rate");
+        assert_eq!(l.status(100 * S).remaining, 20, "towards the new capacity");
+    }
+
+    #[test]
+    fn the_stored_record_stays_at_least_as_empty_as_the_live_bucket() {
+        for kind in Kind::ALL {
+            let mut l = Limiter::new(kind, Quota::parse(10, "1/s").unwrap(), QueueConfig::NONE);
+            assert!(!l.covered(0, 0), "{kind}: no record known yet");
+            // A record with the next 3 admissions spent.
+            let snap = l.reserve(0, 0, 3);
+            assert!(!l.covered(0, 0), "{kind}: not written yet");
+            assert!(!l.covered(0, 3), "{kind}");
+            l.written(true);
+            assert!(l.covered(0, 3), "{kind}: 3 more are inside the block");
+            assert!(!l.covered(0, 4), "{kind}: 4 are not");
+            let mut restored = Limiter::new(kind, l.quota(), QueueConfig::NONE);
+            restored.restore(&snap, 0, 0).unwrap();
+            assert_eq!(restored.status(0).remaining, 7, "{kind}");
+            for i in 0..3 {
+                assert!(matches!(
+                    l.offer(0, 1, 0, Priority::Normal, None),
+                    Verdict::Admitted { .. }
+                ));
+                assert!(l.covered(0, 0), "{kind}: admission {i} is inside the block");
+            }
+            l.offer(0, 1, 0, Priority::Normal, None);
+            assert!(!l.covered(0, 0), "{kind}: the fourth is beyond it");
+            // A failed write covers nothing.
+            l.reserve(0, 0, 3);
+            l.written(false);
+            assert!(!l.covered(0, 0), "{kind}");
+            // The block is at most what is left.
+            let snap = l.reserve(0, 0, 100);
+            l.written(true);
+            restored.restore(&snap, 0, 0).unwrap();
+            assert_eq!(restored.status(0).remaining, 0, "{kind}");
+            for _ in 0..6 {
+                l.offer(0, 1, 0, Priority::Normal, None);
+            }
+            assert!(l.covered(0, 0), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_full_bucket_does_not_make_the_record_cover_more() {
+        // 10 tokens, 5 reserved; 5 s later the live bucket is capped at 10 while the record has
+        // refilled to 10 as well: the block is spent by then.
+        let mut l = limiter(10, "1/s", 0, 0);
+        l.reserve(0, 0, 5);
+        l.written(true);
         assert!(matches!(
-            other.restore(&snap, 0, 0),
-            Err(RestoreError::Snapshot(
-                SnapshotError::AlgorithmMismatch { .. }
-            ))
+            l.offer(5 * S, 1, 0, Priority::Normal, None),
+            Verdict::Admitted { .. }
         ));
+        assert!(!l.covered(5 * S, 0));
+    }
+
+    #[test]
+    fn a_snapshot_with_an_impossible_quota_is_refused() {
+        let mut snap = snapshot_with(10, "1/s", 2);
+        snap.capacity = 0;
+        let mut l = limiter(10, "1/h", 0, 0);
+        assert!(matches!(
+            l.restore(&snap, 0, 0),
+            Err(RestoreError::Snapshot(SnapshotError::Corrupt { .. }))
+        ));
+        assert_eq!(l.status(0).remaining, 10, "unchanged");
     }
 
     #[test]
