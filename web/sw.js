@@ -766,6 +766,8 @@
   }
 
   function stateResponse() {
+    // First: a trap in `status` sets `failure` and `disabled`, which the body then shows.
+    const st = limiter ? guarded(() => limiter.status(performance.now())) : null;
     const body = {
       worker: workerId,
       started_unix_ms: startedUnixMs,
@@ -777,7 +779,6 @@
       flows: flows.size,
       body_bytes_read: bodyBytesRead,
     };
-    const st = limiter ? guarded(() => limiter.status(performance.now())) : null;
     if (st !== null) {
       Object.assign(body, {
         tokens: st.tokens,

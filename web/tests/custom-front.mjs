@@ -22,12 +22,17 @@ export const IMPORTING_WASM = new Uint8Array([
 /**
  * Placed between the prefix and web/sw.js: wraps the sluice module's exports so that a page's
  * message `{ type: 'test:trap', fn: 'sluice_poll' }` makes every later call of that export run
- * a wasm `unreachable` first: a real WebAssembly.RuntimeError, thrown from inside the call.
+ * a wasm `unreachable` first: a real WebAssembly.RuntimeError, thrown from inside the call. The
+ * page gets `{ type: 'test:armed' }` back once it is armed.
  */
 export const TRAP_SHIM = `(function () {
   var trap = new WebAssembly.Instance(new WebAssembly.Module(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 7, 5, 1, 1, 116, 0, 0, 10, 5, 1, 3, 0, 0, 11])), {}).exports.t;
   var armed = null;
-  self.addEventListener('message', function (e) { if (e.data && e.data.type === 'test:trap') armed = e.data.fn; });
+  self.addEventListener('message', function (e) {
+    if (!e.data || e.data.type !== 'test:trap') return;
+    armed = e.data.fn;
+    e.source.postMessage({ type: 'test:armed', fn: armed });
+  });
   var Real = WebAssembly.Instance;
   WebAssembly.Instance = function (module, imports) {
     var inst = new Real(module, imports);

@@ -74,6 +74,11 @@ async function metricsReach(env, failures, failed) {
     await sleep(200);
   }
   assert.ok(got.failures >= failures && got.failed >= failed, `gateway metrics ${JSON.stringify(got)}`);
+  // The admin dashboard's data lists them with the other browser series.
+  const stats = await (await fetch(`${env.gateway.admin}/v1/stats`)).json();
+  const shown = Object.fromEntries(stats.browser.map((m) => [m.name, m.value]));
+  assert.equal(shown.sluice_browser_limiter_failures_total, got.failures);
+  assert.ok(shown.sluice_browser_failed_requests_total >= failed, JSON.stringify(shown));
 }
 
 test('a module that does not compile, fail = "closed": 503 on every path, reported', { timeout: 60000 }, async () => {
@@ -138,8 +143,23 @@ async function queueTwo(page) {
   assert.equal((await workerState(page)).queued, 2);
 }
 
+/** Arms the trap in export `fn`; resolves once the worker says it is armed. */
 function arm(page, fn) {
-  return page.evaluate((fn) => navigator.serviceWorker.controller.postMessage({ type: 'test:trap', fn }), fn);
+  return page.evaluate(
+    (fn) =>
+      new Promise((resolve) => {
+        const sw = navigator.serviceWorker;
+        const onMessage = (e) => {
+          if (e.data && e.data.type === 'test:armed') {
+            sw.removeEventListener('message', onMessage);
+            resolve();
+          }
+        };
+        sw.addEventListener('message', onMessage);
+        sw.controller.postMessage({ type: 'test:trap', fn });
+      }),
+    fn,
+  );
 }
 
 test('a trap in poll with requests waiting, fail = "closed": the waiters and every later request get 503', { timeout: 60000 }, async () => {
@@ -196,6 +216,27 @@ test('a trap in offer with requests waiting, fail = "open": the waiters and ever
     const paths = env.upstream.hitsFor('/api/').map((h) => h.path).sort();
     assert.deepEqual(paths, ['/api/t/after', '/api/t/first', '/api/t/post', '/api/t/trigger', '/api/t/w1', '/api/t/w2']);
     await metricsReach(env, 1, 5);
+  } finally {
+    await env.close();
+  }
+});
+
+test('a trap while /sluice/state asks for the status, fail = "closed": the state still answers, showing it', { timeout: 60000 }, async () => {
+  const config = testConfig({ fail: 'closed', capacity: 1, rate: '6/min', queue: { depth: 10, max_wait_ms: 60000 } });
+  const env = await setupCustom({ config, wasm: wasmBytes(), shim: TRAP_SHIM });
+  try {
+    const page = await failureTab(env);
+    await queueTwo(page);
+    await arm(page, 'sluice_status');
+    const state = await workerState(page);
+    assert.equal(state.failure.mode, 'closed');
+    assert.match(state.failure.reason, /RuntimeError/);
+    assert.equal(state.tokens, undefined);
+    const waiters = await page.evaluate(() => Promise.all(window.waiters));
+    assert.deepEqual(waiters.map((w) => w.status), [503, 503]);
+    assertRefused(await call(page, '/api/t/after'), 'a later GET', /RuntimeError/);
+    assert.equal((await failureSeen(page)).events.length, 1);
+    assert.deepEqual(env.upstream.hitsFor('/api/').map((h) => h.path), ['/api/t/first']);
   } finally {
     await env.close();
   }
