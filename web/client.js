@@ -10,17 +10,25 @@
  * (which calls `clients.claim()`); after a hard reload (which bypasses workers) by asking the
  * active worker to claim the page.
  *
- * Options: `url` ('/sluice/sw.js'), `scope` ('/'), `timeoutMs` (10000).
+ * Options: `url` ('/sluice/sw.js'), `scope` ('/'), `timeoutMs` (10000), `onFailed({ reason,
+ * mode })`.
+ *
+ * When the worker's limiter has failed (its module did not load, or trapped), the page gets a
+ * `sluice:failed` event on `window` (`event.detail`: `{ reason, mode }`, `mode` being the
+ * configured `fail`, 'open' or 'closed') and `onFailed` is called: once per page, also when the
+ * failure happened before this page loaded.
  *
  * @throws Error when Service Workers are unavailable (they need a secure context: https, or
  *   http on localhost / 127.0.0.1) or the page is not controlled within `timeoutMs`.
  */
 export async function register(options = {}) {
-  const { url = '/sluice/sw.js', scope = '/', timeoutMs = 10000 } = options;
+  const { url = '/sluice/sw.js', scope = '/', timeoutMs = 10000, onFailed } = options;
   const container = globalThis.navigator && navigator.serviceWorker;
   if (!container) {
     throw new Error('sluice: Service Workers are unavailable here (a secure context is needed)');
   }
+  if (onFailed) failureCallbacks.push(onFailed);
+  listenForFailure(container);
   // Listen before registering: the worker may claim this page before register() resolves.
   const controlled = new Promise((resolve) => {
     if (container.controller) resolve();
@@ -43,7 +51,29 @@ export async function register(options = {}) {
       clearTimeout(timer);
     }
   }
+  // The worker answers with `sluice:failed` if its limiter has already failed.
+  if (container.controller) container.controller.postMessage({ type: 'sluice:hello' });
   return registration;
+}
+
+const failureCallbacks = [];
+let failureListening = false;
+let failureSeen = false;
+
+function listenForFailure(container) {
+  if (failureListening) return;
+  failureListening = true;
+  container.addEventListener('message', (event) => {
+    const data = event.data;
+    if (!data || data.type !== 'sluice:failed' || failureSeen) return;
+    failureSeen = true;
+    const detail = { reason: String(data.reason), mode: data.mode };
+    console.error(`sluice: the browser limiter failed (${detail.reason}); fail ${detail.mode}`);
+    for (const callback of failureCallbacks) callback(detail);
+    globalThis.dispatchEvent(new CustomEvent('sluice:failed', { detail }));
+  });
+  // Messages from the worker wait until the page is ready for them; this module is.
+  if (container.startMessages) container.startMessages();
 }
 
 /**
@@ -115,10 +145,23 @@ async function askedWait(response) {
  * Options (third argument): `maxAttempts` (5), `baseDelayMs` (100), `maxDelayMs` (10000, the
  * ceiling of one backoff), `maxTotalDelayMs` (30000), `retryOn` ([429, 503]), `signal`
  * (defaults to `init.signal`; aborting rejects at once, also while waiting), `onRetry({
- * attempt, delayMs, response })`, and `fetch` / `random` for tests.
+ * attempt, delayMs, response })`, `priority` ('high', 'normal' or 'low': sent as
+ * `X-Sluice-Priority`; without it no such header is added), `retryNonIdempotent` (false), and
+ * `fetch` / `random` for tests.
+ *
+ * A 429 is retried whatever the method: it says the request was not processed (sluice's
+ * limiters answer it before the request goes anywhere). A 503 may come from a server that
+ * started the work, so a method that is not idempotent (POST, PATCH, CONNECT and any other
+ * outside GET, HEAD, OPTIONS, TRACE, PUT, DELETE) is not retried on 503 unless
+ * `retryNonIdempotent` is true: the 503 is returned as it is.
  *
  * Network errors are not retried: a request that may have reached the server is never sent
  * twice behind the caller's back.
+ *
+ * With a signal, a same-origin request controlled by the sluice worker carries an
+ * `X-Sluice-Request-Id` header, and an abort tells the worker (a `sluice:cancel` message) to
+ * take that request out of its queue at once: Chromium does not abort the worker's copy of the
+ * request when the page aborts it.
  *
  * @returns the Response
  * @throws the signal's reason on abort, or fetch's own errors
@@ -132,22 +175,59 @@ export async function politeFetch(input, init = {}, options = {}) {
     retryOn = [429, 503],
     signal = init.signal,
     onRetry,
+    priority,
+    retryNonIdempotent = false,
     fetch: fetchImpl = globalThis.fetch.bind(globalThis),
     random = Math.random,
   } = options;
-  // One Request, cloned per attempt, so that a body can be sent again.
-  const request = new Request(input, signal ? { ...init, signal } : init);
-  let waited = 0;
-  for (let attempt = 1; ; attempt++) {
-    if (signal && signal.aborted) throw abortError(signal);
-    const response = await fetchImpl(request.clone());
-    if (!retryOn.includes(response.status) || attempt >= maxAttempts) return response;
-    const retryAfterMs = await askedWait(response);
-    const delayMs = backoffDelay(attempt, { baseDelayMs, maxDelayMs, retryAfterMs, random });
-    if (waited + delayMs > maxTotalDelayMs) return response;
-    if (onRetry) onRetry({ attempt, delayMs, response });
-    if (response.body) response.body.cancel().catch(() => {});
-    await sleep(delayMs, signal);
-    waited += delayMs;
+  if (priority !== undefined && !PRIORITIES.includes(priority)) {
+    throw new TypeError(`sluice: priority must be one of ${PRIORITIES.join(', ')}, not ${JSON.stringify(priority)}`);
   }
+  // One Request, cloned per attempt, so that a body can be sent again.
+  let request = new Request(input, signal ? { ...init, signal } : init);
+  const controller = signal ? workerFor(request.url) : null;
+  const requestId = controller ? randomId() : null;
+  if (priority !== undefined || requestId !== null) {
+    const headers = new Headers(request.headers);
+    if (priority !== undefined) headers.set('x-sluice-priority', priority);
+    if (requestId !== null) headers.set('x-sluice-request-id', requestId);
+    request = new Request(request, { headers });
+  }
+  const idempotent = IDEMPOTENT.has(request.method);
+  const onAbort = () => controller.postMessage({ type: 'sluice:cancel', id: requestId });
+  if (controller) signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    let waited = 0;
+    for (let attempt = 1; ; attempt++) {
+      if (signal && signal.aborted) throw abortError(signal);
+      const response = await fetchImpl(request.clone());
+      if (!retryOn.includes(response.status) || attempt >= maxAttempts) return response;
+      if (response.status === 503 && !idempotent && !retryNonIdempotent) return response;
+      const retryAfterMs = await askedWait(response);
+      const delayMs = backoffDelay(attempt, { baseDelayMs, maxDelayMs, retryAfterMs, random });
+      if (waited + delayMs > maxTotalDelayMs) return response;
+      if (onRetry) onRetry({ attempt, delayMs, response });
+      if (response.body) response.body.cancel().catch(() => {});
+      await sleep(delayMs, signal);
+      waited += delayMs;
+    }
+  } finally {
+    if (controller) signal.removeEventListener('abort', onAbort);
+  }
+}
+
+const PRIORITIES = ['high', 'normal', 'low'];
+// RFC 9110, 9.2.2: a repeated request of these methods has the effect of one.
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+
+/** The sluice worker controlling this page, if `url` is same-origin (only those can be queued). */
+function workerFor(url) {
+  const container = globalThis.navigator && globalThis.navigator.serviceWorker;
+  const controller = container && container.controller;
+  if (!controller || !globalThis.location || new URL(url).origin !== globalThis.location.origin) return null;
+  return controller;
+}
+
+function randomId() {
+  return Math.random().toString(36).slice(2, 12) + Math.random().toString(36).slice(2, 12);
 }

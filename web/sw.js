@@ -27,6 +27,7 @@
     persist: true,
     persist_debounce_ms: 150,
     telemetry: { endpoint: '/v1/telemetry', interval_ms: 5000, sample: 1.0 },
+    fail: 'open',
   };
 
   /**
@@ -49,6 +50,7 @@
       max_queued_body_bytes: pick('max_queued_body_bytes', DEFAULTS.max_queued_body_bytes),
       persist: pick('persist', DEFAULTS.persist),
       persist_debounce_ms: pick('persist_debounce_ms', DEFAULTS.persist_debounce_ms),
+      fail: pick('fail', DEFAULTS.fail),
       telemetry:
         raw.telemetry === null || raw.telemetry === false
           ? null
@@ -69,6 +71,7 @@
     if (!isInt(config.persist_debounce_ms, 0) || config.persist_debounce_ms > 10000) {
       errors.push('persist_debounce_ms must be a whole number of milliseconds up to 10000');
     }
+    if (config.fail !== 'open' && config.fail !== 'closed') errors.push('fail must be "open" or "closed"');
     const t = config.telemetry;
     if (t !== null) {
       if (typeof t.endpoint !== 'string' || !t.endpoint.startsWith('/')) errors.push('telemetry.endpoint must be a path starting with "/"');
@@ -209,8 +212,14 @@
   let config = null;
   let limiter = null;
   let disabled = null; // why nothing is limited, if so
+  // Once the module has failed (it did not compile, did not instantiate, or trapped): { reason,
+  // mode, unix_ms }. From then on every limited request is handled by `config.fail`: 'open'
+  // passes it to the network untouched, 'closed' answers 503 (failedResponse).
+  let failure = null;
+  let startError = null; // the module did not compile or instantiate
+  const normalized = normalizeConfig(self.__SLUICE_CONFIG__);
   try {
-    const normalized = normalizeConfig(self.__SLUICE_CONFIG__);
+    // An invalid configuration fails open (nothing says which requests to limit, nor how).
     if (!normalized.config) throw new Error('invalid configuration: ' + normalized.errors.join('; '));
     config = normalized.config;
     // Synchronous compile: allowed in workers, and the bytes came with this script, so a
@@ -226,6 +235,9 @@
   } catch (e) {
     disabled = String((e && e.message) || e);
     console.error('sluice: limiting disabled:', disabled);
+    // With a valid configuration, the module failed: handled by `fail` (moduleFailed, called
+    // at the end, once everything it uses is defined).
+    if (config) startError = e;
   }
 
   // --- counters: totals since this worker started, and the batch for telemetry ---
@@ -237,6 +249,8 @@
       rejected: { queue_full: 0, timeout: 0, limit: 0 },
       cancelled: 0,
       redispatched: 0,
+      failures: 0,
+      failed: 0,
       wait_ms: { sum: 0, count: 0, max: 0 },
     };
   }
@@ -365,12 +379,17 @@
    * for writes that cannot happen; the gateway still limits).
    */
   function covered(more = 0) {
-    return !config.persist || writeFailed || limiter.covered(performance.now(), more);
+    // After a module failure nothing is counted any more: requests follow `fail` instead.
+    if (!config.persist || writeFailed || !limiter) return true;
+    const counted = guarded(() => limiter.covered(performance.now(), more));
+    return counted === null ? true : counted;
   }
 
   /** After an admission inside the block: the next block is written early when this one runs low. */
   function reserveNext() {
-    if (covered(Math.ceil(reserveBlock() / 2))) scheduleSave();
+    const half = limiter ? guarded(() => Math.ceil(reserveBlock() / 2)) : null;
+    if (half === null) return; // the module failed: nothing more to reserve
+    if (covered(half)) scheduleSave();
     else if (!writing) saveNow();
     else scheduleSave();
   }
@@ -506,7 +525,12 @@
     const waiters = saveWaiters;
     saveWaiters = [];
     unsaved.clear();
-    const record = makeRecord('save'); // the state as of now, after every admission so far
+    // The state as of now, after every admission so far (none once the module has failed).
+    const record = limiter ? guarded(() => makeRecord('save')) : null;
+    if (record === null) {
+      waiters.forEach((w) => w());
+      return saveChain;
+    }
     const reserved = config.persist;
     writing++;
     saveChain = saveChain
@@ -514,11 +538,11 @@
       .then(
         () => {
           writeFailed = false;
-          if (reserved) limiter.written(true);
+          if (reserved && limiter) guarded(() => limiter.written(true));
         },
         (e) => {
           writeFailed = true;
-          if (reserved) limiter.written(false);
+          if (reserved && limiter) guarded(() => limiter.written(false));
           console.warn('sluice: could not save the bucket:', e);
         },
       )
@@ -537,7 +561,7 @@
 
   // --- the queue: JavaScript keeps the promises and one timer; the module decides ---
 
-  const waiting = new Map(); // ticket -> settle(outcome)
+  const waiting = new Map(); // ticket -> { settle(outcome), clientId, id (X-Sluice-Request-Id) }
   let timer = null;
   let timerAt = Infinity;
 
@@ -545,42 +569,153 @@
     if (timer !== null) clearTimeout(timer);
     timer = null;
     timerAt = Infinity;
-    const { wake, outcomes } = limiter.poll(performance.now());
+    if (!limiter) return;
+    const polled = guarded(() => limiter.poll(performance.now()));
+    if (polled === null) return;
     let admitted = false;
-    for (const o of outcomes) {
-      const settle = waiting.get(o.ticket);
+    for (const o of polled.outcomes) {
+      const w = waiting.get(o.ticket);
       waiting.delete(o.ticket);
       if (o.result === 'admitted') admitted = true;
-      if (settle) settle(o);
+      if (w) w.settle(o);
     }
     if (admitted) scheduleSave();
-    if (wake !== null) arm(wake);
+    if (polled.wake !== null) arm(polled.wake);
   }
 
   function arm(wakeMs) {
     if (timer !== null && timerAt <= wakeMs) return;
     if (timer !== null) clearTimeout(timer);
     timerAt = wakeMs;
-    timer = setTimeout(pump, Math.max(0, Math.ceil(wakeMs - performance.now())));
+    timer = setTimeout(wakeUp, Math.max(0, Math.ceil(wakeMs - performance.now())));
   }
 
-  function wait(ticket, signal) {
-    return new Promise((resolve) => {
-      waiting.set(ticket, resolve);
-      if (signal) {
-        signal.addEventListener(
-          'abort',
-          () => {
-            if (waiting.delete(ticket)) {
-              limiter.cancel(ticket);
-              resolve({ ticket, result: 'cancelled', retryAfterMs: 0 });
-              pump();
-            }
+  /** The timer: the waiters of closed tabs leave before the token they would take is handed out. */
+  function wakeUp() {
+    timer = null;
+    timerAt = Infinity;
+    sweep().then(pump, pump);
+  }
+
+  // Chromium does not abort the worker's `request.signal` when a page aborts a fetch or closes,
+  // and the FetchEvent tells nothing either. A closed tab is seen through `clients.get()`: every
+  // SWEEP_MS while requests wait, and before each wake-up that may admit one. An aborted fetch
+  // is seen only when the page says so: politeFetch sends `sluice:cancel` with the id of its
+  // `X-Sluice-Request-Id` header.
+  const SWEEP_MS = 200;
+  let sweepTimer = null;
+  let sweeping = null;
+
+  function sweep() {
+    if (sweeping !== null) return sweeping;
+    const ids = new Set();
+    for (const w of waiting.values()) if (w.clientId) ids.add(w.clientId);
+    if (ids.size === 0) return Promise.resolve();
+    sweeping = Promise.all(
+      [...ids].map((id) =>
+        self.clients.get(id).then(
+          (client) => {
+            if (!client) cancelWhere((w) => w.clientId === id);
           },
-          { once: true },
-        );
+          () => {},
+        ),
+      ),
+    ).then(() => {
+      sweeping = null;
+    });
+    return sweeping;
+  }
+
+  /** Takes the waiters `match` selects out of the queue: no token spent; the next may go. */
+  function cancelWhere(match) {
+    let any = false;
+    for (const [ticket, w] of waiting) {
+      if (!match(w)) continue;
+      waiting.delete(ticket);
+      if (limiter) guarded(() => limiter.cancel(ticket));
+      w.settle({ ticket, result: 'cancelled', retryAfterMs: 0 });
+      any = true;
+    }
+    if (any) pump();
+    return any;
+  }
+
+  function wait(ticket, signal, clientId, id) {
+    return new Promise((resolve) => {
+      waiting.set(ticket, { settle: resolve, clientId, id });
+      if (signal) signal.addEventListener('abort', () => cancelWhere((w) => w.settle === resolve), { once: true });
+      if (sweepTimer === null) {
+        sweepTimer = setInterval(() => {
+          if (waiting.size > 0) return void sweep();
+          clearInterval(sweepTimer);
+          sweepTimer = null;
+        }, SWEEP_MS);
       }
       pump();
+    });
+  }
+
+  // --- module failure: a trap (WebAssembly.RuntimeError) or a module that did not load ---
+
+  /** Runs a call into the module; on a throw the module is failed for good and this gives null. */
+  function guarded(call) {
+    try {
+      return call();
+    } catch (e) {
+      moduleFailed(e);
+      return null;
+    }
+  }
+
+  /**
+   * From now on the module is never called (after a trap its state is unknown): every limited
+   * request, the waiting ones included, is handled by `config.fail` (failedResponse), pages are
+   * told (`sluice:failed`), `/sluice/state` shows `failure`, and telemetry counts it.
+   */
+  function moduleFailed(e) {
+    if (failure !== null) return;
+    const reason = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    failure = { reason, mode: config.fail, unix_ms: Date.now() };
+    limiter = null;
+    disabled = `the limiter module failed (${reason}); fail ${config.fail}`;
+    console.error('sluice:', disabled);
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    timerAt = Infinity;
+    // A pending save would snapshot the module: dropped, and whoever waits for it released.
+    if (saveTimer !== null) clearTimeout(saveTimer);
+    saveTimer = null;
+    saveWaiters.splice(0).forEach((w) => w());
+    const waiters = [...waiting];
+    waiting.clear();
+    for (const [ticket, w] of waiters) w.settle({ ticket, result: 'failed', retryAfterMs: 0 });
+    count((c) => c.failures++);
+    announceFailure(null);
+  }
+
+  /** Tells one page (or every page of the origin) that the limiter failed. */
+  function announceFailure(client) {
+    const message = { type: 'sluice:failed', reason: failure.reason, mode: failure.mode };
+    if (client) return client.postMessage(message);
+    self.clients.matchAll({ includeUncontrolled: true }).then(
+      (list) => list.forEach((c) => c.postMessage(message)),
+      () => {},
+    );
+  }
+
+  /** A limited request once the module has failed: to the network ('open') or 503 ('closed'). */
+  function failedResponse(req) {
+    count((c) => c.failed++);
+    if (failure.mode === 'open') return fetch(req);
+    const body = { title: 'Service Unavailable', status: 503, reason: 'limiter_failed', detail: failure.reason };
+    return new Response(JSON.stringify(body), {
+      status: 503,
+      statusText: 'Service Unavailable',
+      headers: {
+        'content-type': 'application/problem+json',
+        'cache-control': 'no-store',
+        'x-sluice-limiter': 'browser',
+      },
     });
   }
 
@@ -603,14 +738,35 @@
 
   const PRIORITIES = { high: 0, normal: 1, low: 2 };
 
-  async function bodySize(req) {
+  let bodyBytesRead = 0; // body bytes read to size requests, since this worker started
+
+  /**
+   * The body size, exact up to `cap`; above it, some number above `cap` (the rest is never
+   * read). Chromium gives the worker no Content-Length for fetch bodies, so the body is counted
+   * through a clone's stream, and the counting stops past `cap`: a 100 MB upload costs at most
+   * `cap` plus one chunk here, and the request itself keeps its body, to be sent as it is.
+   */
+  async function bodySize(req, cap) {
     if (req.method === 'GET' || req.method === 'HEAD') return 0;
     const declared = req.headers.get('content-length');
     if (declared !== null && /^\d+$/.test(declared)) return Number(declared);
+    let reader = null;
     try {
-      return (await req.clone().blob()).size;
+      const body = req.clone().body;
+      if (body === null) return 0;
+      reader = body.getReader();
+      let size = 0;
+      while (size <= cap) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        size += value.byteLength;
+        bodyBytesRead += value.byteLength;
+      }
+      return size;
     } catch (e) {
       return Infinity; // unreadable: never queue it
+    } finally {
+      if (reader !== null) reader.cancel().catch(() => {});
     }
   }
 
@@ -623,14 +779,21 @@
     const mayWait = size <= config.max_queued_body_bytes;
     const priority = PRIORITIES[(req.headers.get('x-sluice-priority') || '').toLowerCase()];
     const flow = flowOf(event.clientId || event.resultingClientId);
-    return limiter.offer(performance.now(), 1, flow, priority === undefined ? 1 : priority, mayWait ? -1 : 0);
+    const offer = guarded(() => limiter.offer(performance.now(), 1, flow, priority === undefined ? 1 : priority, mayWait ? -1 : 0));
+    return offer === null ? { result: 'failed' } : offer;
   }
 
   /** The slow path: before the bucket is restored, or for a request with a body. */
   async function limited(event, key) {
     const req = event.request;
-    await ready();
-    const size = await bodySize(req);
+    try {
+      await ready();
+    } catch (e) {
+      moduleFailed(e); // restoring the bucket trapped
+    }
+    if (failure !== null) return failedResponse(req);
+    const size = await bodySize(req, config.max_queued_body_bytes);
+    if (failure !== null) return failedResponse(req); // failed while the body was counted
     return respond(event, req, key, decide(event, req, key, size));
   }
 
@@ -639,6 +802,8 @@
     switch (offer.result) {
       case 'redispatched':
         return Response.error();
+      case 'failed':
+        return failedResponse(req);
       case 'admitted':
         count((c) => c.admitted++);
         scheduleSave();
@@ -646,9 +811,9 @@
       case 'queued': {
         count((c) => c.queued++);
         const queuedAt = performance.now();
-        let outcome = await wait(offer.ticket, req.signal);
-        // Chromium does not abort `request.signal` here when the page aborts or closes, so a
-        // waiter admitted for a tab that has gone away is not sent (its token is spent).
+        let outcome = await wait(offer.ticket, req.signal, event.clientId, req.headers.get('x-sluice-request-id'));
+        if (outcome.result === 'failed') return failedResponse(req);
+        // A tab that closed after the last sweep: its request is not sent (its token is spent).
         if (outcome.result === 'admitted' && event.clientId && !(await self.clients.get(event.clientId))) {
           outcome = { result: 'cancelled' };
         }
@@ -682,17 +847,20 @@
   }
 
   function stateResponse() {
+    // First: a trap in `status` sets `failure` and `disabled`, which the body then shows.
+    const st = limiter ? guarded(() => limiter.status(performance.now())) : null;
     const body = {
       worker: workerId,
       started_unix_ms: startedUnixMs,
       disabled,
+      failure,
       restored_from: restoredFrom,
       config,
       totals,
       flows: flows.size,
+      body_bytes_read: bodyBytesRead,
     };
-    if (limiter) {
-      const st = limiter.status(performance.now());
+    if (st !== null) {
       Object.assign(body, {
         tokens: st.tokens,
         capacity: st.capacity,
@@ -708,7 +876,7 @@
   }
 
   function isLimited(req, url) {
-    if (!limiter || req.mode === 'navigate' || url.origin !== self.location.origin) return false;
+    if (!config || req.mode === 'navigate' || url.origin !== self.location.origin) return false;
     return config.path_prefixes.some((p) => url.pathname.startsWith(p));
   }
 
@@ -731,7 +899,7 @@
     const windowMs = Math.round(now - batchStart);
     batch = newCounters();
     batchStart = now;
-    const empty = b.admitted + b.queued + b.cancelled + b.redispatched + b.rejected.queue_full + b.rejected.timeout + b.rejected.limit === 0;
+    const empty = b.admitted + b.queued + b.cancelled + b.redispatched + b.failures + b.failed + b.rejected.queue_full + b.rejected.timeout + b.rejected.limit === 0;
     if (empty || now < telemetryPausedUntil || Math.random() >= t.sample) return;
     const body = JSON.stringify({
       v: 1,
@@ -744,6 +912,8 @@
       rejected: b.rejected,
       cancelled: b.cancelled,
       redispatched: b.redispatched,
+      failures: b.failures,
+      failed: b.failed,
       wait_ms: { sum: Math.round(b.wait_ms.sum), count: b.wait_ms.count, max: Math.round(b.wait_ms.max) },
     });
     fetch(t.endpoint, {
@@ -799,9 +969,14 @@
     const req = event.request;
     const url = new URL(req.url);
     if (url.pathname === STATE_PATH && url.origin === self.location.origin && req.method === 'GET') {
-      return ready().then(stateResponse);
+      return ready().catch(moduleFailed).then(stateResponse);
     }
     if (!isLimited(req, url)) return undefined; // assets, navigations, other origins: untouched
+    if (failure !== null) {
+      if (failure.mode === 'closed') return Promise.resolve(failedResponse(req));
+      count((c) => c.failed++);
+      return undefined; // fail open: the browser sends it itself, untouched
+    }
     const key = requestKey(event.clientId, req);
     let response;
     if (restored && (req.method === 'GET' || req.method === 'HEAD')) {
@@ -809,6 +984,10 @@
       // here at all: the browser sends it itself, as if there were no worker (the cheapest
       // path, and a stopped worker cannot make the browser send it twice).
       const offer = decide(event, req, key, 0);
+      if (offer.result === 'failed' && failure.mode === 'open') {
+        count((c) => c.failed++);
+        return undefined;
+      }
       if (offer.result === 'admitted' && covered()) {
         count((c) => c.admitted++);
         reserveNext();
@@ -825,6 +1004,23 @@
     return response;
   }
 
+  /**
+   * The messages pages send to sluice (client.js): `sluice:hello` at `register()` (a page
+   * loaded after a failure is told too) and `sluice:cancel` when a politeFetch signal aborts
+   * (that request leaves the queue, only that page's). The import form's app worker passes its
+   * message events here (`self.sluice.message(event)`).
+   */
+  function message(event) {
+    const data = event.data;
+    if (data && data.type === 'sluice:hello' && failure !== null) announceFailure(event.source);
+    if (data && data.type === 'sluice:cancel' && typeof data.id === 'string' && event.source) {
+      const clientId = event.source.id;
+      cancelWhere((w) => w.id === data.id && w.clientId === clientId);
+    }
+  }
+
+  if (startError !== null) moduleFailed(startError);
+
   if (IMPORTED) {
     // The app's worker evaluates this script at its own first install too: a fresh
     // registration writes its install record now (nothing can be fetched through this worker
@@ -832,9 +1028,10 @@
     if (!self.registration.active) installRecord();
     self.sluice = {
       handle,
+      message,
       ready,
       /** The `/sluice/state` object, once the bucket is restored. */
-      state: () => ready().then(stateResponse).then((r) => r.json()),
+      state: () => ready().catch(moduleFailed).then(stateResponse).then((r) => r.json()),
     };
     return;
   }
@@ -850,6 +1047,7 @@
   self.addEventListener('message', (event) => {
     // client.js asks after a hard reload, when the page is not controlled.
     if (event.data && event.data.type === 'sluice:claim') event.waitUntil(self.clients.claim());
+    message(event);
   });
 
   self.addEventListener('fetch', (event) => {

@@ -16,7 +16,7 @@ before(async () => {
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       const list = seen.get(req.url) || [];
-      list.push({ t: performance.now(), body: Buffer.concat(chunks).toString() });
+      list.push({ t: performance.now(), body: Buffer.concat(chunks).toString(), priority: req.headers['x-sluice-priority'] });
       seen.set(req.url, list);
       const script = scripts.get(req.url) || [];
       const [status, headers, body] = script[Math.min(list.length - 1, script.length - 1)] || [200, {}, 'ok'];
@@ -55,7 +55,7 @@ test('429 then 200: waits what the server said, re-sends the body', async () => 
   scripts.set('/a', [sluice429(150), [503, { 'retry-after': '1' }, ''], [200, {}, 'done']]);
   const t0 = performance.now();
   const retries = [];
-  const res = await politeFetch(`${base}/a`, { method: 'POST', body: 'payload' }, { ...noJitter, onRetry: (r) => retries.push(r.delayMs) });
+  const res = await politeFetch(`${base}/a`, { method: 'PUT', body: 'payload' }, { ...noJitter, onRetry: (r) => retries.push(r.delayMs) });
   assert.equal(res.status, 200);
   assert.equal(await res.text(), 'done');
   const hits = seen.get('/a');
@@ -117,4 +117,40 @@ test('abort while waiting rejects at once and sends nothing more', async () => {
   pre.abort();
   await assert.rejects(politeFetch(`${base}/abort`, {}, { signal: pre.signal }), (e) => e.name === 'AbortError');
   assert.equal(seen.get('/abort').length, 1);
+});
+
+test('503 is not retried for POST and PATCH unless retryNonIdempotent; 429 is, for every method', async () => {
+  for (const method of ['POST', 'PATCH']) {
+    const path = `/post503-${method}`;
+    scripts.set(path, [[503, { 'retry-after': '0' }, 'busy'], [200, {}, 'ok']]);
+    const res = await politeFetch(`${base}${path}`, { method, body: 'once' }, noJitter);
+    assert.equal(res.status, 503, method);
+    assert.equal(await res.text(), 'busy');
+    assert.equal(seen.get(path).length, 1, `${method} was sent again after a 503`);
+  }
+  scripts.set('/post503-opt', [[503, { 'retry-after': '0' }, ''], [200, {}, 'ok']]);
+  const opted = await politeFetch(`${base}/post503-opt`, { method: 'POST', body: 'twice' }, { ...noJitter, retryNonIdempotent: true });
+  assert.equal(opted.status, 200);
+  assert.deepEqual(seen.get('/post503-opt').map((h) => h.body), ['twice', 'twice']);
+  for (const method of ['PUT', 'DELETE', 'GET']) {
+    const path = `/idem503-${method}`;
+    scripts.set(path, [[503, { 'retry-after': '0' }, ''], [200, {}, 'ok']]);
+    assert.equal((await politeFetch(`${base}${path}`, { method }, noJitter)).status, 200, method);
+    assert.equal(seen.get(path).length, 2, method);
+  }
+  // A sluice 429 means the request was not processed: POST is retried.
+  scripts.set('/post429', [sluice429(20), [200, {}, 'ok']]);
+  const res = await politeFetch(`${base}/post429`, { method: 'POST', body: 'p' }, noJitter);
+  assert.equal(res.status, 200);
+  assert.deepEqual(seen.get('/post429').map((h) => h.body), ['p', 'p']);
+});
+
+test('X-Sluice-Priority only when asked for', async () => {
+  scripts.set('/prio', [[200, {}, 'ok']]);
+  await politeFetch(`${base}/prio`, {}, noJitter);
+  await politeFetch(`${base}/prio`, { method: 'POST', body: 'x' }, { ...noJitter, priority: 'high' });
+  await politeFetch(`${base}/prio`, { headers: { 'x-other': '1' } }, { ...noJitter, priority: 'low' });
+  assert.deepEqual(seen.get('/prio').map((h) => h.priority), [undefined, 'high', 'low']);
+  assert.deepEqual(seen.get('/prio').map((h) => h.body), ['', 'x', '']);
+  await assert.rejects(politeFetch(`${base}/prio`, {}, { priority: 'urgent' }), /priority must be one of high, normal, low/);
 });

@@ -50,6 +50,7 @@ workbox.routing.registerRoute(
   ({ url }) => url.pathname.startsWith('/api/') || url.pathname === '/sluice/state',
   async ({ event, request }) => (await self.sluice.handle(event)) || fetch(request),
 );
+self.addEventListener('message', (event) => self.sluice.message(event));
 `;
 
 const APP = `<!doctype html>

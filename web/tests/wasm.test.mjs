@@ -44,6 +44,9 @@ test('configuration: defaults, and every bad field named', () => {
   assert.equal(config.rate, '1/s');
   assert.deepEqual(plain(config.queue), { depth: 100, max_wait_ms: 10000 });
   assert.equal(normalizeConfig({ telemetry: null }).config.telemetry, null);
+  assert.equal(config.fail, 'open');
+  assert.equal(normalizeConfig({ fail: 'closed' }).config.fail, 'closed');
+  assert.deepEqual(plain(normalizeConfig({ fail: 'ajar' }).errors), ['fail must be "open" or "closed"']);
   const bad = normalizeConfig({
     path_prefixes: ['api'],
     capacity: 0,

@@ -25,6 +25,7 @@ queue_max_body = "2KiB"
 persist = false
 persist_debounce = "40ms"
 telemetry = { endpoint = "/v1/telemetry", interval = "2s", sample = 0.5, limit = { capacity = 3, rate = "1/h" } }
+fail = "closed"
 "#;
 
 /// What the worker is given for [`BROWSER`].
@@ -39,6 +40,7 @@ fn browser_json() -> Value {
         "persist": false,
         "persist_debounce_ms": 40,
         "telemetry": { "endpoint": "/v1/telemetry", "interval_ms": 2000, "sample": 0.5 },
+        "fail": "closed",
     })
 }
 
@@ -217,7 +219,11 @@ async fn telemetry_statuses_and_metrics() {
     let r = post_with(&endpoint, BATCH, &from("198.51.100.1")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert!(r.body.is_empty());
-    let second = BATCH.replace("\"max\":950", "\"max\":400");
+    // A newer worker's batch also counts failures; an older one's has no such fields.
+    let second = BATCH.replace("\"max\":950", "\"max\":400").replace(
+        "\"redispatched\":1,",
+        "\"redispatched\":1,\"failures\":1,\"failed\":9,",
+    );
     let r = post_with(&endpoint, &second, &from("198.51.100.1")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     for (series, value) in [
@@ -229,6 +235,8 @@ async fn telemetry_statuses_and_metrics() {
         ("sluice_browser_rejected_total{reason=\"limit\"}", 10.0),
         ("sluice_browser_cancelled_total", 2.0),
         ("sluice_browser_redispatched_total", 2.0),
+        ("sluice_browser_limiter_failures_total", 1.0),
+        ("sluice_browser_failed_requests_total", 9.0),
         ("sluice_browser_queue_wait_seconds_total", 3.66),
         ("sluice_browser_queue_waits_total", 6.0),
         ("sluice_browser_queue_wait_max_seconds", 0.95),
@@ -350,6 +358,7 @@ queue = { depth = 100, max_wait = "ten seconds" }
 persist = "yes"
 telemetry = { interval = "100ms", sample = 2.0 }
 colour = "blue"
+fail = "sometimes"
 "#,
     )
     .unwrap();
@@ -370,6 +379,7 @@ colour = "blue"
         (11, "browser.telemetry.interval"),
         (11, "browser.telemetry.sample"),
         (12, "browser.colour"),
+        (13, "browser.fail"),
     ] {
         let head = format!("{file}:{line}:");
         assert!(
@@ -379,7 +389,11 @@ colour = "blue"
             "no {head} {field} in\n{stderr}"
         );
     }
-    assert_eq!(stderr.lines().count(), 8, "{stderr}");
+    assert!(
+        stderr.contains("`sometimes` is not a failure mode"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 9, "{stderr}");
 
     // The same table, fixed, is valid; and `serve` refuses the broken one with exit 2.
     let good = dir.0.join("good.toml");

@@ -9,6 +9,8 @@
 //! | `sluice_browser_rejected_total` | counter | `reason`: `queue_full`, `timeout`, `limit` (the workers' 429s) |
 //! | `sluice_browser_cancelled_total` | counter | waiters whose page went away |
 //! | `sluice_browser_redispatched_total` | counter | re-dispatched copies refused after a worker restart |
+//! | `sluice_browser_limiter_failures_total` | counter | workers whose wasm module failed (did not load, or trapped) |
+//! | `sluice_browser_failed_requests_total` | counter | requests a failed worker passed (`fail = "open"`) or refused with 503 (`"closed"`) |
 //! | `sluice_browser_queue_wait_seconds_total` | counter | the waits of requests admitted after waiting, summed |
 //! | `sluice_browser_queue_waits_total` | counter | how many such waits were reported |
 //! | `sluice_browser_queue_wait_max_seconds` | gauge | the longest such wait reported since the gateway started |
@@ -58,6 +60,13 @@ pub struct Batch {
     pub cancelled: u64,
     /// Re-dispatched copies refused.
     pub redispatched: u64,
+    /// Module failures (0 or 1 per worker instance); absent from older workers' batches.
+    #[serde(default)]
+    pub failures: u64,
+    /// Requests handled without the limiter after its module failed; absent from older
+    /// workers' batches.
+    #[serde(default)]
+    pub failed: u64,
     /// Waits of requests admitted after waiting.
     pub wait_ms: Wait,
 }
@@ -150,6 +159,8 @@ impl Batch {
             ("rejected.limit", self.rejected.limit),
             ("cancelled", self.cancelled),
             ("redispatched", self.redispatched),
+            ("failures", self.failures),
+            ("failed", self.failed),
             ("wait_ms.count", self.wait_ms.count),
         ];
         for (name, n) in counts {
@@ -258,6 +269,16 @@ pub fn describe() {
         "Re-dispatched copies of requests refused after a Service Worker restart."
     );
     describe_counter!(
+        "sluice_browser_limiter_failures_total",
+        Unit::Count,
+        "Service Workers whose wasm limiter failed: it did not load, or it trapped."
+    );
+    describe_counter!(
+        "sluice_browser_failed_requests_total",
+        Unit::Count,
+        "Requests a Service Worker with a failed limiter passed to the network (fail = \"open\") or refused with 503 (fail = \"closed\")."
+    );
+    describe_counter!(
         "sluice_browser_telemetry_refused_total",
         Unit::Count,
         "Telemetry requests refused, by `reason`: `malformed` (400), `too_large` (413), `limit` (429), `method` (405)."
@@ -275,6 +296,8 @@ pub struct Metrics {
     limit: Counter,
     cancelled: Counter,
     redispatched: Counter,
+    failures: Counter,
+    failed: Counter,
     refused: [Counter; 4],
 }
 
@@ -294,6 +317,8 @@ impl Metrics {
             limit: rejected("limit"),
             cancelled: metrics::counter!("sluice_browser_cancelled_total"),
             redispatched: metrics::counter!("sluice_browser_redispatched_total"),
+            failures: metrics::counter!("sluice_browser_limiter_failures_total"),
+            failed: metrics::counter!("sluice_browser_failed_requests_total"),
             refused: [
                 refused("malformed"),
                 refused("too_large"),
@@ -311,6 +336,8 @@ impl Metrics {
             &m.limit,
             &m.cancelled,
             &m.redispatched,
+            &m.failures,
+            &m.failed,
         ]
         .into_iter()
         .chain(&m.refused)
@@ -331,6 +358,8 @@ impl Metrics {
         self.limit.increment(b.rejected.limit);
         self.cancelled.increment(b.cancelled);
         self.redispatched.increment(b.redispatched);
+        self.failures.increment(b.failures);
+        self.failed.increment(b.failed);
         WAIT_SUM_MS.fetch_add(b.wait_ms.sum, Ordering::Relaxed);
         WAIT_COUNT.fetch_add(b.wait_ms.count, Ordering::Relaxed);
         WAIT_MAX_MS.fetch_max(b.wait_ms.max, Ordering::Relaxed);
@@ -375,6 +404,11 @@ mod tests {
         let b = Batch::parse(GOOD.as_bytes()).unwrap();
         assert_eq!(b.sample, 0.5);
         assert!(Batch::parse(with("future", "[1]").as_bytes()).is_ok());
+        assert_eq!((b.failures, b.failed), (0, 0));
+        let failed = Batch::parse(with("failed", "7").as_bytes()).unwrap();
+        assert_eq!(failed.failed, 7);
+        let failures = Batch::parse(with("failures", "1").as_bytes()).unwrap();
+        assert_eq!(failures.failures, 1);
     }
 
     #[test]
@@ -390,6 +424,8 @@ mod tests {
             ("sample", "1.01", "sample"),
             ("wait_ms.max", "31", "wait_ms.max"),
             ("queued", "4294967296", "queued"),
+            ("failed", "4294967296", "failed"),
+            ("failures", "-1", "invalid value"),
             (
                 "worker",
                 "\"0123456789012345678901234567890123456789012345678901234567890123456789\"",

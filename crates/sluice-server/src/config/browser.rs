@@ -61,6 +61,29 @@ pub struct BrowserConfig {
     pub persist_debounce_ms: u64,
     /// `telemetry`; `None` when `telemetry = false`.
     pub telemetry: Option<TelemetryConfig>,
+    /// `fail`: what the worker does once its wasm module has failed.
+    pub fail: FailMode,
+}
+
+/// `browser.fail`: what a worker whose wasm module did not load or trapped does with the
+/// requests it limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailMode {
+    /// `"open"`: they go to the network untouched (the gateway still limits).
+    #[default]
+    Open,
+    /// `"closed"`: they get 503 from the worker.
+    Closed,
+}
+
+impl FailMode {
+    /// The name in TOML and in the worker's JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailMode::Open => "open",
+            FailMode::Closed => "closed",
+        }
+    }
 }
 
 /// `browser.telemetry`.
@@ -90,6 +113,7 @@ impl Default for BrowserConfig {
             persist: true,
             persist_debounce_ms: 150,
             telemetry: Some(TelemetryConfig::default()),
+            fail: FailMode::Open,
         }
     }
 }
@@ -134,6 +158,7 @@ impl BrowserConfig {
                 "interval_ms": t.interval_ms,
                 "sample": t.sample,
             })),
+            "fail": self.fail.name(),
         })
     }
 }
@@ -278,6 +303,19 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> BrowserConfig {
             }
         },
     };
+    let fail = match f.str("fail", errors) {
+        None => defaults.fail,
+        Some(("open", _)) => FailMode::Open,
+        Some(("closed", _)) => FailMode::Closed,
+        Some((other, at)) => {
+            errors.at(
+                at,
+                "browser.fail",
+                format!("`{other}` is not a failure mode: expected \"open\" or \"closed\""),
+            );
+            defaults.fail
+        }
+    };
     f.finish(errors);
     BrowserConfig {
         path_prefixes,
@@ -290,6 +328,7 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> BrowserConfig {
         persist,
         persist_debounce_ms: ceil_ms(debounce),
         telemetry,
+        fail,
     }
 }
 
@@ -449,6 +488,7 @@ queue_max_body = "1KiB"
 persist = false
 persist_debounce = "0s"
 telemetry = { endpoint = "/t", interval = "2s", sample = 0.25, limit = { capacity = 3, rate = "1/min" } }
+fail = "closed"
 "#,
         )
         .unwrap()
@@ -460,6 +500,7 @@ telemetry = { endpoint = "/t", interval = "2s", sample = 0.25, limit = { capacit
         assert_eq!(b.queue_max_body, 1024);
         assert!(!b.persist);
         assert_eq!(b.persist_debounce_ms, 0);
+        assert_eq!(b.fail, FailMode::Closed);
         let t = b.telemetry.clone().unwrap();
         assert_eq!(
             (t.endpoint.as_str(), t.interval_ms, t.sample),
@@ -471,6 +512,7 @@ telemetry = { endpoint = "/t", interval = "2s", sample = 0.25, limit = { capacit
         assert_eq!(json["algorithm"], "gcra");
         assert_eq!(json["queue"], json!({"depth": 0, "max_wait_ms": 2}));
         assert_eq!(json["max_queued_body_bytes"], 1024);
+        assert_eq!(json["fail"], "closed");
         assert_eq!(
             json["telemetry"],
             json!({"endpoint": "/t", "interval_ms": 2000, "sample": 0.25})
@@ -509,6 +551,7 @@ persist = "yes"
 persist_debounce = "11s"
 telemetry = { endpoint = "/sluice/t", interval = "500ms", sample = 1.5, limit = { rate = "0/s" } }
 extra = 1
+fail = "ajar"
 "#,
         )
         .unwrap_err();
@@ -528,6 +571,7 @@ extra = 1
             (14, "browser.telemetry.sample"),
             (14, "browser.telemetry.limit.rate"),
             (15, "browser.extra"),
+            (16, "browser.fail"),
         ];
         assert_eq!(errors.len(), expect.len(), "{}", errors.join("\n"));
         for (line, field) in expect {
@@ -540,6 +584,9 @@ extra = 1
                 errors.join("\n")
             );
         }
+        assert!(errors
+            .iter()
+            .any(|e| e.contains("`ajar` is not a failure mode")));
         let empty = browser("[browser]\npath_prefixes = []\ntelemetry = 3\n").unwrap_err();
         assert_eq!(empty.len(), 2, "{empty:?}");
         assert!(empty[0].contains("browser.path_prefixes: list at least one prefix"));

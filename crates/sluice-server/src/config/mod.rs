@@ -22,7 +22,9 @@ use sluice_http::policy::{is_valid_name, QueueSpec};
 use sluice_http::{KeySpec, Upstream};
 use toml::de::{DeTable, DeValue};
 
-pub use browser::{BrowserConfig, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX};
+pub use browser::{
+    BrowserConfig, FailMode, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX,
+};
 pub use walk::ConfigError;
 use walk::{Errors, Fields};
 
