@@ -227,3 +227,45 @@ fn the_systemd_unit_passes_systemd_analyze_and_reloads_with_sighup() {
         "systemd-analyze verify: {said}"
     );
 }
+
+/// The limits of the main listener: each invalid value is named with its line and field.
+#[test]
+fn the_edge_settings_are_validated() {
+    let (code, _, stderr, path) = check(
+        r#"[server]
+max_body = "lots"
+client_body_timeout = "0s"
+
+[[route]]
+path_prefix = "/"
+upstream = "http://127.0.0.1:9000"
+max_body = -1
+"#,
+    );
+    assert_eq!(code, 2, "{stderr}");
+    for (line, field) in [
+        (2, "server.max_body"),
+        (3, "server.client_body_timeout"),
+        (8, "route[0].max_body"),
+    ] {
+        let prefix = format!("{path}:{line}:");
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(&format!(" {field}: "))),
+            "missing {prefix} {field} in:\n{stderr}"
+        );
+    }
+    let (code, _, stderr, _) = check(
+        r#"[server]
+max_body = "10MiB"
+client_body_timeout = "30s"
+
+[[route]]
+path_prefix = "/"
+upstream = "http://127.0.0.1:9000"
+max_body = 0
+"#,
+    );
+    assert_eq!(code, 0, "{stderr}");
+}

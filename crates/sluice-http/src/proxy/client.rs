@@ -21,6 +21,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 
+use crate::body::{BodyError, RequestBody};
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
 use crate::route::Route;
 
@@ -43,6 +44,12 @@ pub enum ProxyError {
     /// No response head within the route's timeout (504).
     #[error("upstream did not answer within {0:?}")]
     Timeout(Duration),
+    /// The request body was cut short: too large (413) or stalled (408).
+    #[error("{0}")]
+    Body(#[source] BodyError),
+    /// The client's request body failed (the client went away or broke its framing).
+    #[error("the request body failed: {0}")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl ProxyError {
@@ -50,10 +57,19 @@ impl ProxyError {
     pub fn is_connect(&self) -> bool {
         matches!(self, ProxyError::Connect(_))
     }
+
+    /// Why the request body was cut short, when that is what failed the request.
+    pub fn body_error(&self) -> Option<BodyError> {
+        match self {
+            ProxyError::Body(cut) => Some(*cut),
+            ProxyError::Upstream(e) => BodyError::find(e),
+            _ => None,
+        }
+    }
 }
 
 /// Forwards requests to upstreams over pooled HTTP/1.1 connections. Clones share the pool.
-pub struct Proxy<B = Incoming> {
+pub struct Proxy<B = RequestBody<Incoming>> {
     pool: Arc<Pool<B>>,
 }
 

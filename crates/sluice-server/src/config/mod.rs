@@ -70,6 +70,10 @@ pub struct ServerConfig {
     /// Gateway worker threads, each with its own event loop, listening socket
     /// (`SO_REUSEPORT`) and upstream connection pool.
     pub workers: usize,
+    /// The largest request body of a route without its own `max_body` (413 above).
+    pub max_body: u64,
+    /// The longest gap between two reads of a request body (408 after it).
+    pub client_body_timeout: Duration,
 }
 
 /// `store.backend`.
@@ -167,6 +171,9 @@ impl KeySalt {
     }
 }
 
+/// The default `server.max_body`: nginx's `client_max_body_size`.
+pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
+
 /// The default `store.max_loss`.
 pub const DEFAULT_MAX_LOSS: Duration = Duration::from_millis(100);
 /// The bounds of `store.max_loss`: below, the disk would be written too often; above, a
@@ -218,6 +225,8 @@ pub struct RouteConfig {
     pub queue_max_body: u64,
     /// `upstream_timeout`.
     pub upstream_timeout: Duration,
+    /// `max_body`: this route's own limit, or `server.max_body`.
+    pub max_body: Option<u64>,
 }
 
 /// A configuration file that could not be used.
@@ -403,6 +412,22 @@ fn duration(
     }
 }
 
+/// A duration that must be greater than zero.
+fn positive_duration(
+    fields: &mut Fields<'_, '_>,
+    key: &'static str,
+    default: Duration,
+    errors: &mut Errors<'_>,
+) -> Duration {
+    let at = fields.get(key).map_or(0, |v| v.span().start);
+    let d = duration(fields, key, default, errors);
+    if d.is_zero() {
+        errors.at(at, &fields.path(key), "must be greater than zero");
+        return default;
+    }
+    d
+}
+
 fn size(
     fields: &mut Fields<'_, '_>,
     key: &'static str,
@@ -514,8 +539,17 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         }
         Some((n, _)) => n as usize,
     };
+    let max_body = size(&mut f, "max_body", DEFAULT_MAX_BODY, errors);
+    let client_body_timeout = positive_duration(
+        &mut f,
+        "client_body_timeout",
+        Duration::from_secs(60),
+        errors,
+    );
     f.finish(errors);
     ServerConfig {
+        max_body,
+        client_body_timeout,
         listen,
         admin_listen,
         trusted_proxies,
@@ -932,6 +966,10 @@ fn route(
         }
     };
     let queue_max_body = size(&mut f, "queue_max_body", 64 * 1024, errors);
+    let max_body = f
+        .get("max_body")
+        .is_some()
+        .then(|| size(&mut f, "max_body", DEFAULT_MAX_BODY, errors));
     let upstream_timeout = duration(&mut f, "upstream_timeout", Duration::from_secs(30), errors);
     if upstream_timeout.is_zero() {
         errors.at(
@@ -953,6 +991,7 @@ fn route(
             upstream: upstream?,
             queue_max_body,
             upstream_timeout,
+            max_body,
         },
         at,
     ))

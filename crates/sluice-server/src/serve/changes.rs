@@ -42,6 +42,11 @@ pub fn describe(old: &Config, new: &Config) -> String {
             a.max_header_bytes != b.max_header_bytes,
             "server.max_header_bytes",
         ),
+        (a.max_body != b.max_body, "server.max_body"),
+        (
+            a.client_body_timeout != b.client_body_timeout,
+            "server.client_body_timeout",
+        ),
     ] {
         if changed {
             out.push(name.to_owned());

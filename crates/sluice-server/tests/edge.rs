@@ -1,0 +1,220 @@
+//! The main listener at the edge: body limits, body timeouts, an authenticated admin listener,
+//! connection limits, and the other protections of an internet-facing server. Real sockets
+//! on 127.0.0.1 against the built binary.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{get, Gateway};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// An upstream that tells request heads from complete requests: `heads` counts every request
+/// whose head arrived, `complete` holds the body length of each request that arrived whole,
+/// `broken` counts those whose body failed.
+#[derive(Clone)]
+struct Recorder {
+    addr: SocketAddr,
+    heads: Arc<Mutex<u64>>,
+    complete: Arc<Mutex<Vec<usize>>>,
+    broken: Arc<Mutex<u64>>,
+}
+
+impl Recorder {
+    async fn start() -> Recorder {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let rec = Recorder {
+            addr: listener.local_addr().unwrap(),
+            heads: Arc::default(),
+            complete: Arc::default(),
+            broken: Arc::default(),
+        };
+        let r = rec.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let r = r.clone();
+                        async move {
+                            *r.heads.lock().unwrap() += 1;
+                            let path = req.uri().path().to_owned();
+                            match req.into_body().collect().await {
+                                Ok(body) => r.complete.lock().unwrap().push(body.to_bytes().len()),
+                                Err(_) => *r.broken.lock().unwrap() += 1,
+                            }
+                            let body = if let Some(n) = path.strip_prefix("/big/") {
+                                vec![b'x'; n.parse().unwrap_or(0)]
+                            } else {
+                                b"ok".to_vec()
+                            };
+                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                        }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        rec
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn heads(&self) -> u64 {
+        *self.heads.lock().unwrap()
+    }
+
+    fn complete(&self) -> Vec<usize> {
+        self.complete.lock().unwrap().clone()
+    }
+}
+
+/// Two routes in front of `up`: `/api/` with the server's limits, `/upload/` with
+/// `upload_extra` lines.
+fn two_routes(up: &str, upload_extra: &str) -> String {
+    format!(
+        "[[route]]\npath_prefix = \"/api/\"\nupstream = \"{up}\"\n\n\
+         [[route]]\npath_prefix = \"/upload/\"\nupstream = \"{up}\"\n{upload_extra}\n"
+    )
+}
+
+/// Writes `head` then each of `parts` (after `pause`), and reads the answer until the gateway
+/// closes the connection or `limit` passes. Returns the answer and how long it took.
+async fn exchange(
+    port: u16,
+    head: &str,
+    parts: &[&[u8]],
+    pause: Duration,
+    limit: Duration,
+) -> (String, Duration) {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    for part in parts {
+        tokio::time::sleep(pause).await;
+        if s.write_all(part).await.is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(limit, s.read_to_end(&mut answer)).await;
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        started.elapsed(),
+    )
+}
+
+fn status_of(answer: &str) -> u16 {
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_max_body_get_413_before_the_upstream_sees_them() {
+    let up = Recorder::start().await;
+    let gw = Gateway::start(
+        "max_body = \"1KiB\"",
+        &two_routes(&up.url(), "max_body = \"4KiB\""),
+    )
+    .await;
+    let long = |path: &str, len: usize| {
+        format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n")
+    };
+    let chunked = |path: &str| {
+        format!("POST {path} HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
+    };
+    let wait = Duration::from_secs(5);
+    let none = Duration::ZERO;
+
+    // By Content-Length, at once: the body is not even sent.
+    let (a, took) = exchange(gw.port, &long("/api/x", 16 * 1024), &[], none, wait).await;
+    assert_eq!(status_of(&a), 413, "{a}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // By counting a chunked body: 2 KiB in 512-byte chunks.
+    let block = chunk(&[b'a'; 512]);
+    let mut parts: Vec<&[u8]> = vec![&block; 4];
+    parts.push(b"0\r\n\r\n");
+    let (a, _) = exchange(gw.port, &chunked("/api/x"), &parts, none, wait).await;
+    assert_eq!(status_of(&a), 413, "{a}");
+    assert_eq!(up.heads(), 0, "the upstream saw a request");
+
+    // The route's own max_body: 2 KiB chunked passes, whole, and 8 KiB is refused.
+    let (a, _) = exchange(gw.port, &chunked("/upload/x"), &parts, none, wait).await;
+    assert_eq!(status_of(&a), 200, "{a}");
+    assert_eq!(up.complete(), [2048]);
+    let (a, _) = exchange(gw.port, &long("/upload/x", 8 * 1024), &[], none, wait).await;
+    assert_eq!(status_of(&a), 413, "{a}");
+    // At the limit exactly: accepted.
+    let body = vec![b'b'; 1024];
+    let (a, _) = exchange(gw.port, &long("/api/x", 1024), &[&body], none, wait).await;
+    assert_eq!(status_of(&a), 200, "{a}");
+    assert_eq!(up.complete(), [2048, 1024]);
+    assert_eq!(up.heads(), 2);
+    let log = gw.log_text();
+    assert!(log.contains("decision=body_too_large"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_gets_408_and_never_reaches_the_upstream_whole() {
+    let up = Recorder::start().await;
+    let gw = Gateway::start("client_body_timeout = \"1s\"", &two_routes(&up.url(), "")).await;
+    let wait = Duration::from_secs(6);
+    // Content-Length 100, 10 bytes, then nothing: streamed upstream, then cut.
+    let head = "POST /api/x HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n";
+    let (a, took) = exchange(gw.port, head, &[&[b'x'; 10]], Duration::ZERO, wait).await;
+    assert_eq!(status_of(&a), 408, "{a}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    // Chunked, one chunk, then nothing: stalls before the upstream sees it.
+    let head = "POST /api/y HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n";
+    let one = chunk(b"0123456789");
+    let (a, took) = exchange(gw.port, head, &[&one], Duration::ZERO, wait).await;
+    assert_eq!(status_of(&a), 408, "{a}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    // A slow body whose gaps stay under the timeout is forwarded whole.
+    let parts: Vec<&[u8]> = vec![b"aaaaa", b"bbbbb"];
+    let head = "POST /api/z HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
+    let (a, _) = exchange(gw.port, head, &parts, Duration::from_millis(600), wait).await;
+    assert_eq!(status_of(&a), 200, "{a}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        up.complete(),
+        [10],
+        "only the slow but steady body arrived whole"
+    );
+    assert!(gw.log_text().contains("decision=body_timeout"));
+    assert_eq!(
+        get(&gw.admin("/healthz")).await.unwrap().status,
+        StatusCode::OK
+    );
+}
