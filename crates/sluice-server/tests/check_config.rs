@@ -269,3 +269,24 @@ max_body = 0
     );
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[test]
+fn an_admin_token_is_read_from_the_environment_or_a_file_only() {
+    for (value, message) in [
+        ("s3cret", "expected env:NAME or file:/path"),
+        ("env:SLUICE_TEST_UNSET_TOKEN_VARIABLE", "is not set"),
+        ("file:/nonexistent/token", "cannot read"),
+    ] {
+        let (code, _, stderr, path) = check(&format!(
+            "[server]\nadmin_token = \"{value}\"\n\n[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9000\"\n"
+        ));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("{path}:2:"))
+                && stderr.contains("server.admin_token")
+                && stderr.contains(message),
+            "{value}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret") || value == "s3cret");
+    }
+}

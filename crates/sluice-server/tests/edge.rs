@@ -218,3 +218,94 @@ async fn a_stalled_body_gets_408_and_never_reaches_the_upstream_whole() {
         StatusCode::OK
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_needs_the_token_and_never_logs_it() {
+    let up = Recorder::start().await;
+    let dir = common::TempDir::new();
+    let token = "t0k3n-only-the-operator-knows-4f9a";
+    let token_file = dir.0.join("admin-token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let server = format!(
+        "admin_token = \"file:{}\"\nheader_read_timeout = \"1s\"",
+        token_file.display()
+    );
+    let gw = Gateway::start(&server, &two_routes(&up.url(), "")).await;
+    let client = common::client();
+    let ask = |method: &str, path: &str, auth: Option<&str>| {
+        let mut req = Request::builder().method(method).uri(gw.admin(path));
+        if let Some(auth) = auth {
+            req = req.header("authorization", auth);
+        }
+        let body = if method == "POST" {
+            r#"{"policy":"none"}"#
+        } else {
+            ""
+        };
+        common::send(&client, req.body(Full::new(Bytes::from(body))).unwrap())
+    };
+    let right = format!("Bearer {token}");
+    let same_length_wrong = format!("Bearer {}", "x".repeat(token.len()));
+    for path in ["/metrics", "/v1/stats", "/dashboard", "/nowhere"] {
+        for auth in [
+            None,
+            Some("Bearer nope"),
+            Some(same_length_wrong.as_str()),
+            Some(token),
+        ] {
+            let a = ask("GET", path, auth).await.unwrap();
+            assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{path} {auth:?}");
+            assert!(a
+                .header("www-authenticate")
+                .is_some_and(|v| v.starts_with("Bearer")));
+        }
+    }
+    let a = ask("POST", "/v1/check", None).await.unwrap();
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        ask("GET", "/metrics", Some(&right)).await.unwrap().status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        ask("GET", "/metrics", Some(&format!("bearer   {token}")))
+            .await
+            .unwrap()
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        ask("GET", "/v1/stats", Some(&right)).await.unwrap().status,
+        StatusCode::OK
+    );
+    // An unknown policy: the decision API answered, past the token.
+    assert_eq!(
+        ask("POST", "/v1/check", Some(&right)).await.unwrap().status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        ask("GET", "/healthz", None).await.unwrap().status,
+        StatusCode::OK
+    );
+
+    // The admin listener closes a connection whose head is not complete in time.
+    let (a, took) = exchange(
+        gw.admin_port,
+        "GET /healthz HTTP/1.1\r\nhost",
+        &[],
+        Duration::ZERO,
+        Duration::from_secs(6),
+    )
+    .await;
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?} {a}"
+    );
+
+    // A reload logs what changed, never the secret.
+    gw.signal("HUP");
+    gw.wait_log("SIGHUP: reloaded", Duration::from_secs(5))
+        .await;
+    let log = gw.log_text();
+    assert!(!log.contains(token), "the token is in the log:\n{log}");
+    assert!(!log.contains("x".repeat(token.len()).as_str()));
+}

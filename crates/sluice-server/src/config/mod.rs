@@ -74,6 +74,8 @@ pub struct ServerConfig {
     pub max_body: u64,
     /// The longest gap between two reads of a request body (408 after it).
     pub client_body_timeout: Duration,
+    /// The bearer token every admin endpoint but `/healthz` requires, if any.
+    pub admin_token: Option<AdminToken>,
 }
 
 /// `store.backend`.
@@ -145,30 +147,84 @@ impl KeySalt {
     /// What is wrong, for `store.key_salt`: another form, an unset variable, an unreadable
     /// file, an empty salt.
     pub fn read(source: &str) -> Result<KeySalt, String> {
-        let bytes = if let Some(name) = source.strip_prefix("env:") {
-            std::env::var_os(name)
-                .ok_or_else(|| format!("environment variable `{name}` is not set"))?
-                .into_encoded_bytes()
-        } else if let Some(path) = source.strip_prefix("file:") {
-            let mut bytes =
-                std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
-            while bytes.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
-                bytes.pop();
-            }
-            bytes
-        } else {
-            return Err(String::from(
-                "expected env:NAME or file:/path (the salt itself does not belong in the config file)",
-            ));
-        };
-        if bytes.is_empty() {
-            return Err(format!("`{source}` is empty"));
-        }
+        let bytes = read_secret(source, "the salt")?;
         Ok(KeySalt {
             source: source.to_owned(),
             bytes,
         })
     }
+}
+
+/// `server.admin_token`, read from where it names: `env:NAME` or `file:/path`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    /// What the config says (`env:NAME`, `file:/path`), never the secret.
+    pub source: String,
+    /// The token.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminToken({})", self.source)
+    }
+}
+
+impl AdminToken {
+    /// Reads the token named by `source`; a file's trailing newline is not part of it.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong, for `server.admin_token`: another form, an unset variable, an
+    /// unreadable file, an empty token, or one that cannot travel in a header.
+    pub fn read(source: &str) -> Result<AdminToken, String> {
+        let bytes = read_secret(source, "the token")?;
+        if !bytes.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "`{source}` holds characters a bearer token cannot carry (visible ASCII only)"
+            ));
+        }
+        Ok(AdminToken {
+            source: source.to_owned(),
+            bytes,
+        })
+    }
+
+    /// Whether `presented` is the token, in time that depends on its length only.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        if presented.len() != self.bytes.len() {
+            return false;
+        }
+        let diff = presented
+            .iter()
+            .zip(&self.bytes)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
+
+/// Reads a secret named `env:NAME` or `file:/path` (a file's trailing newline is not part
+/// of it); `what` names it in the errors.
+fn read_secret(source: &str, what: &str) -> Result<Vec<u8>, String> {
+    let bytes = if let Some(name) = source.strip_prefix("env:") {
+        std::env::var_os(name)
+            .ok_or_else(|| format!("environment variable `{name}` is not set"))?
+            .into_encoded_bytes()
+    } else if let Some(path) = source.strip_prefix("file:") {
+        let mut bytes = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        while bytes.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
+            bytes.pop();
+        }
+        bytes
+    } else {
+        return Err(format!(
+            "expected env:NAME or file:/path ({what} itself does not belong in the config file)"
+        ));
+    };
+    if bytes.is_empty() {
+        return Err(format!("`{source}` is empty"));
+    }
+    Ok(bytes)
 }
 
 /// The default `server.max_body`: nginx's `client_max_body_size`.
@@ -546,8 +602,18 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         Duration::from_secs(60),
         errors,
     );
+    let admin_token = f
+        .str("admin_token", errors)
+        .and_then(|(source, at)| match AdminToken::read(source) {
+            Ok(token) => Some(token),
+            Err(e) => {
+                errors.at(at, "server.admin_token", e);
+                None
+            }
+        });
     f.finish(errors);
     ServerConfig {
+        admin_token,
         max_body,
         client_body_timeout,
         listen,

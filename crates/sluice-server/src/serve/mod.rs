@@ -117,18 +117,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let workers = gateway::Workers::start(&server, shared, &stop_rx)
         .with_context(|| format!("binding server.listen {}", server.listen))?;
-    let admin = {
-        let router = admin::router(shared);
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            axum::serve(admin_listener, router)
-                .with_graceful_shutdown(stopped)
-                .await
-        })
-    };
+    let admin = tokio::spawn(admin::serve(admin_listener, shared, stop_rx.clone()));
     drop(stop_rx);
     tracing::info!(
         listen = %server.listen,
