@@ -309,3 +309,164 @@ async fn the_admin_listener_needs_the_token_and_never_logs_it() {
     assert!(!log.contains(token), "the token is in the log:\n{log}");
     assert!(!log.contains("x".repeat(token.len()).as_str()));
 }
+
+/// `[store]` in a file under `dir`, and `/api/` limited by a generous policy kept in it. The
+/// file is written every 500 ms and the policy answers 503 once no write has succeeded for a
+/// second (so a store that cannot write, as when descriptors run out, shows within a test,
+/// while a loaded test machine's scheduling delays do not).
+fn file_store_routes(dir: &std::path::Path, up: &str) -> String {
+    format!(
+        "[store]\nbackend = \"file\"\npath = \"{}\"\nmax_loss = \"1s\"\n\n\
+         [[policy]]\nname = \"api\"\ncapacity = 100000\nrate = \"100000/s\"\nkey = \"ip\"\n\n\
+         [[route]]\npath_prefix = \"/api/\"\npolicies = [\"api\"]\nupstream = \"{up}\"\n",
+        dir.join("state").display()
+    )
+}
+
+/// Whether the gateway closed `stream` within `limit` (EOF or reset), without sending
+/// anything on it.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(limit, stream.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// The value of an unlabelled series in Prometheus text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_is_capped_and_ordinary_requests_resume_when_connections_free_up() {
+    let up = Recorder::start().await;
+    let dir = common::TempDir::new();
+    let mut gw = Gateway::start(
+        "max_connections = 100\nheader_read_timeout = \"60s\"",
+        &file_store_routes(&dir.0, &up.url()),
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        held.push(TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap());
+    }
+    // Every connection beyond the hundredth is closed at accept; the hundred stay open.
+    let checks: Vec<_> = held
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let closed = closed_within(&mut s, Duration::from_secs(2)).await;
+                (closed, s)
+            })
+        })
+        .collect();
+    let mut open = Vec::new();
+    let mut closed = 0;
+    for check in checks {
+        let (was_closed, s) = check.await.unwrap();
+        if was_closed {
+            closed += 1;
+        } else {
+            open.push(s);
+        }
+    }
+    assert_eq!((open.len(), closed), (100, 200));
+    // At the cap, a new client is refused too.
+    assert!(get(&gw.url("/api/x")).await.is_err());
+    // Ten connections go away: ten ordinary requests are served as soon as they are gone.
+    open.truncate(90);
+    let freed = Instant::now();
+    let mut served = 0;
+    while served < 10 {
+        match get(&gw.url("/api/x")).await {
+            Ok(a) => {
+                assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
+                served += 1;
+            }
+            Err(_) => {
+                assert!(freed.elapsed() < Duration::from_secs(2), "still refused");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    let metrics = common::get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        metric(&text, "sluice_connections_refused_total").is_some_and(|n| n >= 201.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "sluice_connections_open"),
+        Some(90.0),
+        "{text}"
+    );
+    drop(open);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = get(&gw.url("/api/x")).await.unwrap();
+    assert_eq!(a.status, StatusCode::OK, "{:?} {}", a.body, gw.log_text());
+    assert!(gw.child_alive());
+    let log = gw.log_text();
+    assert!(!log.contains("panicked") && !log.contains("ERROR"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_connections_are_closed_at_the_header_timeout_and_cost_others_nothing() {
+    let up = Recorder::start().await;
+    let gw = Gateway::start("header_read_timeout = \"3s\"", &two_routes(&up.url(), "")).await;
+    let port = gw.port;
+    let head = b"GET /api/slow HTTP/1.1\r\nhost: x\r\nx-padding: aaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut slow = Vec::new();
+    for _ in 0..500 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        slow.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut buf = [0u8; 256];
+            for byte in head.iter().cycle() {
+                if s.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                tokio::select! {
+                    read = s.read(&mut buf) => {
+                        match read {
+                            Ok(0) | Err(_) => break,
+                            // An answer would mean the whole head got through.
+                            Ok(_) => return Err(String::from_utf8_lossy(&buf).into_owned()),
+                        }
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                if started.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+            }
+            Ok(started.elapsed())
+        }));
+    }
+    // Meanwhile, ordinary requests, each on a new connection.
+    let mut latencies = Vec::new();
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        let started = Instant::now();
+        let a = get(&gw.url("/api/x")).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        latencies.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
+    assert!(
+        median < Duration::from_millis(20),
+        "median {median:?} of {}",
+        latencies.len()
+    );
+    for task in slow {
+        let lived = task.await.unwrap().unwrap();
+        assert!(
+            lived >= Duration::from_millis(2900) && lived < Duration::from_secs(8),
+            "a slow connection lived {lived:?}"
+        );
+    }
+    assert_eq!(up.heads() as usize, latencies.len());
+}

@@ -74,6 +74,9 @@ pub struct ServerConfig {
     pub max_body: u64,
     /// The longest gap between two reads of a request body (408 after it).
     pub client_body_timeout: Duration,
+    /// The most open client connections on the main listener, for the whole process; beyond
+    /// it new connections are closed as soon as they are accepted.
+    pub max_connections: usize,
     /// The bearer token every admin endpoint but `/healthz` requires, if any.
     pub admin_token: Option<AdminToken>,
 }
@@ -226,6 +229,9 @@ fn read_secret(source: &str, what: &str) -> Result<Vec<u8>, String> {
     }
     Ok(bytes)
 }
+
+/// The default `server.max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
 /// The default `server.max_body`: nginx's `client_max_body_size`.
 pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
@@ -611,8 +617,21 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
                 None
             }
         });
+    let max_connections = match f.uint("max_connections", errors) {
+        None => DEFAULT_MAX_CONNECTIONS,
+        Some((n, at)) if n == 0 || n > 1_000_000 => {
+            errors.at(
+                at,
+                "server.max_connections",
+                format!("must be between 1 and 1000000, got {n}"),
+            );
+            DEFAULT_MAX_CONNECTIONS
+        }
+        Some((n, _)) => n as usize,
+    };
     f.finish(errors);
     ServerConfig {
+        max_connections,
         admin_token,
         max_body,
         client_body_timeout,

@@ -43,6 +43,10 @@ pub fn describe(old: &Config, new: &Config) -> String {
             "server.max_header_bytes",
         ),
         (a.max_body != b.max_body, "server.max_body"),
+        (
+            a.max_connections != b.max_connections,
+            "server.max_connections",
+        ),
         (a.admin_token != b.admin_token, "server.admin_token"),
         (
             a.client_body_timeout != b.client_body_timeout,

@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
@@ -26,6 +27,48 @@ use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Open client connections on the main listener, across every worker.
+static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// One open client connection, counted in [`OPEN_CONNECTIONS`] and `sluice_connections_open`
+/// until it is dropped (when its connection task ends, for whatever reason).
+struct Counted {
+    open: metrics::Gauge,
+}
+
+impl Counted {
+    /// Counts one more connection, unless `max` are open already.
+    fn admit(max: usize, open: &metrics::Gauge) -> Option<Counted> {
+        if OPEN_CONNECTIONS.fetch_add(1, Ordering::Relaxed) >= max {
+            OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        open.increment(1.0);
+        Some(Counted { open: open.clone() })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+        self.open.decrement(1.0);
+    }
+}
+
+/// Gives the connection metrics their help text.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "sluice_connections_open",
+        metrics::Unit::Count,
+        "Client connections open on the main listener now."
+    );
+    metrics::describe_counter!(
+        "sluice_connections_refused_total",
+        metrics::Unit::Count,
+        "Client connections closed as soon as they were accepted, because server.max_connections were open."
+    );
+}
 
 /// The gateway's worker threads: each runs its own single-threaded event loop with its own
 /// listening socket (`SO_REUSEPORT`, so the kernel spreads connections) and its own upstream
@@ -152,6 +195,8 @@ async fn accept_loop(
     };
     let mut limits = (server.header_read_timeout, server.max_header_bytes);
     let mut builder = connections(limits.0, limits.1);
+    let open = metrics::gauge!("sluice_connections_open");
+    let refused = metrics::counter!("sluice_connections_refused_total");
     loop {
         let accepted = tokio::select! {
             biased;
@@ -167,15 +212,22 @@ async fn accept_loop(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        // New connections follow the header limits of the configuration in force.
-        let current = {
+        // New connections follow the limits of the configuration in force.
+        let (current, max_connections) = {
             let runtime = shared.current();
+            let server = &runtime.config.server;
             (
-                runtime.config.server.header_read_timeout,
-                runtime.config.server.max_header_bytes,
+                (server.header_read_timeout, server.max_header_bytes),
+                server.max_connections,
             )
         };
+        let Some(counted) = Counted::admit(max_connections, &open) else {
+            // Closed at once: its descriptor is back before the next accept.
+            refused.increment(1);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
         if current != limits {
             limits = current;
             builder = connections(limits.0, limits.1);
@@ -189,6 +241,7 @@ async fn accept_loop(
             if let Err(e) = watched.await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
+            drop(counted);
         });
     }
     drop(listener);
