@@ -10,7 +10,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 
 use crate::admit::{admit, Ask, Reason};
 use crate::body::{Body, BodyError, RequestBody};
-use crate::client_ip::TrustedProxies;
+use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::headers;
 use crate::path::canonical_uri;
 use crate::proxy::{Proxy, ProxyError};
@@ -207,6 +207,11 @@ impl Gateway {
             }
         };
         let mut request = request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+        if !self.trusted.contains(peer.ip()) {
+            // Only a trusted proxy's `Forwarded` is passed on: a client's could make the
+            // upstream believe any address.
+            request.headers_mut().remove(&FORWARDED);
+        }
         let body = request.body_mut();
         let checked = if !http_body::Body::is_end_stream(body)
             && http_body::Body::size_hint(body).exact().is_none()

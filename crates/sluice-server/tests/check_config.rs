@@ -235,6 +235,8 @@ fn the_edge_settings_are_validated() {
         r#"[server]
 max_body = "lots"
 client_body_timeout = "0s"
+request_id = "no"
+max_connections = 0
 
 [[route]]
 path_prefix = "/"
@@ -246,7 +248,9 @@ max_body = -1
     for (line, field) in [
         (2, "server.max_body"),
         (3, "server.client_body_timeout"),
-        (8, "route[0].max_body"),
+        (4, "server.request_id"),
+        (5, "server.max_connections"),
+        (10, "route[0].max_body"),
     ] {
         let prefix = format!("{path}:{line}:");
         assert!(
@@ -260,6 +264,8 @@ max_body = -1
         r#"[server]
 max_body = "10MiB"
 client_body_timeout = "30s"
+request_id = false
+max_connections = 50000
 
 [[route]]
 path_prefix = "/"

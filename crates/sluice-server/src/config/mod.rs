@@ -77,6 +77,8 @@ pub struct ServerConfig {
     /// The most open client connections on the main listener, for the whole process; beyond
     /// it new connections are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Whether the gateway makes up an `X-Request-Id` for requests without one and echoes it.
+    pub request_id: bool,
     /// The bearer token every admin endpoint but `/healthz` requires, if any.
     pub admin_token: Option<AdminToken>,
 }
@@ -629,8 +631,23 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         }
         Some((n, _)) => n as usize,
     };
+    let request_id = match f.get("request_id") {
+        None => true,
+        Some(value) => match value.get_ref() {
+            DeValue::Boolean(b) => *b,
+            other => {
+                errors.value(
+                    value,
+                    "server.request_id",
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                true
+            }
+        },
+    };
     f.finish(errors);
     ServerConfig {
+        request_id,
         max_connections,
         admin_token,
         max_body,

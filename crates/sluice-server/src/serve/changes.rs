@@ -43,6 +43,7 @@ pub fn describe(old: &Config, new: &Config) -> String {
             "server.max_header_bytes",
         ),
         (a.max_body != b.max_body, "server.max_body"),
+        (a.request_id != b.request_id, "server.request_id"),
         (
             a.max_connections != b.max_connections,
             "server.max_connections",

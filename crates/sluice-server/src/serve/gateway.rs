@@ -256,20 +256,32 @@ pub async fn handle(
     peer: SocketAddr,
 ) -> Response<Body> {
     let started = Instant::now();
-    let id = request_id(shared, &mut req);
-    let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
-    let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let runtime = shared.current();
+    let ids = runtime.config.server.request_id;
+    let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
     if let Some(browser) = runtime.browser.as_ref() {
         if browser.owns(req.uri().path()) {
+            let id = request_id(shared, &mut req);
             return browser.handle(req, peer, id, started).await;
         }
     }
+    // With `request_id = false` a client's id is passed on untouched (and logged), and
+    // none is made up or echoed.
+    let id = if ids {
+        Some(request_id(shared, &mut req))
+    } else if log {
+        req.headers().get(&X_REQUEST_ID).cloned()
+    } else {
+        None
+    };
+    let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let handled = runtime.gateway.handle(proxy, req, peer).await;
     let mut response = handled.response;
-    response
-        .headers_mut()
-        .insert(X_REQUEST_ID.clone(), id.clone());
+    if let (true, Some(id)) = (ids, id.as_ref()) {
+        response
+            .headers_mut()
+            .insert(X_REQUEST_ID.clone(), id.clone());
+    }
     if let Some((method, path)) = head {
         let (policy, reason) = match &handled.outcome {
             Outcome::Denied { policy, reason } => (Some(*policy), Some(reason.as_str())),
@@ -277,7 +289,7 @@ pub async fn handle(
         };
         tracing::info!(
             target: "sluice::access",
-            request_id = id.to_str().unwrap_or(""),
+            request_id = id.as_ref().and_then(|id| id.to_str().ok()).unwrap_or(""),
             client = %handled.client_ip,
             method = %method,
             path = %path,
