@@ -237,7 +237,7 @@ impl Gateway {
                     response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
                 (response, Outcome::Admitted)
             }
-            Err(ProxyError::Timeout(_)) => {
+            Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
                 route.metrics.timeout.increment(1);
                 let r = headers::problem(
                     StatusCode::GATEWAY_TIMEOUT,

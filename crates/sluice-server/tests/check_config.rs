@@ -237,6 +237,8 @@ max_body = "lots"
 client_body_timeout = "0s"
 request_id = "no"
 max_connections = 0
+upstream_connect_timeout = "soon"
+upstream_idle_timeout = "0ms"
 
 [[route]]
 path_prefix = "/"
@@ -250,7 +252,9 @@ max_body = -1
         (3, "server.client_body_timeout"),
         (4, "server.request_id"),
         (5, "server.max_connections"),
-        (10, "route[0].max_body"),
+        (6, "server.upstream_connect_timeout"),
+        (7, "server.upstream_idle_timeout"),
+        (12, "route[0].max_body"),
     ] {
         let prefix = format!("{path}:{line}:");
         assert!(

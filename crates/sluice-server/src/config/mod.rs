@@ -77,6 +77,10 @@ pub struct ServerConfig {
     /// The most open client connections on the main listener, for the whole process; beyond
     /// it new connections are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// How long connecting to an upstream may take (504 after it).
+    pub upstream_connect_timeout: Duration,
+    /// How long a pooled upstream connection may stay idle before it is closed.
+    pub upstream_idle_timeout: Duration,
     /// Whether the gateway makes up an `X-Request-Id` for requests without one and echoes it.
     pub request_id: bool,
     /// The bearer token every admin endpoint but `/healthz` requires, if any.
@@ -645,8 +649,22 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
             }
         },
     };
+    let upstream_connect_timeout = positive_duration(
+        &mut f,
+        "upstream_connect_timeout",
+        Duration::from_secs(5),
+        errors,
+    );
+    let upstream_idle_timeout = positive_duration(
+        &mut f,
+        "upstream_idle_timeout",
+        Duration::from_secs(60),
+        errors,
+    );
     f.finish(errors);
     ServerConfig {
+        upstream_connect_timeout,
+        upstream_idle_timeout,
         request_id,
         max_connections,
         admin_token,

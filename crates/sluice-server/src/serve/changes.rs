@@ -45,6 +45,14 @@ pub fn describe(old: &Config, new: &Config) -> String {
         (a.max_body != b.max_body, "server.max_body"),
         (a.request_id != b.request_id, "server.request_id"),
         (
+            a.upstream_connect_timeout != b.upstream_connect_timeout,
+            "server.upstream_connect_timeout",
+        ),
+        (
+            a.upstream_idle_timeout != b.upstream_idle_timeout,
+            "server.upstream_idle_timeout",
+        ),
+        (
             a.max_connections != b.max_connections,
             "server.max_connections",
         ),

@@ -63,6 +63,11 @@ pub fn describe_metrics() {
         metrics::Unit::Count,
         "Client connections open on the main listener now."
     );
+    metrics::describe_gauge!(
+        "sluice_upstream_pool_idle",
+        metrics::Unit::Count,
+        "Idle upstream connections pooled by a gateway worker (`worker`), as of its last sweep (every second)."
+    );
     metrics::describe_counter!(
         "sluice_connections_refused_total",
         metrics::Unit::Count,
@@ -118,7 +123,7 @@ impl Workers {
                             return;
                         }
                     };
-                    runtime.block_on(worker(listener, shared, server, stop));
+                    runtime.block_on(worker(i, listener, shared, server, stop));
                 })?;
             threads.push(thread);
         }
@@ -145,6 +150,7 @@ fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 }
 
 async fn worker(
+    index: usize,
     listener: std::net::TcpListener,
     shared: &'static Shared,
     server: ServerConfig,
@@ -159,7 +165,22 @@ async fn worker(
     };
     // One pool per worker for the life of the process: requests borrow it, reloads keep it.
     let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new()));
+    proxy.set_timeouts(
+        server.upstream_connect_timeout,
+        server.upstream_idle_timeout,
+    );
+    // Pooled connections idle for longer than upstream_idle_timeout are closed within a
+    // second of it (none is used past it: the pool checks at checkout too).
+    let pooled = metrics::gauge!("sluice_upstream_pool_idle", "worker" => index.to_string());
+    let sweeper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            pooled.set(proxy.close_idle() as f64);
+        }
+    });
     let graceful = accept_loop(listener, shared, &server, stop, proxy).await;
+    sweeper.abort();
     // The configuration in force at the signal: a reload may have changed it.
     let shutdown_timeout = shared.current().config.server.shutdown_timeout;
     if tokio::time::timeout(shutdown_timeout, graceful.shutdown())
@@ -195,6 +216,10 @@ async fn accept_loop(
     };
     let mut limits = (server.header_read_timeout, server.max_header_bytes);
     let mut builder = connections(limits.0, limits.1);
+    let mut upstream_timeouts = (
+        server.upstream_connect_timeout,
+        server.upstream_idle_timeout,
+    );
     let open = metrics::gauge!("sluice_connections_open");
     let refused = metrics::counter!("sluice_connections_refused_total");
     loop {
@@ -213,14 +238,22 @@ async fn accept_loop(
             }
         };
         // New connections follow the limits of the configuration in force.
-        let (current, max_connections) = {
+        let (current, max_connections, upstream) = {
             let runtime = shared.current();
             let server = &runtime.config.server;
             (
                 (server.header_read_timeout, server.max_header_bytes),
                 server.max_connections,
+                (
+                    server.upstream_connect_timeout,
+                    server.upstream_idle_timeout,
+                ),
             )
         };
+        if upstream != upstream_timeouts {
+            upstream_timeouts = upstream;
+            proxy.set_timeouts(upstream.0, upstream.1);
+        }
         let Some(counted) = Counted::admit(max_connections, &open) else {
             // Closed at once: its descriptor is back before the next accept.
             refused.increment(1);
