@@ -239,6 +239,8 @@ request_id = "no"
 max_connections = 0
 upstream_connect_timeout = "soon"
 upstream_idle_timeout = "0ms"
+send_timeout = 30
+keep_alive_timeout = "0s"
 
 [[route]]
 path_prefix = "/"
@@ -254,7 +256,9 @@ max_body = -1
         (5, "server.max_connections"),
         (6, "server.upstream_connect_timeout"),
         (7, "server.upstream_idle_timeout"),
-        (12, "route[0].max_body"),
+        (8, "server.send_timeout"),
+        (9, "server.keep_alive_timeout"),
+        (14, "route[0].max_body"),
     ] {
         let prefix = format!("{path}:{line}:");
         assert!(

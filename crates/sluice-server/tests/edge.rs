@@ -706,3 +706,123 @@ async fn an_upstream_that_does_not_accept_gets_504_after_the_connect_timeout() {
     assert!(gw.log_text().contains("decision=upstream_timeout"));
     drop(socket);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_loses_its_connection_and_its_permit_after_send_timeout() {
+    let up = Recorder::start().await;
+    let gw = Gateway::start(
+        "send_timeout = \"1s\"",
+        &format!(
+            "[[policy]]\nname = \"one\"\ncapacity = 1000\nrate = \"1000/s\"\nconcurrency = 1\n\n\
+             [[route]]\npath_prefix = \"/big/\"\npolicies = [\"one\"]\nupstream = \"{}\"\n",
+            up.url()
+        ),
+    )
+    .await;
+    // 32 MiB: far more than the socket buffers between the gateway and a client that does
+    // not read.
+    let mut reader = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    reader
+        .write_all(b"GET /big/33554432 HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    // While its response is stuck, the route's one slot is taken.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = get(&gw.url("/big/10")).await.unwrap();
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", a.body);
+    // Then the stalled connection is closed and the next client served.
+    let served = loop {
+        let a = get(&gw.url("/big/10")).await.unwrap();
+        if a.status == StatusCode::OK {
+            break sent.elapsed();
+        }
+        assert!(sent.elapsed() < Duration::from_secs(6), "still refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        served >= Duration::from_millis(900) && served < Duration::from_secs(4),
+        "{served:?}"
+    );
+    // The stalled client finds its connection closed once it reads what was buffered.
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0usize;
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match reader.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok() && total < 32 << 20, "read {total} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_and_header_timeouts_are_timed_apart() {
+    let up = Recorder::start().await;
+    // A long keep-alive and a short header timeout: an idle connection outlives the header
+    // timeout, a slow head does not.
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"3s\"\nheader_read_timeout = \"1s\"",
+        &two_routes(&up.url(), ""),
+    )
+    .await;
+    let request = b"GET /api/x HTTP/1.1\r\nhost: x\r\n\r\n";
+    let idle = async {
+        let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        let idle_from = Instant::now();
+        // Still open after twice the header timeout: a second request is served on it.
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        s.write_all(request).await.unwrap();
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        let idle_from2 = Instant::now();
+        assert!(closed_within(&mut s, Duration::from_secs(6)).await);
+        (idle_from2.elapsed(), idle_from)
+    };
+    let slow_head = async {
+        let (a, took) = exchange(
+            gw.port,
+            "GET /api/x HTTP/1.1\r\nhost",
+            &[],
+            Duration::ZERO,
+            Duration::from_secs(6),
+        )
+        .await;
+        assert!(a.is_empty(), "{a}");
+        took
+    };
+    let ((idle_for, _), head_took) = tokio::join!(idle, slow_head);
+    assert!(
+        idle_for >= Duration::from_millis(2900) && idle_for < Duration::from_secs(5),
+        "closed after {idle_for:?} idle"
+    );
+    assert!(
+        head_took >= Duration::from_millis(900) && head_took < Duration::from_millis(2500),
+        "slow head closed after {head_took:?}"
+    );
+
+    // A short keep-alive: closed long before the header timeout.
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"500ms\"\nheader_read_timeout = \"10s\"",
+        &two_routes(&up.url(), ""),
+    )
+    .await;
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let _ = s.read(&mut buf).await.unwrap();
+    let idle_from = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(5)).await);
+    let idle_for = idle_from.elapsed();
+    assert!(
+        idle_for >= Duration::from_millis(450) && idle_for < Duration::from_secs(2),
+        "{idle_for:?}"
+    );
+}

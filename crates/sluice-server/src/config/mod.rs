@@ -77,6 +77,10 @@ pub struct ServerConfig {
     /// The most open client connections on the main listener, for the whole process; beyond
     /// it new connections are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// The longest a write to a client may stall before its connection is closed.
+    pub send_timeout: Duration,
+    /// How long a client connection may stay idle between requests.
+    pub keep_alive_timeout: Duration,
     /// How long connecting to an upstream may take (504 after it).
     pub upstream_connect_timeout: Duration,
     /// How long a pooled upstream connection may stay idle before it is closed.
@@ -661,8 +665,17 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         Duration::from_secs(60),
         errors,
     );
+    let send_timeout = positive_duration(&mut f, "send_timeout", Duration::from_secs(60), errors);
+    let keep_alive_timeout = positive_duration(
+        &mut f,
+        "keep_alive_timeout",
+        Duration::from_secs(75),
+        errors,
+    );
     f.finish(errors);
     ServerConfig {
+        send_timeout,
+        keep_alive_timeout,
         upstream_connect_timeout,
         upstream_idle_timeout,
         request_id,

@@ -44,6 +44,11 @@ pub fn describe(old: &Config, new: &Config) -> String {
         ),
         (a.max_body != b.max_body, "server.max_body"),
         (a.request_id != b.request_id, "server.request_id"),
+        (a.send_timeout != b.send_timeout, "server.send_timeout"),
+        (
+            a.keep_alive_timeout != b.keep_alive_timeout,
+            "server.keep_alive_timeout",
+        ),
         (
             a.upstream_connect_timeout != b.upstream_connect_timeout,
             "server.upstream_connect_timeout",

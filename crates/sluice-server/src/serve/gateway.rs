@@ -7,6 +7,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
@@ -14,7 +15,7 @@ use http::{HeaderName, Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
@@ -23,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
+use crate::serve::conn::{EdgeIo, Ending, Exchange, Timeouts};
 use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
@@ -205,17 +207,15 @@ async fn accept_loop(
     proxy: &'static Proxy,
 ) -> GracefulShutdown {
     let graceful = GracefulShutdown::new();
-    let connections = |read_timeout: Duration, max_header_bytes: usize| {
+    // hyper's header timer also runs while a connection waits for its next request, so the
+    // header and keep-alive timeouts are kept by the socket wrapper (`conn::EdgeIo`).
+    let connections = |max_header_bytes: usize| {
         let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(read_timeout)
-            .max_buf_size(max_header_bytes)
-            .keep_alive(true);
+        builder.max_buf_size(max_header_bytes).keep_alive(true);
         builder
     };
-    let mut limits = (server.header_read_timeout, server.max_header_bytes);
-    let mut builder = connections(limits.0, limits.1);
+    let mut max_header_bytes = server.max_header_bytes;
+    let mut builder = connections(max_header_bytes);
     let mut upstream_timeouts = (
         server.upstream_connect_timeout,
         server.upstream_idle_timeout,
@@ -238,16 +238,21 @@ async fn accept_loop(
             }
         };
         // New connections follow the limits of the configuration in force.
-        let (current, max_connections, upstream) = {
+        let (current, max_connections, upstream, timeouts) = {
             let runtime = shared.current();
             let server = &runtime.config.server;
             (
-                (server.header_read_timeout, server.max_header_bytes),
+                server.max_header_bytes,
                 server.max_connections,
                 (
                     server.upstream_connect_timeout,
                     server.upstream_idle_timeout,
                 ),
+                Timeouts {
+                    header: server.header_read_timeout,
+                    keep_alive: server.keep_alive_timeout,
+                    send: server.send_timeout,
+                },
             )
         };
         if upstream != upstream_timeouts {
@@ -261,14 +266,21 @@ async fn accept_loop(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        if current != limits {
-            limits = current;
-            builder = connections(limits.0, limits.1);
+        if current != max_header_bytes {
+            max_header_bytes = current;
+            builder = connections(max_header_bytes);
         }
-        let service = service_fn(move |req: Request<Incoming>| async move {
-            Ok::<_, Infallible>(handle(shared, proxy, req, peer).await)
+        let exchange = Arc::new(Exchange::default());
+        let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
+        let service = service_fn(move |req: Request<Incoming>| {
+            exchange.start();
+            let exchange = Arc::clone(&exchange);
+            async move {
+                let response = handle(shared, proxy, req, peer).await;
+                Ok::<_, Infallible>(response.map(|body| Ending::new(body, exchange)))
+            }
         });
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = builder.serve_connection(TokioIo::new(io), service);
         let watched = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = watched.await {

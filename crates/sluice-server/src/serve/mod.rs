@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod build;
 pub mod changes;
+pub mod conn;
 pub mod demo;
 pub mod gateway;
 pub mod state;
