@@ -174,6 +174,7 @@ impl Gateway {
         };
         let max_body = route.body_limit();
         if declared_length(request.headers()).is_some_and(|len| len > max_body) {
+            route.metrics.body_too_large.increment(1);
             return Handled {
                 response: too_large(max_body),
                 route: Some(route),
@@ -263,6 +264,11 @@ impl Gateway {
                         "the request body could not be read",
                     ),
                 };
+                match outcome {
+                    Outcome::BodyTooLarge => route.metrics.body_too_large.increment(1),
+                    Outcome::BodyTimeout => route.metrics.body_timeout.increment(1),
+                    _ => {}
+                }
                 let mut r = headers::problem(status, detail).map(Body::from);
                 r.headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));

@@ -180,6 +180,12 @@ async fn bodies_over_max_body_get_413_before_the_upstream_sees_them() {
     assert_eq!(up.heads(), 2);
     let log = gw.log_text();
     assert!(log.contains("decision=body_too_large"), "{log}");
+    let metrics = get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("sluice_request_body_refused_total{route=\"/api/\",reason=\"too_large\"} 2"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,6 +219,12 @@ async fn a_stalled_body_gets_408_and_never_reaches_the_upstream_whole() {
         "only the slow but steady body arrived whole"
     );
     assert!(gw.log_text().contains("decision=body_timeout"));
+    let metrics = get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("sluice_request_body_refused_total{route=\"/api/\",reason=\"timeout\"} 2"),
+        "{text}"
+    );
     assert_eq!(
         get(&gw.admin("/healthz")).await.unwrap().status,
         StatusCode::OK
@@ -757,6 +769,12 @@ async fn a_client_that_never_reads_loses_its_connection_and_its_permit_after_sen
     })
     .await;
     assert!(drained.is_ok() && total < 32 << 20, "read {total} bytes");
+    let metrics = get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("sluice_connection_timeouts_total{timeout=\"send\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,6 +164,7 @@ impl EdgeIo {
         match polled {
             Poll::Pending => {
                 if self.write_expired(cx) {
+                    timed_out("send");
                     Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "send_timeout: the client did not read",
@@ -180,6 +181,20 @@ impl EdgeIo {
     }
 }
 
+/// Counts a connection closed by one of its timeouts (`header_read`, `keep_alive`, `send`).
+fn timed_out(which: &'static str) {
+    metrics::counter!("sluice_connection_timeouts_total", "timeout" => which).increment(1);
+}
+
+/// Gives the connection timeout metric its help text.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "sluice_connection_timeouts_total",
+        metrics::Unit::Count,
+        "Client connections of the main listener closed by a timeout, by `timeout`: `header_read` (a request head too slow), `keep_alive` (idle between requests), `send` (the client did not read its response for send_timeout)."
+    );
+}
+
 impl AsyncRead for EdgeIo {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -191,13 +206,12 @@ impl AsyncRead for EdgeIo {
         match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Pending => {
                 if this.read_expired(cx) {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        match this.phase {
-                            Phase::Idle(_) => "keep_alive_timeout",
-                            _ => "header_read_timeout",
-                        },
-                    )));
+                    let which = match this.phase {
+                        Phase::Idle(_) => "keep_alive",
+                        _ => "header_read",
+                    };
+                    timed_out(which);
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, which)));
                 }
                 Poll::Pending
             }

@@ -71,6 +71,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     sluice_http::describe_metrics();
     crate::browser::telemetry::describe();
     gateway::describe_metrics();
+    conn::describe_metrics();
     metrics::describe_counter!(
         "sluice_reloads_total",
         metrics::Unit::Count,
