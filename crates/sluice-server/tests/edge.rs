@@ -844,3 +844,44 @@ async fn keep_alive_and_header_timeouts_are_timed_apart() {
         "{idle_for:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_the_edge_settings_at_once_and_names_them() {
+    let up = common::Upstream::start().await;
+    let dir = common::TempDir::new();
+    let token_file = dir.0.join("token");
+    std::fs::write(&token_file, "first-token\n").unwrap();
+    let server = |extra: &str| {
+        format!(
+            "admin_token = \"file:{}\"\nmax_body = \"1KiB\"\n{extra}",
+            token_file.display()
+        )
+    };
+    let gw = Gateway::start(&server(""), &two_routes(&up.url(), "")).await;
+    let body = "y".repeat(2048);
+    assert_eq!(common::post(&gw.url("/api/x"), &body).await.status, 413);
+    let a = get(&gw.url("/api/x")).await.unwrap();
+    assert!(a.header("x-request-id").is_some());
+
+    std::fs::write(&token_file, "second-token\n").unwrap();
+    gw.rewrite(
+        &server("max_body = \"4KiB\"\nrequest_id = false").replace("max_body = \"1KiB\"\n", ""),
+        &two_routes(&up.url(), ""),
+    );
+    gw.signal("HUP");
+    gw.wait_log("SIGHUP: reloaded", Duration::from_secs(5))
+        .await;
+    let log = gw.log_text();
+    for field in ["server.max_body", "server.request_id", "server.admin_token"] {
+        assert!(log.contains(field), "{field} not named in\n{log}");
+    }
+    assert!(!log.contains("first-token") && !log.contains("second-token"));
+    assert_eq!(common::post(&gw.url("/api/x"), &body).await.status, 200);
+    let a = get(&gw.url("/api/x")).await.unwrap();
+    assert!(a.header("x-request-id").is_none());
+    let admin = gw.admin("/metrics");
+    let first = common::get_with(&admin, &[("authorization", "Bearer first-token")]).await;
+    assert_eq!(first.status, StatusCode::UNAUTHORIZED);
+    let second = common::get_with(&admin, &[("authorization", "Bearer second-token")]).await;
+    assert_eq!(second.status, StatusCode::OK);
+}
