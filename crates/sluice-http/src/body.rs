@@ -1,10 +1,17 @@
-//! The response body of the gateway: the upstream's, streamed, or one of our own; it holds
-//! the request's concurrency slots until it is dropped (after the last byte is sent).
+//! The bodies of the gateway: [`Body`], the response body (the upstream's, streamed, or one of
+//! our own), which holds the request's concurrency slots until it is dropped (after the last
+//! byte is sent); and [`RequestBody`], the request body on its way upstream, cut short with a
+//! [`BodyError`] when it grows past `max_body` or stalls for longer than
+//! `client_body_timeout`.
 
+use std::collections::VecDeque;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
+
 use http_body::{Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -14,7 +21,7 @@ use crate::proxy::Lease;
 
 pin_project_lite::pin_project! {
     /// A gateway response body (`B` is the request body type of its upstream connection).
-    pub struct Body<B = Incoming> {
+    pub struct Body<B = RequestBody<Incoming>> {
         #[pin]
         inner: Inner<B>,
     }
@@ -116,5 +123,260 @@ impl<B> std::fmt::Debug for Body<B> {
                 .finish_non_exhaustive(),
             Inner::Full { body } => f.debug_tuple("Body::Full").field(body).finish(),
         }
+    }
+}
+
+/// The error type of a [`RequestBody`]: a [`BodyError`] or the client's own.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a request body was cut short before it reached the upstream whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// More than this many bytes (413).
+    #[error("the request body is larger than {0} bytes")]
+    TooLarge(u64),
+    /// No data for this long between two reads (408).
+    #[error("the client sent no request body data for {0:?}")]
+    Stalled(Duration),
+}
+
+impl BodyError {
+    /// The `BodyError` somewhere in `error`'s chain of sources, if any: what made a forwarded
+    /// request fail when its body was cut short.
+    pub fn find(error: &(dyn std::error::Error + 'static)) -> Option<BodyError> {
+        let mut at = Some(error);
+        while let Some(e) = at {
+            if let Some(found) = e.downcast_ref::<BodyError>() {
+                return Some(*found);
+            }
+            at = e.source();
+        }
+        None
+    }
+}
+
+/// A request body on its way upstream: its data is counted against a limit and the gap
+/// between two reads is timed; past either, the next frame is an error ([`BodyError`]),
+/// which makes the upstream request fail mid-body (the upstream never receives it as
+/// complete). Frames read ahead with [`RequestBody::read_ahead`] are sent first.
+///
+/// The gap timer exists only once a read has had to wait (a body that arrives with its head,
+/// or none at all, never allocates one).
+pub struct RequestBody<B> {
+    inner: B,
+    ahead: VecDeque<Frame<Bytes>>,
+    ahead_bytes: u64,
+    inner_done: bool,
+    limit: u64,
+    seen: u64,
+    gap: Option<Duration>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Data arrived since the timer was last set: set it again at the next wait.
+    rearm: bool,
+}
+
+impl<B> std::fmt::Debug for RequestBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBody")
+            .field("limit", &self.limit)
+            .field("seen", &self.seen)
+            .field("gap", &self.gap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> RequestBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// `inner`, cut short past `limit` bytes, or after `gap` without data (`None`: no limit
+    /// on the gap).
+    pub fn new(inner: B, limit: u64, gap: Option<Duration>) -> RequestBody<B> {
+        RequestBody {
+            inner,
+            ahead: VecDeque::new(),
+            ahead_bytes: 0,
+            inner_done: false,
+            limit,
+            seen: 0,
+            gap,
+            timer: None,
+            rearm: false,
+        }
+    }
+
+    /// Reads the body until at least `bytes` bytes of it are held here, or it ends; the
+    /// frames are sent first. So a body that ends within `bytes` is checked whole (its size,
+    /// its gaps) before the upstream sees any of it.
+    ///
+    /// # Errors
+    ///
+    /// [`BodyError`] (boxed) when the body is too large or stalls, or the client's error.
+    pub async fn read_ahead(&mut self, bytes: u64) -> Result<(), BoxError> {
+        while self.ahead_bytes < bytes && !self.inner_done {
+            match std::future::poll_fn(|cx| self.poll_inner(cx)).await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.ahead_bytes += data.len() as u64;
+                    }
+                    self.ahead.push_back(frame);
+                }
+                Some(Err(e)) => return Err(e),
+                None => self.inner_done = true,
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.seen += data.len() as u64;
+                    if self.seen > self.limit {
+                        self.inner_done = true;
+                        return Poll::Ready(Some(Err(BodyError::TooLarge(self.limit).into())));
+                    }
+                }
+                self.rearm = true;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => {
+                self.inner_done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let Some(gap) = self.gap else {
+                    return Poll::Pending;
+                };
+                let timer = match &mut self.timer {
+                    Some(timer) => {
+                        if self.rearm {
+                            timer.as_mut().reset(tokio::time::Instant::now() + gap);
+                        }
+                        timer
+                    }
+                    None => self.timer.insert(Box::pin(tokio::time::sleep(gap))),
+                };
+                self.rearm = false;
+                if timer.as_mut().poll(cx).is_ready() {
+                    self.inner_done = true;
+                    return Poll::Ready(Some(Err(BodyError::Stalled(gap).into())));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<B> http_body::Body for RequestBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Some(frame) = this.ahead.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if this.inner_done {
+            return Poll::Ready(None);
+        }
+        this.poll_inner(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ahead.is_empty() && (self.inner_done || self.inner.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.ahead.is_empty() {
+            return if self.inner_done {
+                SizeHint::with_exact(0)
+            } else {
+                self.inner.size_hint()
+            };
+        }
+        let trailers = self.ahead.iter().any(|f| !f.is_data());
+        if self.inner_done && !trailers {
+            // Read whole: the upstream gets it with a Content-Length.
+            return SizeHint::with_exact(self.ahead_bytes);
+        }
+        let mut hint = SizeHint::new();
+        hint.set_lower(self.ahead_bytes);
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+    use http_body_util::{BodyExt as _, StreamBody};
+
+    fn chunks(
+        n: usize,
+        size: usize,
+    ) -> impl http_body::Body<Data = Bytes, Error = std::io::Error> + Unpin {
+        let frames = (0..n).map(move |_| Ok(Frame::data(Bytes::from(vec![b'x'; size]))));
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_is_cut_once_it_passes_the_limit() {
+        // 10 × 1000 bytes against 4500: the fifth frame is the error.
+        let mut body = RequestBody::new(chunks(10, 1000), 4500, None);
+        let mut passed = 0;
+        let error = loop {
+            match body.frame().await {
+                Some(Ok(frame)) => passed += frame.into_data().map_or(0, |d| d.len()),
+                Some(Err(e)) => break e,
+                None => panic!("the body ended without an error"),
+            }
+        };
+        assert_eq!(passed, 4000);
+        assert_eq!(BodyError::find(&*error), Some(BodyError::TooLarge(4500)));
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_read_ahead_whole_is_sent_with_its_length() {
+        let mut body = RequestBody::new(chunks(3, 100), 1000, None);
+        body.read_ahead(1001).await.unwrap();
+        assert_eq!(body.size_hint().exact(), Some(300));
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(all.len(), 300);
+        // Read ahead past the limit: the error comes from read_ahead itself.
+        let mut body = RequestBody::new(chunks(3, 100), 250, None);
+        let e = body.read_ahead(251).await.unwrap_err();
+        assert_eq!(BodyError::find(&*e), Some(BodyError::TooLarge(250)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_longer_than_the_timeout_is_an_error() {
+        use futures_util::StreamExt as _;
+        // One frame, then nothing ever again.
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(Frame::data(
+            Bytes::from_static(b"a"),
+        ))]);
+        let stalled = StreamBody::new(first.chain(futures_util::stream::pending()));
+        let mut body = RequestBody::new(stalled, u64::MAX, Some(Duration::from_secs(1)));
+        assert!(body.frame().await.unwrap().is_ok());
+        let started = tokio::time::Instant::now();
+        let e = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(
+            BodyError::find(&*e),
+            Some(BodyError::Stalled(Duration::from_secs(1)))
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
     }
 }

@@ -4,7 +4,8 @@
 //! written by proxies we know; anything to the left of an untrusted hop may be invented by
 //! the client. [`TrustedProxies::client_ip`] therefore believes the header only when the peer
 //! is trusted, and walks it from the right past trusted hops: the first untrusted address is
-//! the client.
+//! the client. `Forwarded` (RFC 7239) is read the same way, by the `for=` of its elements,
+//! when a request from a trusted peer carries no `X-Forwarded-For`.
 
 use std::net::IpAddr;
 
@@ -14,6 +15,9 @@ use ipnet::IpNet;
 
 /// `X-Forwarded-For`.
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// `Forwarded` (RFC 7239).
+pub static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// How long an IPv6 prefix a limit counts as one client: the /64 of one network segment,
 /// the smallest block a site is given.
@@ -151,11 +155,16 @@ impl TrustedProxies {
 
     /// The client address of a request from `peer` with `headers`.
     ///
-    /// An entry that is not an IP address stops the walk at the trusted hop that wrote it.
+    /// From a trusted peer, `X-Forwarded-For` is walked from the right; without it,
+    /// `Forwarded`'s `for=` values are. An entry that is not an IP address (`unknown`, an
+    /// obfuscated `_name`) stops the walk at the trusted hop that wrote it.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let peer = peer.to_canonical();
         if self.nets.is_empty() || !self.contains(peer) {
             return peer;
+        }
+        if !headers.contains_key(&X_FORWARDED_FOR) {
+            return self.walk_forwarded(peer, headers);
         }
         let mut client = peer;
         // Several header lines form one list, in order; walk them all from the right.
@@ -177,6 +186,54 @@ impl TrustedProxies {
         }
         client
     }
+}
+
+impl TrustedProxies {
+    fn walk_forwarded(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let mut client = peer;
+        let lines: Vec<&[u8]> = headers
+            .get_all(&FORWARDED)
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        for line in lines.iter().rev() {
+            for element in line.rsplit(|&b| b == b',') {
+                let Some(ip) = forwarded_for(element) else {
+                    return client;
+                };
+                client = ip;
+                if !self.contains(ip) {
+                    return ip;
+                }
+            }
+        }
+        client
+    }
+}
+
+/// The address in the `for=` pair of one `Forwarded` element (`for=192.0.2.60`,
+/// `For="[2001:db8::1]:4711"`), if it has one that is an address.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(element).ok()?;
+    let value = text.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| value.trim())
+    })?;
+    let value = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value);
+    if let Some(bracketed) = value.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        let (v6, _) = bracketed.split_once(']')?;
+        return v6
+            .parse::<std::net::Ipv6Addr>()
+            .ok()
+            .map(|ip| IpAddr::V6(ip).to_canonical());
+    }
+    parse_entry(value.as_bytes())
 }
 
 fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
@@ -235,6 +292,55 @@ mod tests {
         assert_eq!(walk(&["10.0.0.0/8"], "1.1.1.1", &["2.2.2.2"]), "1.1.1.1");
         assert_eq!(walk(&["10.0.0.0/8"], "10.0.0.1", &["2.2.2.2"]), "2.2.2.2");
         assert_eq!(walk(&["10.0.0.0/8"], "10.0.0.1", &[]), "10.0.0.1");
+    }
+
+    fn walk_forwarded(trusted: &[&str], peer: &str, lines: &[&str]) -> String {
+        let trusted = TrustedProxies::new(trusted.iter().map(|n| n.parse().unwrap()));
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append(&FORWARDED, line.parse().unwrap());
+        }
+        trusted
+            .client_ip(peer.parse().unwrap(), &headers)
+            .to_string()
+    }
+
+    #[test]
+    fn forwarded_is_read_like_x_forwarded_for() {
+        let t = &["10.0.0.0/8"];
+        assert_eq!(walk_forwarded(&[], "1.1.1.1", &["for=2.2.2.2"]), "1.1.1.1");
+        assert_eq!(walk_forwarded(t, "1.1.1.1", &["for=2.2.2.2"]), "1.1.1.1");
+        assert_eq!(walk_forwarded(t, "10.0.0.1", &["for=2.2.2.2"]), "2.2.2.2");
+        assert_eq!(
+            walk_forwarded(
+                t,
+                "10.0.0.1",
+                &[
+                    "for=9.9.9.9;proto=http, For=\"3.3.3.3:80\";by=10.0.0.1",
+                    "for=10.0.0.5"
+                ]
+            ),
+            "3.3.3.3"
+        );
+        assert_eq!(
+            walk_forwarded(t, "10.0.0.1", &["for=\"[2001:db8:cafe::17]:4711\""]),
+            "2001:db8:cafe::17"
+        );
+        assert_eq!(
+            walk_forwarded(t, "10.0.0.1", &["for=unknown, for=10.0.0.9"]),
+            "10.0.0.9"
+        );
+        assert_eq!(walk_forwarded(t, "10.0.0.1", &["for=_hidden"]), "10.0.0.1");
+        assert_eq!(walk_forwarded(t, "10.0.0.1", &["proto=https"]), "10.0.0.1");
+        // X-Forwarded-For, when present, is the one read.
+        let trusted = TrustedProxies::new(["10.0.0.0/8".parse().unwrap()]);
+        let mut headers = HeaderMap::new();
+        headers.insert(&FORWARDED, "for=6.6.6.6".parse().unwrap());
+        headers.insert(&X_FORWARDED_FOR, "4.4.4.4".parse().unwrap());
+        assert_eq!(
+            trusted.client_ip("10.0.0.1".parse().unwrap(), &headers),
+            "4.4.4.4".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

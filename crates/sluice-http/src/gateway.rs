@@ -2,14 +2,15 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Request, Response, StatusCode};
 
 use crate::admit::{admit, Ask, Reason};
-use crate::body::Body;
-use crate::client_ip::TrustedProxies;
+use crate::body::{Body, BodyError, RequestBody};
+use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::headers;
 use crate::path::canonical_uri;
 use crate::proxy::{Proxy, ProxyError};
@@ -37,6 +38,12 @@ pub enum Outcome<'a> {
     UpstreamTimeout,
     /// Some upstreams would read the path as another one (400; see [`crate::path`]).
     AmbiguousPath,
+    /// The request body is larger than the route's `max_body` (413).
+    BodyTooLarge,
+    /// The request body stalled for longer than `client_body_timeout` (408).
+    BodyTimeout,
+    /// The client's request body failed before it was forwarded (400).
+    BodyFailed,
 }
 
 impl fmt::Display for Outcome<'_> {
@@ -49,6 +56,9 @@ impl fmt::Display for Outcome<'_> {
             Outcome::UpstreamRefused => f.write_str("upstream_refused"),
             Outcome::UpstreamTimeout => f.write_str("upstream_timeout"),
             Outcome::AmbiguousPath => f.write_str("ambiguous_path"),
+            Outcome::BodyTooLarge => f.write_str("body_too_large"),
+            Outcome::BodyTimeout => f.write_str("body_timeout"),
+            Outcome::BodyFailed => f.write_str("body_failed"),
         }
     }
 }
@@ -57,7 +67,7 @@ impl fmt::Display for Outcome<'_> {
 #[derive(Debug)]
 pub struct Handled<'a, B = hyper::body::Incoming> {
     /// The response.
-    pub response: Response<Body<B>>,
+    pub response: Response<Body<RequestBody<B>>>,
     /// The route that matched.
     pub route: Option<&'a Route>,
     /// The client address the policies saw.
@@ -73,12 +83,28 @@ pub struct Handled<'a, B = hyper::body::Incoming> {
 pub struct Gateway {
     routes: RouteTable,
     trusted: TrustedProxies,
+    body_timeout: Option<Duration>,
 }
 
+/// How much of a body of unknown length (chunked) is read before the request is forwarded: a
+/// body that ends within it is checked whole (size, gaps) before the upstream sees a byte.
+pub const READ_AHEAD: u64 = 64 * 1024;
+
 impl Gateway {
-    /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`.
+    /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`, with no limit on
+    /// the gaps in a request body.
     pub fn new(routes: RouteTable, trusted: TrustedProxies) -> Gateway {
-        Gateway { routes, trusted }
+        Gateway {
+            routes,
+            trusted,
+            body_timeout: None,
+        }
+    }
+
+    /// The longest gap between two reads of a request body; then 408.
+    pub fn client_body_timeout(mut self, timeout: Duration) -> Gateway {
+        self.body_timeout = Some(timeout);
+        self
     }
 
     /// The routes.
@@ -98,7 +124,7 @@ impl Gateway {
     /// Dropping the future leaves any queue and drops the upstream request.
     pub async fn handle<B>(
         &self,
-        proxy: &Proxy<B>,
+        proxy: &Proxy<RequestBody<B>>,
         request: Request<B>,
         peer: SocketAddr,
     ) -> Handled<'_, B>
@@ -146,6 +172,16 @@ impl Gateway {
                 }
             }
         };
+        let max_body = route.body_limit();
+        if declared_length(request.headers()).is_some_and(|len| len > max_body) {
+            route.metrics.body_too_large.increment(1);
+            return Handled {
+                response: too_large(max_body),
+                route: Some(route),
+                client_ip,
+                outcome: Outcome::BodyTooLarge,
+            };
+        }
         let ask = Ask {
             headers: request.headers(),
             uri: request.uri(),
@@ -171,20 +207,72 @@ impl Gateway {
                 };
             }
         };
-        let (response, outcome) = match proxy.forward(request, route, peer.ip()).await {
+        let mut request = request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+        if !self.trusted.contains(peer.ip()) {
+            // Only a trusted proxy's `Forwarded` is passed on: a client's could make the
+            // upstream believe any address.
+            request.headers_mut().remove(&FORWARDED);
+        }
+        let body = request.body_mut();
+        let checked = if !http_body::Body::is_end_stream(body)
+            && http_body::Body::size_hint(body).exact().is_none()
+        {
+            // Unknown length: read what a small body needs before the upstream sees it.
+            body.read_ahead(READ_AHEAD.min(max_body.saturating_add(1)))
+                .await
+                .err()
+        } else {
+            None
+        };
+        let forwarded = match checked {
+            None => proxy.forward(request, route, peer.ip()).await,
+            Some(e) => Err(match BodyError::find(&*e) {
+                Some(cut) => ProxyError::Body(cut),
+                None => ProxyError::Client(e),
+            }),
+        };
+        let (response, outcome) = match forwarded {
             Ok((response, lease)) => {
                 route.metrics.status(response.status());
                 let response =
                     response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
                 (response, Outcome::Admitted)
             }
-            Err(ProxyError::Timeout(_)) => {
+            Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
                 route.metrics.timeout.increment(1);
                 let r = headers::problem(
                     StatusCode::GATEWAY_TIMEOUT,
                     "the upstream did not answer in time",
                 );
                 (r.map(Body::from), Outcome::UpstreamTimeout)
+            }
+            Err(e) if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
+                let (status, outcome, detail) = match e.body_error() {
+                    Some(BodyError::TooLarge(_)) => (
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        Outcome::BodyTooLarge,
+                        "the request body is larger than this route accepts",
+                    ),
+                    Some(BodyError::Stalled(_)) => (
+                        StatusCode::REQUEST_TIMEOUT,
+                        Outcome::BodyTimeout,
+                        "the request body stalled",
+                    ),
+                    None => (
+                        StatusCode::BAD_REQUEST,
+                        Outcome::BodyFailed,
+                        "the request body could not be read",
+                    ),
+                };
+                match outcome {
+                    Outcome::BodyTooLarge => route.metrics.body_too_large.increment(1),
+                    Outcome::BodyTimeout => route.metrics.body_timeout.increment(1),
+                    _ => {}
+                }
+                let mut r = headers::problem(status, detail).map(Body::from);
+                r.headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+                (r, outcome)
             }
             Err(e) => {
                 if e.is_connect() {
@@ -214,6 +302,29 @@ impl Gateway {
             outcome,
         }
     }
+}
+
+/// The body length a request's `Content-Length` declares (hyper has refused a malformed one).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// 413 for a body larger than `max_body`; the connection closes, since the body is not read.
+fn too_large<B>(max_body: u64) -> Response<Body<B>> {
+    let mut r = headers::problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("the request body is larger than this route accepts ({max_body} bytes)"),
+    )
+    .map(Body::from);
+    r.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 /// Whether a request with these headers may wait: a body of known length up to `max`, or

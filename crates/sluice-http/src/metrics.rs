@@ -8,6 +8,7 @@
 //! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
 //! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`) |
 //! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`) |
+//! | `sluice_request_body_refused_total` | counter | `route`, `reason` (`too_large`: 413, `timeout`: 408) |
 
 use metrics::{Counter, Gauge};
 
@@ -45,12 +46,15 @@ pub(crate) struct RouteMetrics {
     pub(crate) refused: Counter,
     pub(crate) timeout: Counter,
     pub(crate) other: Counter,
+    pub(crate) body_too_large: Counter,
+    pub(crate) body_timeout: Counter,
 }
 
 impl RouteMetrics {
     pub(crate) fn new(route: &str) -> RouteMetrics {
         let route = route.to_owned();
         let error = |e: &'static str| metrics::counter!("sluice_upstream_errors_total", "route" => route.clone(), "error" => e);
+        let body = |reason: &'static str| metrics::counter!("sluice_request_body_refused_total", "route" => route.clone(), "reason" => reason);
         RouteMetrics {
             status: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
                 metrics::counter!("sluice_upstream_responses_total", "route" => route.clone(), "status" => class)
@@ -58,6 +62,8 @@ impl RouteMetrics {
             refused: error("refused"),
             timeout: error("timeout"),
             other: error("other"),
+            body_too_large: body("too_large"),
+            body_timeout: body("timeout"),
         }
     }
 
@@ -95,6 +101,12 @@ pub fn describe() {
         "sluice_upstream_responses_total",
         Unit::Count,
         "Upstream responses, by `route` and `status` class (`1xx` to `5xx`)."
+    );
+    describe_counter!(
+        "sluice_request_body_refused_total",
+        Unit::Count,
+        "Requests refused for their body, by `route` and `reason`: `too_large` (413: above \
+         max_body), `timeout` (408: stalled longer than client_body_timeout)."
     );
     describe_counter!(
         "sluice_upstream_errors_total",

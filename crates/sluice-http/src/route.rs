@@ -110,6 +110,7 @@ pub struct Route {
     policies: Vec<Arc<Policy>>,
     upstream: Upstream,
     queue_max_body: u64,
+    max_body: u64,
     upstream_timeout: Duration,
     policy_header: Option<HeaderValue>,
     pub(crate) metrics: RouteMetrics,
@@ -117,7 +118,7 @@ pub struct Route {
 
 impl Route {
     /// A route for paths starting with `path_prefix` to `upstream`, any method, no policy,
-    /// bodies up to 64 KiB may wait, 30 s upstream timeout.
+    /// bodies up to 64 KiB may wait, no body size limit, 30 s upstream timeout.
     pub fn new(path_prefix: impl Into<String>, upstream: Upstream) -> Route {
         let path_prefix = path_prefix.into();
         Route {
@@ -127,6 +128,7 @@ impl Route {
             policies: Vec::new(),
             upstream,
             queue_max_body: 64 * 1024,
+            max_body: u64::MAX,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             policy_header: None,
         }
@@ -155,6 +157,13 @@ impl Route {
         self
     }
 
+    /// Request bodies larger than this get 413: at once when their `Content-Length` says so,
+    /// otherwise as soon as the count passes it.
+    pub fn max_body(mut self, bytes: u64) -> Route {
+        self.max_body = bytes;
+        self
+    }
+
     /// How long to wait for the upstream's response head before answering 504.
     pub fn upstream_timeout(mut self, timeout: Duration) -> Route {
         self.upstream_timeout = timeout;
@@ -179,6 +188,11 @@ impl Route {
     /// The body size limit for waiting.
     pub fn max_queued_body(&self) -> u64 {
         self.queue_max_body
+    }
+
+    /// The largest request body.
+    pub fn body_limit(&self) -> u64 {
+        self.max_body
     }
 
     /// The upstream timeout.

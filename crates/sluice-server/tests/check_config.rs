@@ -227,3 +227,80 @@ fn the_systemd_unit_passes_systemd_analyze_and_reloads_with_sighup() {
         "systemd-analyze verify: {said}"
     );
 }
+
+/// The limits of the main listener: each invalid value is named with its line and field.
+#[test]
+fn the_edge_settings_are_validated() {
+    let (code, _, stderr, path) = check(
+        r#"[server]
+max_body = "lots"
+client_body_timeout = "0s"
+request_id = "no"
+max_connections = 0
+upstream_connect_timeout = "soon"
+upstream_idle_timeout = "0ms"
+send_timeout = 30
+keep_alive_timeout = "0s"
+
+[[route]]
+path_prefix = "/"
+upstream = "http://127.0.0.1:9000"
+max_body = -1
+"#,
+    );
+    assert_eq!(code, 2, "{stderr}");
+    for (line, field) in [
+        (2, "server.max_body"),
+        (3, "server.client_body_timeout"),
+        (4, "server.request_id"),
+        (5, "server.max_connections"),
+        (6, "server.upstream_connect_timeout"),
+        (7, "server.upstream_idle_timeout"),
+        (8, "server.send_timeout"),
+        (9, "server.keep_alive_timeout"),
+        (14, "route[0].max_body"),
+    ] {
+        let prefix = format!("{path}:{line}:");
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(&format!(" {field}: "))),
+            "missing {prefix} {field} in:\n{stderr}"
+        );
+    }
+    let (code, _, stderr, _) = check(
+        r#"[server]
+max_body = "10MiB"
+client_body_timeout = "30s"
+request_id = false
+max_connections = 50000
+
+[[route]]
+path_prefix = "/"
+upstream = "http://127.0.0.1:9000"
+max_body = 0
+"#,
+    );
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn an_admin_token_is_read_from_the_environment_or_a_file_only() {
+    for (value, message) in [
+        ("s3cret", "expected env:NAME or file:/path"),
+        ("env:SLUICE_TEST_UNSET_TOKEN_VARIABLE", "is not set"),
+        ("file:/nonexistent/token", "cannot read"),
+    ] {
+        let (code, _, stderr, path) = check(&format!(
+            "[server]\nadmin_token = \"{value}\"\n\n[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9000\"\n"
+        ));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("{path}:2:"))
+                && stderr.contains("server.admin_token")
+                && stderr.contains(message),
+            "{value}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret") || value == "s3cret");
+    }
+}

@@ -83,7 +83,15 @@ fn promtool(text: &str) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_pass_promtool_with_help_text_for_every_series() {
     let up = Upstream::start().await;
-    let gw = Gateway::start("", &config(&up.url(), closed_port())).await;
+    let gw = Gateway::start(
+        "max_body = \"1KiB\"\nheader_read_timeout = \"1s\"",
+        &config(&up.url(), closed_port()),
+    )
+    .await;
+    // A connection that never sends its head, closed at the header timeout.
+    let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .expect("connects");
 
     // Admitted, then denied by the per-key policy.
     for _ in 0..3 {
@@ -103,6 +111,17 @@ async fn metrics_pass_promtool_with_help_text_for_every_series() {
     // An upstream that refuses connections.
     let dead = get(&gw.url("/dead/x")).await.expect("an answer");
     assert_eq!(dead.status, 502);
+    // A body over max_body.
+    let big = post(&gw.url("/api/x"), &"x".repeat(2048)).await;
+    assert_eq!(big.status, 413);
+    // The silent connection is gone.
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut silent, &mut buf),
+    )
+    .await;
+    assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
     // A telemetry batch from a Service Worker.
     let batch = post(&gw.url("/v1/telemetry"), BATCH).await;
     assert_eq!(batch.status, 204);
@@ -125,6 +144,11 @@ async fn metrics_pass_promtool_with_help_text_for_every_series() {
         "sluice_browser_queue_wait_seconds_total",
         "sluice_browser_queue_wait_max_seconds",
         "sluice_reloads_total",
+        "sluice_connections_open",
+        "sluice_connections_refused_total",
+        "sluice_connection_timeouts_total",
+        "sluice_request_body_refused_total",
+        "sluice_upstream_pool_idle",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),

@@ -7,6 +7,7 @@
 //! closes it, and the pool drops it when it next looks).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -20,12 +21,18 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
+use crate::body::{BodyError, RequestBody};
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
 use crate::route::Route;
 
-/// How long connecting to an upstream may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting to an upstream may take, unless set otherwise (nginx's
+/// `proxy_connect_timeout`).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a pooled connection may stay idle, unless set otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The most idle connections kept per upstream.
 const MAX_IDLE_PER_UPSTREAM: usize = 1024;
@@ -43,6 +50,15 @@ pub enum ProxyError {
     /// No response head within the route's timeout (504).
     #[error("upstream did not answer within {0:?}")]
     Timeout(Duration),
+    /// No connection to the upstream within the connect timeout (504).
+    #[error("cannot connect to the upstream within {0:?}")]
+    ConnectTimeout(Duration),
+    /// The request body was cut short: too large (413) or stalled (408).
+    #[error("{0}")]
+    Body(#[source] BodyError),
+    /// The client's request body failed (the client went away or broke its framing).
+    #[error("the request body failed: {0}")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl ProxyError {
@@ -50,16 +66,38 @@ impl ProxyError {
     pub fn is_connect(&self) -> bool {
         matches!(self, ProxyError::Connect(_))
     }
+
+    /// Why the request body was cut short, when that is what failed the request.
+    pub fn body_error(&self) -> Option<BodyError> {
+        match self {
+            ProxyError::Body(cut) => Some(*cut),
+            ProxyError::Upstream(e) => BodyError::find(e),
+            _ => None,
+        }
+    }
 }
 
 /// Forwards requests to upstreams over pooled HTTP/1.1 connections. Clones share the pool.
-pub struct Proxy<B = Incoming> {
+pub struct Proxy<B = RequestBody<Incoming>> {
     pool: Arc<Pool<B>>,
 }
 
+/// A pooled connection and when it went idle.
+type Idle<B> = (SendRequest<B>, Instant);
+
 struct Pool<B> {
-    /// Idle connections by upstream; few upstreams, so a list.
-    idle: Mutex<Vec<(Authority, Vec<SendRequest<B>>)>>,
+    /// Idle connections by upstream, each with when it went idle, the oldest first; few
+    /// upstreams, so a list.
+    idle: Mutex<Vec<(Authority, Vec<Idle<B>>)>>,
+    /// Timeouts in milliseconds, changed by [`Proxy::set_timeouts`] without a lock.
+    connect_ms: AtomicU64,
+    idle_ms: AtomicU64,
+}
+
+impl<B> Pool<B> {
+    fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_ms.load(Ordering::Relaxed))
+    }
 }
 
 impl<B> std::fmt::Debug for Proxy<B> {
@@ -85,6 +123,10 @@ where
     fn default() -> Self {
         Proxy::new()
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Whether two upstream authorities are the same text. Both sides come from parsed
@@ -116,11 +158,12 @@ impl<B> Drop for Lease<B> {
         if sender.is_closed() {
             return;
         }
+        let now = Instant::now();
         let mut idle = pool.idle.lock();
         match idle.iter_mut().find(|(a, _)| same(a, &self.authority)) {
-            Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push(sender),
+            Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push((sender, now)),
             Some(_) => {}
-            None => idle.push((self.authority.clone(), vec![sender])),
+            None => idle.push((self.authority.clone(), vec![(sender, now)])),
         }
     }
 }
@@ -135,8 +178,35 @@ where
         Proxy {
             pool: Arc::new(Pool {
                 idle: Mutex::new(Vec::new()),
+                connect_ms: AtomicU64::new(millis(DEFAULT_CONNECT_TIMEOUT)),
+                idle_ms: AtomicU64::new(millis(DEFAULT_IDLE_TIMEOUT)),
             }),
         }
+    }
+
+    /// How long connecting may take (then [`ProxyError::ConnectTimeout`]), and how long a
+    /// connection may stay idle in the pool (then it is no longer used, and
+    /// [`Proxy::close_idle`] closes it). Applies from the next request on.
+    pub fn set_timeouts(&self, connect: Duration, idle: Duration) {
+        self.pool
+            .connect_ms
+            .store(millis(connect), Ordering::Relaxed);
+        self.pool.idle_ms.store(millis(idle), Ordering::Relaxed);
+    }
+
+    /// Closes the pooled connections idle for longer than the idle timeout, and returns how
+    /// many stay pooled. Call it now and then (the gateway: every second per worker).
+    pub fn close_idle(&self) -> usize {
+        let oldest = Instant::now().checked_sub(self.pool.idle_timeout());
+        let mut idle = self.pool.idle.lock();
+        let mut kept = 0;
+        for (_, list) in idle.iter_mut() {
+            list.retain(|(sender, since)| {
+                !sender.is_closed() && oldest.is_none_or(|o| *since >= o)
+            });
+            kept += list.len();
+        }
+        kept
     }
 
     /// Forwards `request` from `peer` to `route`'s upstream and returns its response head,
@@ -207,14 +277,23 @@ where
         }
     }
 
-    /// An idle connection to `authority` that is ready now, if any.
+    /// An idle connection to `authority` that is ready now and has not been idle for longer
+    /// than the idle timeout, if any (the most recently used first).
     fn checkout(&self, authority: &Authority) -> Option<SendRequest<B>> {
         let mut idle = self.pool.idle.lock();
         let (_, list) = idle.iter_mut().find(|(a, _)| same(a, authority))?;
         let mut busy = Vec::new();
         let mut found = None;
-        while let Some(mut sender) = list.pop() {
+        let mut oldest = None;
+        while let Some((mut sender, since)) = list.pop() {
             if sender.is_closed() {
+                continue;
+            }
+            // The clock is read only when there is a connection to judge.
+            let oldest =
+                *oldest.get_or_insert_with(|| Instant::now().checked_sub(self.pool.idle_timeout()));
+            if oldest.is_some_and(|o| since < o) {
+                // Idle too long: the upstream (or a firewall) may have dropped it silently.
                 continue;
             }
             match sender.ready().now_or_never() {
@@ -224,7 +303,7 @@ where
                 }
                 Some(Err(_)) => continue,
                 // Still finishing its last exchange: keep it for later.
-                None => busy.push(sender),
+                None => busy.push((sender, since)),
             }
         }
         list.extend(busy);
@@ -238,15 +317,11 @@ where
             .trim_start_matches('[')
             .trim_end_matches(']');
         let connecting = TcpStream::connect((host, port));
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        let limit = Duration::from_millis(self.pool.connect_ms.load(Ordering::Relaxed));
+        let stream = match tokio::time::timeout(limit, connecting).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => return Err(ProxyError::Connect(e)),
-            Err(_) => {
-                return Err(ProxyError::Connect(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                )))
-            }
+            Err(_) => return Err(ProxyError::ConnectTimeout(limit)),
         };
         let _ = stream.set_nodelay(true);
         let (sender, connection) = http1::Builder::new()

@@ -72,6 +72,25 @@ pub struct ServerConfig {
     /// Gateway worker threads, each with its own event loop, listening socket
     /// (`SO_REUSEPORT`) and upstream connection pool.
     pub workers: usize,
+    /// The largest request body of a route without its own `max_body` (413 above).
+    pub max_body: u64,
+    /// The longest gap between two reads of a request body (408 after it).
+    pub client_body_timeout: Duration,
+    /// The most open client connections on the main listener, for the whole process; beyond
+    /// it new connections are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// The longest a write to a client may stall before its connection is closed.
+    pub send_timeout: Duration,
+    /// How long a client connection may stay idle between requests.
+    pub keep_alive_timeout: Duration,
+    /// How long connecting to an upstream may take (504 after it).
+    pub upstream_connect_timeout: Duration,
+    /// How long a pooled upstream connection may stay idle before it is closed.
+    pub upstream_idle_timeout: Duration,
+    /// Whether the gateway makes up an `X-Request-Id` for requests without one and echoes it.
+    pub request_id: bool,
+    /// The bearer token every admin endpoint but `/healthz` requires, if any.
+    pub admin_token: Option<AdminToken>,
 }
 
 /// `store.backend`.
@@ -143,31 +162,91 @@ impl KeySalt {
     /// What is wrong, for `store.key_salt`: another form, an unset variable, an unreadable
     /// file, an empty salt.
     pub fn read(source: &str) -> Result<KeySalt, String> {
-        let bytes = if let Some(name) = source.strip_prefix("env:") {
-            std::env::var_os(name)
-                .ok_or_else(|| format!("environment variable `{name}` is not set"))?
-                .into_encoded_bytes()
-        } else if let Some(path) = source.strip_prefix("file:") {
-            let mut bytes =
-                std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
-            while bytes.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
-                bytes.pop();
-            }
-            bytes
-        } else {
-            return Err(String::from(
-                "expected env:NAME or file:/path (the salt itself does not belong in the config file)",
-            ));
-        };
-        if bytes.is_empty() {
-            return Err(format!("`{source}` is empty"));
-        }
+        let bytes = read_secret(source, "the salt")?;
         Ok(KeySalt {
             source: source.to_owned(),
             bytes,
         })
     }
 }
+
+/// `server.admin_token`, read from where it names: `env:NAME` or `file:/path`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    /// What the config says (`env:NAME`, `file:/path`), never the secret.
+    pub source: String,
+    /// The token.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminToken({})", self.source)
+    }
+}
+
+impl AdminToken {
+    /// Reads the token named by `source`; a file's trailing newline is not part of it.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong, for `server.admin_token`: another form, an unset variable, an
+    /// unreadable file, an empty token, or one that cannot travel in a header.
+    pub fn read(source: &str) -> Result<AdminToken, String> {
+        let bytes = read_secret(source, "the token")?;
+        if !bytes.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "`{source}` holds characters a bearer token cannot carry (visible ASCII only)"
+            ));
+        }
+        Ok(AdminToken {
+            source: source.to_owned(),
+            bytes,
+        })
+    }
+
+    /// Whether `presented` is the token, in time that depends on its length only.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        if presented.len() != self.bytes.len() {
+            return false;
+        }
+        let diff = presented
+            .iter()
+            .zip(&self.bytes)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
+
+/// Reads a secret named `env:NAME` or `file:/path` (a file's trailing newline is not part
+/// of it); `what` names it in the errors.
+fn read_secret(source: &str, what: &str) -> Result<Vec<u8>, String> {
+    let bytes = if let Some(name) = source.strip_prefix("env:") {
+        std::env::var_os(name)
+            .ok_or_else(|| format!("environment variable `{name}` is not set"))?
+            .into_encoded_bytes()
+    } else if let Some(path) = source.strip_prefix("file:") {
+        let mut bytes = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        while bytes.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
+            bytes.pop();
+        }
+        bytes
+    } else {
+        return Err(format!(
+            "expected env:NAME or file:/path ({what} itself does not belong in the config file)"
+        ));
+    };
+    if bytes.is_empty() {
+        return Err(format!("`{source}` is empty"));
+    }
+    Ok(bytes)
+}
+
+/// The default `server.max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// The default `server.max_body`: nginx's `client_max_body_size`.
+pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
 
 /// The default `store.max_loss`.
 pub const DEFAULT_MAX_LOSS: Duration = Duration::from_millis(100);
@@ -220,6 +299,8 @@ pub struct RouteConfig {
     pub queue_max_body: u64,
     /// `upstream_timeout`.
     pub upstream_timeout: Duration,
+    /// `max_body`: this route's own limit, or `server.max_body`.
+    pub max_body: Option<u64>,
 }
 
 /// A configuration file that could not be used.
@@ -433,6 +514,22 @@ fn duration(
     }
 }
 
+/// A duration that must be greater than zero.
+fn positive_duration(
+    fields: &mut Fields<'_, '_>,
+    key: &'static str,
+    default: Duration,
+    errors: &mut Errors<'_>,
+) -> Duration {
+    let at = fields.get(key).map_or(0, |v| v.span().start);
+    let d = duration(fields, key, default, errors);
+    if d.is_zero() {
+        errors.at(at, &fields.path(key), "must be greater than zero");
+        return default;
+    }
+    d
+}
+
 fn size(
     fields: &mut Fields<'_, '_>,
     key: &'static str,
@@ -544,8 +641,78 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         }
         Some((n, _)) => n as usize,
     };
+    let max_body = size(&mut f, "max_body", DEFAULT_MAX_BODY, errors);
+    let client_body_timeout = positive_duration(
+        &mut f,
+        "client_body_timeout",
+        Duration::from_secs(60),
+        errors,
+    );
+    let admin_token = f
+        .str("admin_token", errors)
+        .and_then(|(source, at)| match AdminToken::read(source) {
+            Ok(token) => Some(token),
+            Err(e) => {
+                errors.at(at, "server.admin_token", e);
+                None
+            }
+        });
+    let max_connections = match f.uint("max_connections", errors) {
+        None => DEFAULT_MAX_CONNECTIONS,
+        Some((n, at)) if n == 0 || n > 1_000_000 => {
+            errors.at(
+                at,
+                "server.max_connections",
+                format!("must be between 1 and 1000000, got {n}"),
+            );
+            DEFAULT_MAX_CONNECTIONS
+        }
+        Some((n, _)) => n as usize,
+    };
+    let request_id = match f.get("request_id") {
+        None => true,
+        Some(value) => match value.get_ref() {
+            DeValue::Boolean(b) => *b,
+            other => {
+                errors.value(
+                    value,
+                    "server.request_id",
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                true
+            }
+        },
+    };
+    let upstream_connect_timeout = positive_duration(
+        &mut f,
+        "upstream_connect_timeout",
+        Duration::from_secs(5),
+        errors,
+    );
+    let upstream_idle_timeout = positive_duration(
+        &mut f,
+        "upstream_idle_timeout",
+        Duration::from_secs(60),
+        errors,
+    );
+    let send_timeout = positive_duration(&mut f, "send_timeout", Duration::from_secs(60), errors);
+    let keep_alive_timeout = positive_duration(
+        &mut f,
+        "keep_alive_timeout",
+        Duration::from_secs(75),
+        errors,
+    );
     f.finish(errors);
     ServerConfig {
+        send_timeout,
+        keep_alive_timeout,
+        upstream_connect_timeout,
+        upstream_idle_timeout,
+        request_id,
+        max_connections,
+        admin_token,
+        max_body,
+        client_body_timeout,
         listen,
         admin_listen,
         trusted_proxies,
@@ -962,6 +1129,10 @@ fn route(
         }
     };
     let queue_max_body = size(&mut f, "queue_max_body", 64 * 1024, errors);
+    let max_body = f
+        .get("max_body")
+        .is_some()
+        .then(|| size(&mut f, "max_body", DEFAULT_MAX_BODY, errors));
     let upstream_timeout = duration(&mut f, "upstream_timeout", Duration::from_secs(30), errors);
     if upstream_timeout.is_zero() {
         errors.at(
@@ -983,6 +1154,7 @@ fn route(
             upstream: upstream?,
             queue_max_body,
             upstream_timeout,
+            max_body,
         },
         at,
     ))

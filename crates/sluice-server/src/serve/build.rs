@@ -156,12 +156,14 @@ pub fn build_with(
                 )
                 .queue_max_body(r.queue_max_body)
                 .upstream_timeout(r.upstream_timeout)
+                .max_body(r.max_body.unwrap_or(config.server.max_body))
         })
         .collect();
     let gateway = Gateway::new(
         RouteTable::new(routes),
         TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
-    );
+    )
+    .client_body_timeout(config.server.client_body_timeout);
     let browser = config.browser.as_ref().map(|b| {
         crate::browser::Browser::new(
             b,

@@ -42,6 +42,30 @@ pub fn describe(old: &Config, new: &Config) -> String {
             a.max_header_bytes != b.max_header_bytes,
             "server.max_header_bytes",
         ),
+        (a.max_body != b.max_body, "server.max_body"),
+        (a.request_id != b.request_id, "server.request_id"),
+        (a.send_timeout != b.send_timeout, "server.send_timeout"),
+        (
+            a.keep_alive_timeout != b.keep_alive_timeout,
+            "server.keep_alive_timeout",
+        ),
+        (
+            a.upstream_connect_timeout != b.upstream_connect_timeout,
+            "server.upstream_connect_timeout",
+        ),
+        (
+            a.upstream_idle_timeout != b.upstream_idle_timeout,
+            "server.upstream_idle_timeout",
+        ),
+        (
+            a.max_connections != b.max_connections,
+            "server.max_connections",
+        ),
+        (a.admin_token != b.admin_token, "server.admin_token"),
+        (
+            a.client_body_timeout != b.client_body_timeout,
+            "server.client_body_timeout",
+        ),
     ] {
         if changed {
             out.push(name.to_owned());

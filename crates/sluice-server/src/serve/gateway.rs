@@ -6,6 +6,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
@@ -13,7 +15,7 @@ use http::{HeaderName, Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
@@ -22,10 +24,58 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
+use crate::serve::conn::{EdgeIo, Ending, Exchange, Timeouts};
 use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Open client connections on the main listener, across every worker.
+static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// One open client connection, counted in [`OPEN_CONNECTIONS`] and `sluice_connections_open`
+/// until it is dropped (when its connection task ends, for whatever reason).
+struct Counted {
+    open: metrics::Gauge,
+}
+
+impl Counted {
+    /// Counts one more connection, unless `max` are open already.
+    fn admit(max: usize, open: &metrics::Gauge) -> Option<Counted> {
+        if OPEN_CONNECTIONS.fetch_add(1, Ordering::Relaxed) >= max {
+            OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        open.increment(1.0);
+        Some(Counted { open: open.clone() })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+        self.open.decrement(1.0);
+    }
+}
+
+/// Gives the connection metrics their help text.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "sluice_connections_open",
+        metrics::Unit::Count,
+        "Client connections open on the main listener now."
+    );
+    metrics::describe_gauge!(
+        "sluice_upstream_pool_idle",
+        metrics::Unit::Count,
+        "Idle upstream connections pooled by a gateway worker (`worker`), as of its last sweep (every second)."
+    );
+    metrics::describe_counter!(
+        "sluice_connections_refused_total",
+        metrics::Unit::Count,
+        "Client connections closed as soon as they were accepted, because server.max_connections were open."
+    );
+}
 
 /// The gateway's worker threads: each runs its own single-threaded event loop with its own
 /// listening socket (`SO_REUSEPORT`, so the kernel spreads connections) and its own upstream
@@ -75,7 +125,7 @@ impl Workers {
                             return;
                         }
                     };
-                    runtime.block_on(worker(listener, shared, server, stop));
+                    runtime.block_on(worker(i, listener, shared, server, stop));
                 })?;
             threads.push(thread);
         }
@@ -102,6 +152,7 @@ fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 }
 
 async fn worker(
+    index: usize,
     listener: std::net::TcpListener,
     shared: &'static Shared,
     server: ServerConfig,
@@ -116,7 +167,22 @@ async fn worker(
     };
     // One pool per worker for the life of the process: requests borrow it, reloads keep it.
     let proxy: &'static Proxy = Box::leak(Box::new(Proxy::new()));
+    proxy.set_timeouts(
+        server.upstream_connect_timeout,
+        server.upstream_idle_timeout,
+    );
+    // Pooled connections idle for longer than upstream_idle_timeout are closed within a
+    // second of it (none is used past it: the pool checks at checkout too).
+    let pooled = metrics::gauge!("sluice_upstream_pool_idle", "worker" => index.to_string());
+    let sweeper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            pooled.set(proxy.close_idle() as f64);
+        }
+    });
     let graceful = accept_loop(listener, shared, &server, stop, proxy).await;
+    sweeper.abort();
     // The configuration in force at the signal: a reload may have changed it.
     let shutdown_timeout = shared.current().config.server.shutdown_timeout;
     if tokio::time::timeout(shutdown_timeout, graceful.shutdown())
@@ -141,17 +207,21 @@ async fn accept_loop(
     proxy: &'static Proxy,
 ) -> GracefulShutdown {
     let graceful = GracefulShutdown::new();
-    let connections = |read_timeout: Duration, max_header_bytes: usize| {
+    // hyper's header timer also runs while a connection waits for its next request, so the
+    // header and keep-alive timeouts are kept by the socket wrapper (`conn::EdgeIo`).
+    let connections = |max_header_bytes: usize| {
         let mut builder = http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(read_timeout)
-            .max_buf_size(max_header_bytes)
-            .keep_alive(true);
+        builder.max_buf_size(max_header_bytes).keep_alive(true);
         builder
     };
-    let mut limits = (server.header_read_timeout, server.max_header_bytes);
-    let mut builder = connections(limits.0, limits.1);
+    let mut max_header_bytes = server.max_header_bytes;
+    let mut builder = connections(max_header_bytes);
+    let mut upstream_timeouts = (
+        server.upstream_connect_timeout,
+        server.upstream_idle_timeout,
+    );
+    let open = metrics::gauge!("sluice_connections_open");
+    let refused = metrics::counter!("sluice_connections_refused_total");
     loop {
         let accepted = tokio::select! {
             biased;
@@ -167,28 +237,56 @@ async fn accept_loop(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        // New connections follow the header limits of the configuration in force.
-        let current = {
+        // New connections follow the limits of the configuration in force.
+        let (current, max_connections, upstream, timeouts) = {
             let runtime = shared.current();
+            let server = &runtime.config.server;
             (
-                runtime.config.server.header_read_timeout,
-                runtime.config.server.max_header_bytes,
+                server.max_header_bytes,
+                server.max_connections,
+                (
+                    server.upstream_connect_timeout,
+                    server.upstream_idle_timeout,
+                ),
+                Timeouts {
+                    header: server.header_read_timeout,
+                    keep_alive: server.keep_alive_timeout,
+                    send: server.send_timeout,
+                },
             )
         };
-        if current != limits {
-            limits = current;
-            builder = connections(limits.0, limits.1);
+        if upstream != upstream_timeouts {
+            upstream_timeouts = upstream;
+            proxy.set_timeouts(upstream.0, upstream.1);
         }
-        let service = service_fn(move |req: Request<Incoming>| async move {
-            Ok::<_, Infallible>(handle(shared, proxy, req, peer).await)
+        let Some(counted) = Counted::admit(max_connections, &open) else {
+            // Closed at once: its descriptor is back before the next accept.
+            refused.increment(1);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        if current != max_header_bytes {
+            max_header_bytes = current;
+            builder = connections(max_header_bytes);
+        }
+        let exchange = Arc::new(Exchange::default());
+        let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
+        let service = service_fn(move |req: Request<Incoming>| {
+            exchange.start();
+            let exchange = Arc::clone(&exchange);
+            async move {
+                let response = handle(shared, proxy, req, peer).await;
+                Ok::<_, Infallible>(response.map(|body| Ending::new(body, exchange)))
+            }
         });
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = builder.serve_connection(TokioIo::new(io), service);
         let watched = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = watched.await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
+            drop(counted);
         });
     }
     drop(listener);
@@ -203,20 +301,32 @@ pub async fn handle(
     peer: SocketAddr,
 ) -> Response<Body> {
     let started = Instant::now();
-    let id = request_id(shared, &mut req);
-    let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
-    let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let runtime = shared.current();
+    let ids = runtime.config.server.request_id;
+    let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
     if let Some(browser) = runtime.browser.as_ref() {
         if browser.owns(req.uri().path()) {
+            let id = request_id(shared, &mut req);
             return browser.handle(req, peer, id, started).await;
         }
     }
+    // With `request_id = false` a client's id is passed on untouched (and logged), and
+    // none is made up or echoed.
+    let id = if ids {
+        Some(request_id(shared, &mut req))
+    } else if log {
+        req.headers().get(&X_REQUEST_ID).cloned()
+    } else {
+        None
+    };
+    let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
     let handled = runtime.gateway.handle(proxy, req, peer).await;
     let mut response = handled.response;
-    response
-        .headers_mut()
-        .insert(X_REQUEST_ID.clone(), id.clone());
+    if let (true, Some(id)) = (ids, id.as_ref()) {
+        response
+            .headers_mut()
+            .insert(X_REQUEST_ID.clone(), id.clone());
+    }
     if let Some((method, path)) = head {
         let (policy, reason) = match &handled.outcome {
             Outcome::Denied { policy, reason } => (Some(*policy), Some(reason.as_str())),
@@ -224,7 +334,7 @@ pub async fn handle(
         };
         tracing::info!(
             target: "sluice::access",
-            request_id = id.to_str().unwrap_or(""),
+            request_id = id.as_ref().and_then(|id| id.to_str().ok()).unwrap_or(""),
             client = %handled.client_ip,
             method = %method,
             path = %path,

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod build;
 pub mod changes;
+pub mod conn;
 pub mod demo;
 pub mod gateway;
 pub mod state;
@@ -69,6 +70,8 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .context("installing the metrics recorder")?;
     sluice_http::describe_metrics();
     crate::browser::telemetry::describe();
+    gateway::describe_metrics();
+    conn::describe_metrics();
     metrics::describe_counter!(
         "sluice_reloads_total",
         metrics::Unit::Count,
@@ -117,19 +120,9 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let workers = gateway::Workers::start(&server, shared, &stop_rx)
         .with_context(|| format!("binding server.listen {}", server.listen))?;
-    let admin = {
-        let router = admin::router(shared);
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            axum::serve(admin_listener, router)
-                .with_graceful_shutdown(stopped)
-                .await
-        })
-    };
+    let admin = tokio::spawn(admin::serve(admin_listener, shared, stop_rx.clone()));
     drop(stop_rx);
+    warn_if_descriptors_run_short(server.max_connections);
     tracing::info!(
         listen = %server.listen,
         admin_listen = %server.admin_listen,
@@ -209,6 +202,33 @@ async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::
             );
         }
         Err(e) => refused(&e.to_string()),
+    }
+}
+
+/// Descriptors the process needs beside its client connections: an upstream connection per
+/// client in the worst case is counted with them; this is the listeners, state files, Redis
+/// and the logs.
+const DESCRIPTOR_RESERVE: u64 = 256;
+
+/// Warns when the soft limit on open files is below what `max_connections` needs (a client
+/// and an upstream connection each, and a reserve): then a flood would exhaust descriptors
+/// before the cap, and the stores could not open or write their files.
+fn warn_if_descriptors_run_short(max_connections: usize) {
+    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else {
+        return;
+    };
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<u64>().ok());
+    let needed = 2 * max_connections as u64 + DESCRIPTOR_RESERVE;
+    if let Some(soft) = soft.filter(|&soft| soft < needed) {
+        tracing::warn!(
+            open_files_limit = soft,
+            needed,
+            "server.max_connections needs more open files than this process may have (ulimit -n): raise the limit or lower max_connections"
+        );
     }
 }
 

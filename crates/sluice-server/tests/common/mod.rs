@@ -280,6 +280,11 @@ impl Gateway {
         assert!(status.success());
     }
 
+    /// Whether the process is still running.
+    pub fn child_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Rewrites the config file (same ports) with `rest`.
     pub fn rewrite(&self, server_extra: &str, rest: &str) {
         let mut f = std::fs::File::create(&self.config).unwrap();

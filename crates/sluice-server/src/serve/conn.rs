@@ -1,0 +1,311 @@
+//! One client connection of the main listener: the socket wrapped so that it enforces the
+//! connection's timeouts, which hyper's own timer cannot tell apart.
+//!
+//! - `keep_alive_timeout`: between requests (after a response, before the first byte of the
+//!   next request), the longest the connection may stay idle.
+//! - `header_read_timeout`: from the first byte of a request head (or from the accept, for
+//!   the first request) until the head is complete.
+//! - `send_timeout`: the longest a write to the client may stall (the client does not read);
+//!   then the connection is closed, which drops the response and with it the route's
+//!   concurrency permits and the upstream connection.
+//!
+//! hyper's `header_read_timeout` timer also runs while a keep-alive connection waits for its
+//! next request, so it would cap the idle time at the header timeout; it is therefore not
+//! used, and [`EdgeIo`] keeps both clocks. The service tells it where a request starts (its
+//! head is complete) and ends (its response body is dropped) through [`Exchange`].
+//!
+//! Each timer is allocated the first time it is needed on the connection and reset after;
+//! a write timer exists only on a connection whose writes have stalled.
+
+use std::future::Future as _;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use hyper::body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+
+/// The timeouts of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From the first byte of a request head to its end.
+    pub header: Duration,
+    /// Idle between requests.
+    pub keep_alive: Duration,
+    /// The longest stalled write.
+    pub send: Duration,
+}
+
+/// Where the connection's requests stand, shared by the socket wrapper and the service.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    /// Requests whose head was complete (the service was called).
+    started: AtomicU32,
+    /// Requests whose response body has been dropped (sent, or abandoned).
+    ended: AtomicU32,
+    /// The connection's task, while a read waits during a request: woken when the request
+    /// ends, so that the keep-alive clock starts then (hyper may not read again by itself).
+    reader: AtomicWaker,
+}
+
+impl Exchange {
+    /// A request's head is complete: the connection is busy until its response ends.
+    pub fn start(self: &Arc<Self>) {
+        self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn busy(&self) -> bool {
+        self.started.load(Ordering::Relaxed) != self.ended.load(Ordering::Relaxed)
+    }
+}
+
+/// What the read clock is timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// A request head (from the accept, or from its first byte).
+    Head,
+    /// Between requests, since the response that ended as `ended` was counted.
+    Idle(u32),
+    /// A request in flight: the body has its own timeout, the response is being made.
+    Busy,
+}
+
+/// The client socket, with the connection's timeouts.
+pub struct EdgeIo {
+    stream: TcpStream,
+    exchange: Arc<Exchange>,
+    timeouts: Timeouts,
+    phase: Phase,
+    /// The read timer is set for the current phase.
+    read_armed: bool,
+    read_timer: Option<Pin<Box<Sleep>>>,
+    write_armed: bool,
+    write_timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl EdgeIo {
+    /// Wraps `stream`; `exchange` is shared with the connection's service.
+    pub fn new(stream: TcpStream, exchange: Arc<Exchange>, timeouts: Timeouts) -> EdgeIo {
+        EdgeIo {
+            stream,
+            exchange,
+            timeouts,
+            phase: Phase::Head,
+            read_armed: false,
+            read_timer: None,
+            write_armed: false,
+            write_timer: None,
+        }
+    }
+
+    /// The phase now, from what the service reported.
+    fn current_phase(&mut self) -> Phase {
+        if self.exchange.busy() {
+            self.phase = Phase::Busy;
+            self.read_armed = false;
+        } else if self.phase == Phase::Busy {
+            self.phase = Phase::Idle(self.exchange.ended.load(Ordering::Relaxed));
+            self.read_armed = false;
+        }
+        self.phase
+    }
+
+    /// A read must wait: whether its deadline has passed (setting the timer for the phase
+    /// the first time).
+    fn read_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let limit = match self.current_phase() {
+            Phase::Busy => {
+                self.exchange.reader.register(cx.waker());
+                return false;
+            }
+            Phase::Head => self.timeouts.header,
+            Phase::Idle(_) => self.timeouts.keep_alive,
+        };
+        if !self.read_armed {
+            self.read_armed = true;
+            let deadline = Instant::now() + limit;
+            match &mut self.read_timer {
+                Some(timer) => timer.as_mut().reset(deadline),
+                None => self.read_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        self.read_timer
+            .as_mut()
+            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
+    }
+
+    /// A write must wait: whether it has stalled for `send_timeout`.
+    fn write_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.write_armed {
+            self.write_armed = true;
+            let deadline = Instant::now() + self.timeouts.send;
+            match &mut self.write_timer {
+                Some(timer) => timer.as_mut().reset(deadline),
+                None => self.write_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        self.write_timer
+            .as_mut()
+            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
+    }
+
+    fn wrote<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => {
+                if self.write_expired(cx) {
+                    timed_out("send");
+                    Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "send_timeout: the client did not read",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+            ready => {
+                self.write_armed = false;
+                ready
+            }
+        }
+    }
+}
+
+/// Counts a connection closed by one of its timeouts (`header_read`, `keep_alive`, `send`).
+fn timed_out(which: &'static str) {
+    metrics::counter!("sluice_connection_timeouts_total", "timeout" => which).increment(1);
+}
+
+/// Gives the connection timeout metric its help text.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "sluice_connection_timeouts_total",
+        metrics::Unit::Count,
+        "Client connections of the main listener closed by a timeout, by `timeout`: `header_read` (a request head too slow), `keep_alive` (idle between requests), `send` (the client did not read its response for send_timeout)."
+    );
+}
+
+impl AsyncRead for EdgeIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Pending => {
+                if this.read_expired(cx) {
+                    let which = match this.phase {
+                        Phase::Idle(_) => "keep_alive",
+                        _ => "header_read",
+                    };
+                    timed_out(which);
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, which)));
+                }
+                Poll::Pending
+            }
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    if let Phase::Idle(_) = this.current_phase() {
+                        // The first bytes of the next request: its head is timed from here.
+                        this.phase = Phase::Head;
+                        this.read_armed = false;
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            ready => ready,
+        }
+    }
+}
+
+impl AsyncWrite for EdgeIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.wrote(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.wrote(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_flush(cx);
+        this.wrote(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.stream).poll_shutdown(cx);
+        this.wrote(cx, polled)
+    }
+}
+
+/// A response body that tells the connection's [`Exchange`] when it is dropped: the
+/// request is over, and the connection idle until the next one.
+pub struct Ending<B> {
+    body: B,
+    exchange: Arc<Exchange>,
+}
+
+impl<B> Drop for Ending<B> {
+    fn drop(&mut self) {
+        self.exchange.ended.fetch_add(1, Ordering::Relaxed);
+        self.exchange.reader.wake();
+    }
+}
+
+impl<B> Ending<B> {
+    /// `body`, ending the current request of `exchange` when dropped.
+    pub fn new(body: B, exchange: Arc<Exchange>) -> Ending<B> {
+        Ending { body, exchange }
+    }
+}
+
+impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for Ending<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
