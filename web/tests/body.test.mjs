@@ -43,7 +43,8 @@ async function bodyUpstream() {
 
 async function setupBodies(config) {
   const upstream = await bodyUpstream();
-  const front = await startFront({ upstream, config });
+  // The gateway behind the worker accepts the test's largest body (its default cap is 1 MiB).
+  const front = await startFront({ upstream, config, maxBody: '256MiB' });
   const browser = await launchBrowser();
   return {
     upstream,

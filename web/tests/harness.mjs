@@ -122,9 +122,9 @@ const FILES = {
  * or the dev front with SLUICE_FRONT=dev. Returns { url, admin, kind, telemetryTotals(),
  * close() }.
  */
-export async function startFront({ upstream, config }) {
+export async function startFront({ upstream, config, maxBody }) {
   if (process.env.SLUICE_FRONT === 'dev') return startDevFront({ upstream, config });
-  return startGateway({ upstream, config, cmd: gatewayCommand() });
+  return startGateway({ upstream, config, maxBody, cmd: gatewayCommand() });
 }
 
 let builtBinary = null;
@@ -251,13 +251,15 @@ function proxy(req, res, upstream) {
  * itself limits nothing, so every limit the test sees is the browser's), plus [browser] from
  * `config`.
  */
-export function gatewayToml({ listen, adminListen, upstream, config }) {
+export function gatewayToml({ listen, adminListen, upstream, config, maxBody }) {
   const str = (s) => JSON.stringify(s);
   const lines = [
     '[server]',
     `listen = ${str(listen)}`,
     `admin_listen = ${str(adminListen)}`,
     'shutdown_timeout = "2s"',
+    // The gateway's own cap on request bodies (1 MiB by default), for tests that send more.
+    ...(maxBody === undefined ? [] : [`max_body = ${str(maxBody)}`]),
     '',
     '[[route]]',
     'path_prefix = "/"',
@@ -289,7 +291,7 @@ export function gatewayToml({ listen, adminListen, upstream, config }) {
  * /sluice/sw.js. FILE is `toml({ listen, adminListen })`, by default the config of
  * gatewayToml() for `upstream` and `config`.
  */
-export async function startGateway({ upstream, config, cmd = gatewayCommand(), toml }) {
+export async function startGateway({ upstream, config, maxBody, cmd = gatewayCommand(), toml }) {
   const dir = await mkdtemp(join(tmpdir(), 'sluice-gateway-'));
   const port = await freePort();
   let adminPort = await freePort();
@@ -297,7 +299,7 @@ export async function startGateway({ upstream, config, cmd = gatewayCommand(), t
   const file = join(dir, 'sluice.toml');
   const listen = `127.0.0.1:${port}`;
   const adminListen = `127.0.0.1:${adminPort}`;
-  await writeFile(file, toml ? toml({ listen, adminListen }) : gatewayToml({ listen, adminListen, upstream, config }));
+  await writeFile(file, toml ? toml({ listen, adminListen }) : gatewayToml({ listen, adminListen, upstream, config, maxBody }));
   const child = spawn('sh', ['-c', `exec ${cmd} --config "$1"`, 'sh', file], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { SLUICE_LOG: 'warn', ...process.env },
@@ -356,7 +358,7 @@ export async function startGateway({ upstream, config, cmd = gatewayCommand(), t
      */
     reload: async (config) => {
       if (toml) throw new Error('reload() needs the config of gatewayToml()');
-      await writeFile(file, gatewayToml({ listen, adminListen, upstream, config }));
+      await writeFile(file, gatewayToml({ listen, adminListen, upstream, config, maxBody }));
       child.kill('SIGHUP');
       const until = Date.now() + 10000;
       for (;;) {
