@@ -885,3 +885,80 @@ async fn a_reload_applies_the_edge_settings_at_once_and_names_them() {
     let second = common::get_with(&admin, &[("authorization", "Bearer second-token")]).await;
     assert_eq!(second.status, StatusCode::OK);
 }
+
+/// The soft and hard open-files limits in a `/proc/PID/limits` text.
+fn open_files(limits: &str) -> (u64, u64) {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let mut fields = line.split_whitespace().skip(3).map(|v| v.parse().unwrap());
+    (fields.next().unwrap(), fields.next().unwrap())
+}
+
+/// Starts `sluice serve` with `max_connections` under `prlimit --nofile=1024:HARD` (HARD: this
+/// process's own hard limit, which an unprivileged process cannot raise) and returns the
+/// gateway's soft and hard limits once it serves, with its log.
+async fn open_files_limit_with(max_connections: u64) -> ((u64, u64), String) {
+    let (_, hard) = open_files(&std::fs::read_to_string("/proc/self/limits").unwrap());
+    let dir = common::TempDir::new();
+    let (port, admin_port) = (common::free_port(), common::free_port());
+    let config = dir.0.join("sluice.toml");
+    let up = Recorder::start().await;
+    let rest = format!(
+        "[[route]]\npath_prefix = \"/\"\nupstream = \"{}\"\n",
+        up.url()
+    );
+    let server = format!("max_connections = {max_connections}");
+    std::fs::write(
+        &config,
+        common::config_text(port, admin_port, &server, &rest),
+    )
+    .unwrap();
+    let log = dir.0.join("sluice.log");
+    let mut child = std::process::Command::new("prlimit")
+        .arg(format!("--nofile=1024:{hard}"))
+        .args([common::bin(), "serve", "--config"])
+        .arg(&config)
+        .env("SLUICE_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("prlimit (util-linux) runs sluice");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let healthz = format!("http://127.0.0.1:{admin_port}/healthz");
+    while get(&healthz).await.map(|r| r.status) != Ok(StatusCode::OK) {
+        assert!(
+            Instant::now() < deadline,
+            "sluice not ready: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // prlimit execs sluice: the child's pid is the gateway's.
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    (open_files(&limits), std::fs::read_to_string(&log).unwrap())
+}
+
+#[tokio::test]
+async fn the_open_files_limit_is_raised_to_what_max_connections_needs_up_to_the_hard_limit() {
+    let (_, hard) = open_files(&std::fs::read_to_string("/proc/self/limits").unwrap());
+    assert!(
+        hard >= 4256,
+        "this test needs a hard open-files limit of 4256, have {hard}"
+    );
+    // A soft limit of 1024 (a common default) under a higher hard one: raised to what 2000
+    // connections need (a client and an upstream connection each, and 256), no warning.
+    let ((soft, _), log) = open_files_limit_with(2000).await;
+    assert_eq!(soft, 2 * 2000 + 256, "{log}");
+    assert!(!log.contains("needs more open files"), "{log}");
+    // More than the hard limit allows: raised as far as it goes, and a warning names the setting.
+    let ((soft, hard_now), log) = open_files_limit_with(hard).await;
+    assert_eq!((soft, hard_now), (hard, hard), "{log}");
+    assert!(
+        log.contains("server.max_connections needs more open files"),
+        "{log}"
+    );
+}

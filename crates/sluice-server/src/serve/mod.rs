@@ -122,7 +122,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .with_context(|| format!("binding server.listen {}", server.listen))?;
     let admin = tokio::spawn(admin::serve(admin_listener, shared, stop_rx.clone()));
     drop(stop_rx);
-    warn_if_descriptors_run_short(server.max_connections);
+    make_room_for_connections(server.max_connections);
     tracing::info!(
         listen = %server.listen,
         admin_listen = %server.admin_listen,
@@ -210,24 +210,44 @@ async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::
 /// and the logs.
 const DESCRIPTOR_RESERVE: u64 = 256;
 
-/// Warns when the soft limit on open files is below what `max_connections` needs (a client
-/// and an upstream connection each, and a reserve): then a flood would exhaust descriptors
-/// before the cap, and the stores could not open or write their files.
-fn warn_if_descriptors_run_short(max_connections: usize) {
-    let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else {
+/// Makes room for `max_connections`: a client and an upstream connection each, and a reserve.
+///
+/// Raises the soft limit on open files towards what that needs, up to the hard limit (as
+/// nginx's `worker_rlimit_nofile` does when set, and as most servers do at start: the soft
+/// limit is often 1024 while the hard one is far higher). Warns when even the hard limit is
+/// short: a flood would then exhaust descriptors before the cap, and the stores could not
+/// open or write their files.
+fn make_room_for_connections(max_connections: usize) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+    let needed = 2 * max_connections as u64 + DESCRIPTOR_RESERVE;
+    let limit = getrlimit(Resource::Nofile);
+    // `None` is "unlimited".
+    let (Some(soft), hard) = (limit.current, limit.maximum) else {
         return;
     };
-    let soft = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|v| v.parse::<u64>().ok());
-    let needed = 2 * max_connections as u64 + DESCRIPTOR_RESERVE;
-    if let Some(soft) = soft.filter(|&soft| soft < needed) {
+    let mut have = soft;
+    if soft < needed {
+        let target = hard.map_or(needed, |hard| hard.min(needed));
+        if target > soft {
+            let raised = Rlimit {
+                current: Some(target),
+                maximum: hard,
+            };
+            match setrlimit(Resource::Nofile, raised) {
+                Ok(()) => {
+                    tracing::debug!(from = soft, to = target, "raised the open-files limit");
+                    have = target;
+                }
+                Err(e) => tracing::debug!(error = %e, "could not raise the open-files limit"),
+            }
+        }
+    }
+    if have < needed {
         tracing::warn!(
-            open_files_limit = soft,
+            open_files_limit = have,
             needed,
-            "server.max_connections needs more open files than this process may have (ulimit -n): raise the limit or lower max_connections"
+            "server.max_connections needs more open files than this process may have (ulimit -Hn): raise the limit or lower max_connections"
         );
     }
 }
