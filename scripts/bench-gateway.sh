@@ -13,6 +13,12 @@
 #   hyper      wrk -> a plain hyper proxy (benches/examples/plain_hyper_proxy.rs) -> upstream
 #   sluice-429 every request denied (capacity 1, 1/h): answered 429 by sluice
 #   nginx-429  every request denied (rate 1r/m, no burst): answered 429 by nginx
+#   sluice-noid sluice with `request_id = false` (no X-Request-Id made up or echoed), beside
+#              plain nginx `limit_req` (which does no such header work either)
+# Then, with IDLE (default 5000) idle keep-alive connections held open to each of sluice and
+# nginx by a separate process (each connection sends one request at the start and one every
+# 30 s, so neither server's keep-alive timeout closes it), sluice-idle and nginx-idle: the
+# proxying runs again, ROUNDS interleaved rounds.
 # The seven runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
 # median of each figure, so that a burst of other load on the machine moves one sample, not
 # the result. Then the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
@@ -25,6 +31,7 @@ set -euo pipefail
 DURATION=${1:-10}
 CONNS=${2:-64}
 ROUNDS=${3:-3}
+IDLE=${IDLE:-5000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench-XXXXXX)
 OUT=${OUT:-$WORK/raw.txt}
@@ -157,6 +164,7 @@ echo "building sluice (release)..." >&2
 UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
 SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
 SLACC=$(free_port); SLACCA=$(free_port); HY=$(free_port); NGSAME=$(free_port)
+SLNOID=$(free_port); SLNOIDA=$(free_port)
 
 start_nginx upstream "server { listen 127.0.0.1:$UP; keepalive_requests 1000000; location / { return 200 \"ok\\n\"; } }"
 wait_port "$UP"
@@ -185,6 +193,7 @@ wait_port "$NG"; wait_port "$NGSAME"; wait_port "$NG429"; wait_port "$NGACC"
 route() { printf '[[route]]\npath_prefix = "/"\npolicies = ["%s"]\nupstream = "http://127.0.0.1:%s"\n' "$1" "$UP"; }
 start_sluice open "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SL" "$SLA"
 start_sluice shut "$(printf '[[policy]]\nname = "shut"\nalgorithm = "gcra"\ncapacity = 1\nrate = "1/h"\nkey = "ip"\n'; route shut)" "$SL429" "$SL429A"
+start_sluice noid "$(printf 'request_id = false\n[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SLNOID" "$SLNOIDA"
 start_sluice acc "$(printf '[[policy]]\nname = "acc"\nalgorithm = "gcra"\ncapacity = 20\nrate = "100/s"\nkey = "ip"\n'; route acc)" "$SLACC" "$SLACCA"
 
 "$ROOT/target/release/examples/plain_hyper_proxy" "127.0.0.1:$HY" "127.0.0.1:$UP" &
@@ -193,22 +202,62 @@ MASTER[hyper]=$!
 wait_port "$HY"
 
 # Warm up every path once (connections, pools, caches).
-for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429 $SLNOID; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
 # label:port:server of each run, in the order they are interleaved.
 RUNS=("direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "nginx-same:$NGSAME:proxysame"
-  "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429")
+  "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429" "sluice-noid:$SLNOID:noid")
 declare -A SAMPLES
-for round in $(seq "$ROUNDS"); do
-  for run in "${RUNS[@]}"; do
-    IFS=: read -r label port server <<<"$run"
-    # shellcheck disable=SC2046 # one argument per pid
-    result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION" $(serving_pids "$server"))
-    echo "round $round $label: $result" >&2
-    read -r rps p50 p99 total non2xx took cpu_user cpu_sys cpu_up cpu_wrk <<<"$result"
-    SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took $cpu_user $cpu_sys $cpu_up $cpu_wrk"$'\n'
+# Runs each label:port:server given ROUNDS times, the runs interleaved, into SAMPLES.
+run_rounds() {
+  local round run label port server result rps p50 p99 total non2xx took cpu_user cpu_sys cpu_up cpu_wrk
+  for round in $(seq "$ROUNDS"); do
+    for run in "$@"; do
+      IFS=: read -r label port server <<<"$run"
+      # shellcheck disable=SC2046 # one argument per pid
+      result=$(run_wrk "$label" "http://127.0.0.1:$port/" "$DURATION" $(serving_pids "$server"))
+      echo "round $round $label: $result" >&2
+      read -r rps p50 p99 total non2xx took cpu_user cpu_sys cpu_up cpu_wrk <<<"$result"
+      SAMPLES[$label]+="$rps $(to_ms "$p50") $(to_ms "$p99") $total $non2xx $took $cpu_user $cpu_sys $cpu_up $cpu_wrk"$'\n'
+    done
   done
-done
+}
+run_rounds "${RUNS[@]}"
+# The idle connections: one process holds IDLE keep-alive connections to each of sluice and
+# nginx, then the proxying pair runs again beside them.
+cat > "$WORK/idle.py" <<'PY'
+import asyncio, sys
+ports, n = [int(p) for p in sys.argv[1].split(",")], int(sys.argv[2])
+REQ = b"GET /idle HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+async def one(port):
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    while True:
+        w.write(REQ); await w.drain()
+        head = await r.readuntil(b"\r\n\r\n")
+        length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0)
+        await r.readexactly(length)
+        await asyncio.sleep(30)
+async def main():
+    tasks = []
+    for port in ports:
+        for i in range(n):
+            tasks.append(asyncio.ensure_future(one(port)))
+            if i % 200 == 199: await asyncio.sleep(0.05)
+    await asyncio.sleep(3)
+    alive = sum(1 for t in tasks if not t.done())
+    print(f"idle connections open: {alive} of {len(tasks)}", flush=True)
+    await asyncio.gather(*tasks)
+asyncio.run(main())
+PY
+python3 "$WORK/idle.py" "$SL,$NG" "$IDLE" > "$WORK/idle.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 600); do grep -q "idle connections open" "$WORK/idle.log" && break; sleep 0.1; done
+IDLE_OPEN=$(cat "$WORK/idle.log")
+echo "$IDLE_OPEN" >&2
+IDLE_RUNS=("sluice-idle:$SL:open" "nginx-idle:$NG:proxy")
+run_rounds "${IDLE_RUNS[@]}"
+RUNS+=("${IDLE_RUNS[@]}")
+
 median_col() { # label column -> median over rounds
   printf '%s' "${SAMPLES[$1]}" | awk -v c="$2" 'NF {print $c}' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
@@ -269,6 +318,9 @@ $(row nginx-same)
 $(row hyper)
 $(row sluice-429)
 $(row nginx-429)
+$(row sluice-noid)
+$(row sluice-idle)
+$(row nginx-idle)
 
 Server CPU: the user and kernel time of the processes answering wrk (sluice, the plain hyper proxy, or nginx's workers; for
 direct, the upstream's workers), divided by the requests of the run (median of the rounds). Upstream and wrk CPU: the same for
@@ -286,6 +338,11 @@ machine spends on a request, which sets the throughput while all three processes
   **$(ratio "$(field sluice 1)" "$(field hyper 1)")**, hyper / nginx = $(ratio "$(field hyper 1)" "$(field nginx 1)"); p99 hyper $(field hyper 3) ms.
 - Denying (every request 429): sluice / nginx throughput = **$(ratio "$(field sluice-429 1)" "$(field nginx-429 1)")** (target >= 1);
   p99 sluice $S4_P99 ms, nginx $N4_P99 ms (sluice - nginx = $(minus "$S4_P99" "$N4_P99") ms).
+- \`request_id = false\` (sluice-noid) against plain nginx \`limit_req\`, neither doing the request-id work:
+  sluice-noid / nginx = **$(ratio "$(field sluice-noid 1)" "$(field nginx 1)")** (target >= 1); p99 $(field sluice-noid 3) ms.
+- With $IDLE idle keep-alive connections open to each ($IDLE_OPEN): sluice-idle / nginx-idle throughput =
+  **$(ratio "$(field sluice-idle 1)" "$(field nginx-idle 1)")**; p99 sluice $(field sluice-idle 3) ms, nginx $(field nginx-idle 3) ms
+  (sluice - nginx = $(minus "$(field sluice-idle 3)" "$(field nginx-idle 3)") ms).
 
 Low rate: 100/s with a burst of 20, flooded for 10 s (wrk -c$CONNS). Expected admitted = burst + 100 x measured duration
 (nginx's burst admits burst + 1 at once: its first request does not count against the burst).

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { test } from 'node:test';
 
-import { launchBrowser, openTab, startFront, testConfig, workerState } from './harness.mjs';
+import { openTab, serveOnFreePort, setup, testConfig, workerState } from './harness.mjs';
 import { peakWorkerMemory, workerSession } from './worker-cdp.mjs';
 
 const MiB = 1024 * 1024;
@@ -29,34 +29,11 @@ async function bodyUpstream() {
       res.end(JSON.stringify({ ok: true, size }));
     });
   });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    url: `http://127.0.0.1:${server.address().port}`,
-    bodies,
-    close: () =>
-      new Promise((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
+  return serveOnFreePort(server, { bodies });
 }
 
-async function setupBodies(config) {
-  const upstream = await bodyUpstream();
-  // The gateway behind the worker accepts the test's largest body (its default cap is 1 MiB).
-  const front = await startFront({ upstream, config, maxBody: '256MiB' });
-  const browser = await launchBrowser();
-  return {
-    upstream,
-    front,
-    context: browser.context,
-    close: async () => {
-      await browser.close();
-      await front.close();
-      await upstream.close();
-    },
-  };
-}
+// The gateway behind the worker accepts the test's largest body (its default cap is 1 MiB).
+const setupBodies = async (config) => setup(config, { upstream: await bodyUpstream(), maxBody: '256MiB' });
 
 /** The bytes the page sends: byte i is (i * 7 + 3) & 255. */
 function pattern(size) {

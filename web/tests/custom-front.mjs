@@ -7,7 +7,7 @@ import http from 'node:http';
 import { prefix } from '../build-sw.mjs';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { launchBrowser, startFront, startUpstream, WEB } from './harness.mjs';
+import { launchBrowser, serveOnFreePort, startFront, startUpstream, WEB } from './harness.mjs';
 
 /** Bytes that are not a wasm module: `new WebAssembly.Module` throws a CompileError. */
 export const CORRUPT_WASM = new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0xff, 0x13, 0x37]);
@@ -65,15 +65,7 @@ async function startScriptFront({ target, script }) {
     });
     req.pipe(out);
   });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${server.address().port}`,
-    close: () =>
-      new Promise((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return serveOnFreePort(server);
 }
 
 /**

@@ -52,6 +52,15 @@ function closeServer(server) {
   });
 }
 
+/**
+ * Starts a node http `server` on a free 127.0.0.1 port: `{ url, close(), ...extra }`, where
+ * `close()` drops its open connections and stops it (for a test's own upstream or front).
+ */
+export async function serveOnFreePort(server, extra = {}) {
+  const port = await listen(server);
+  return { ...extra, url: `http://127.0.0.1:${port}`, close: () => closeServer(server) };
+}
+
 /** The sluice-wasm module, built if missing (run-tests.sh builds it first). */
 export function wasmBytes() {
   if (!existsSync(DEFAULT_WASM)) {
@@ -495,10 +504,13 @@ export function testConfig(overrides = {}) {
   };
 }
 
-/** Starts upstream, front and browser; `close()` stops all three. */
-export async function setup(config) {
-  const upstream = await startUpstream();
-  const front = await startFront({ upstream, config });
+/**
+ * Starts upstream (`upstream`, else a `startUpstream()`), front (the gateway accepting bodies
+ * up to `maxBody`, if given) and browser; `close()` stops all three.
+ */
+export async function setup(config, { upstream, maxBody } = {}) {
+  upstream = upstream || (await startUpstream());
+  const front = await startFront({ upstream, config, maxBody });
   const browser = await launchBrowser();
   return {
     upstream,

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { test } from 'node:test';
 
-import { launchBrowser, openTab, sleep, startFront, testConfig } from './harness.mjs';
+import { openTab, serveOnFreePort, setup, sleep, testConfig } from './harness.mjs';
 
 /** Records { method, path, priority }; /api/busy/... answers 503 (Retry-After: 0), the rest 200. */
 async function recordingUpstream() {
@@ -20,33 +20,10 @@ async function recordingUpstream() {
       res.end(JSON.stringify({ ok: !busy }));
     });
   });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    url: `http://127.0.0.1:${server.address().port}`,
-    hits,
-    close: () =>
-      new Promise((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
+  return serveOnFreePort(server, { hits });
 }
 
-async function setupPolite(config) {
-  const upstream = await recordingUpstream();
-  const front = await startFront({ upstream, config });
-  const browser = await launchBrowser();
-  return {
-    upstream,
-    front,
-    context: browser.context,
-    close: async () => {
-      await browser.close();
-      await front.close();
-      await upstream.close();
-    },
-  };
-}
+const setupPolite = async (config) => setup(config, { upstream: await recordingUpstream() });
 
 test('X-Sluice-Priority only when asked for; a high one goes ahead of the waiting normal ones', { timeout: 60000 }, async () => {
   const env = await setupPolite(testConfig({ capacity: 1, rate: '4/s', queue: { depth: 10, max_wait_ms: 10000 } }));
