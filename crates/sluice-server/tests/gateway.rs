@@ -315,8 +315,12 @@ async fn hop_by_hop_headers_are_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_keep_order_and_deadlines() {
     let up = Upstream::start().await;
-    // One token every 100 ms; up to 5 wait, at most 450 ms each.
-    let policy = "[[policy]]\nname = \"api\"\nalgorithm = \"gcra\"\ncapacity = 1\nrate = \"10/s\"\nqueue = { depth = 5, max_wait = \"450ms\" }";
+    // One token every 200 ms; up to 5 wait, at most 900 ms each. With capacity 1 each late
+    // wake of the gateway's timer delays every later turn (no admission is backdated), and a
+    // request that arrives late is predicted a shorter wait: the 100 ms between the last turn
+    // (800 ms) and the wait limit keep a loaded machine from turning either into a different
+    // outcome.
+    let policy = "[[policy]]\nname = \"api\"\nalgorithm = \"gcra\"\ncapacity = 1\nrate = \"5/s\"\nqueue = { depth = 5, max_wait = \"900ms\" }";
     let gw = Gateway::start("", &routes(&up.url(), policy, "queue_max_body = \"1KiB\"")).await;
     let client = client();
     let started = Instant::now();
@@ -349,8 +353,8 @@ async fn queues_keep_order_and_deadlines() {
         .filter(|r| r.1 == StatusCode::OK)
         .map(|r| r.0)
         .collect();
-    // 0 at once, then 1..=4 at ~100, 200, 300, 400 ms (each within 450 ms); 5.. would wait
-    // 500 ms or more: denied at once with reason `timeout`.
+    // 0 at once, then 1..=4 at ~200, 400, 600, 800 ms (each within 900 ms); 5.. would wait
+    // 1000 ms or more: denied at once with reason `timeout`.
     assert_eq!(admitted, [0, 1, 2, 3, 4], "{results:?}");
     for (seq, status, retry_after, body, took) in &results {
         if *seq >= 5 {
@@ -363,7 +367,7 @@ async fn queues_keep_order_and_deadlines() {
                 "denied at once, took {took:?}"
             );
         } else {
-            let expected = Duration::from_millis(100 * u64::from(*seq));
+            let expected = Duration::from_millis(200 * u64::from(*seq));
             assert!(
                 *took + Duration::from_millis(40) >= expected,
                 "{seq} too early: {took:?}"
