@@ -549,6 +549,27 @@ async fn request_id_false_neither_makes_up_nor_echoes_an_id() {
     }
     let log = gw.log_text();
     assert!(log.contains("request_id=\"edge-7f3a\""), "{log}");
+    // The browser paths the gateway answers itself are no different.
+    let browser = format!(
+        "{}\n[browser]\ncapacity = 10\nrate = \"1/s\"\n",
+        two_routes(&up.url(), "")
+    );
+    let gw = Gateway::start("request_id = false", &browser).await;
+    let a = get(&gw.url("/sluice/config.json")).await.unwrap();
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(
+        a.header("x-request-id").is_none(),
+        "{:?}",
+        a.header("x-request-id")
+    );
+    let a = common::get_with(
+        &gw.url("/sluice/config.json"),
+        &[("x-request-id", "page-41")],
+    )
+    .await;
+    assert!(a.header("x-request-id").is_none());
+    let log = gw.log_text();
+    assert!(log.contains("request_id=\"page-41\""), "{log}");
     // The default makes one up and echoes it.
     let gw = Gateway::start("", &two_routes(&up.url(), "")).await;
     let a = get(&gw.url("/api/x")).await.unwrap();

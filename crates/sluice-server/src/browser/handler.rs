@@ -191,7 +191,7 @@ impl Browser {
         &self,
         req: Request<B>,
         peer: SocketAddr,
-        id: HeaderValue,
+        id: Option<HeaderValue>,
         started: Instant,
     ) -> Response<Body>
     where
@@ -200,15 +200,24 @@ impl Browser {
     {
         let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
         let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
+        // Without an id of the gateway's (`request_id = false`), the client's is logged.
+        let logged = log
+            .then(|| {
+                id.clone()
+                    .or_else(|| req.headers().get(&X_REQUEST_ID).cloned())
+            })
+            .flatten();
         let client = self.trusted.client_ip(peer.ip(), req.headers());
         let (mut response, decision) = self.respond(req, client).await;
-        response
-            .headers_mut()
-            .insert(X_REQUEST_ID.clone(), id.clone());
+        if let Some(id) = &id {
+            response
+                .headers_mut()
+                .insert(X_REQUEST_ID.clone(), id.clone());
+        }
         if let Some((method, path)) = head {
             tracing::info!(
                 target: "sluice::access",
-                request_id = id.to_str().unwrap_or(""),
+                request_id = logged.as_ref().and_then(|id| id.to_str().ok()).unwrap_or(""),
                 client = %client,
                 method = %method,
                 path = %path,

@@ -306,7 +306,8 @@ pub async fn handle(
     let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
     if let Some(browser) = runtime.browser.as_ref() {
         if browser.owns(req.uri().path()) {
-            let id = request_id(shared, &mut req);
+            // These answers never go upstream: with `request_id = false` they carry no id.
+            let id = ids.then(|| request_id(shared, &mut req));
             return browser.handle(req, peer, id, started).await;
         }
     }
