@@ -99,7 +99,15 @@ function stress(bin, url, key, { rate, duration }) {
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`sluice stress exited with ${code}`))));
+    // 'close', not 'exit': the exit can be reported before stdout has been read to its end.
+    child.on('close', (code) => {
+      if (code !== 0) return reject(new Error(`sluice stress exited with ${code}`));
+      try {
+        resolve(JSON.parse(out));
+      } catch (e) {
+        reject(new Error(`sluice stress printed no JSON summary (${e.message}): ${JSON.stringify(out)}`));
+      }
+    });
   });
 }
 

@@ -448,8 +448,8 @@ export function fire(page, { path, perSecond, durationMs, init = {} }) {
         if (delay > 0) await new Promise((r) => setTimeout(r, delay));
         const start = performance.now();
         all.push(
-          fetch(`${path}${i}`, { cache: 'no-store', ...init }).then(
-            async (r) => {
+          fetch(`${path}${i}`, { cache: 'no-store', ...init })
+            .then(async (r) => {
               const ms = performance.now() - start;
               let reason = null;
               if (r.status === 429) reason = (await r.json()).reason;
@@ -463,9 +463,10 @@ export function fire(page, { path, perSecond, durationMs, init = {} }) {
                 reason,
                 limiter: r.headers.get('x-sluice-limiter'),
               };
-            },
-            (e) => ({ i, status: 0, start: start - t0, ms: performance.now() - start, error: String(e) }),
-          ),
+            })
+            // A network error, before the head or while the body is read (a worker stopped
+            // mid-response), is status 0.
+            .catch((e) => ({ i, status: 0, start: start - t0, ms: performance.now() - start, error: String(e) })),
         );
       }
       return Promise.all(all);
