@@ -11,14 +11,6 @@ mod common;
 #[allow(dead_code)]
 #[path = "../../sluice/tests/support/redis.rs"]
 mod redis_support;
-/// What `redis_support` takes from the sluice crate's test support.
-mod process {
-    pub fn unix_ns() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-}
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -40,6 +32,18 @@ struct Sent {
 impl Sent {
     fn status(&self) -> Option<StatusCode> {
         self.answer.as_ref().ok().map(|(s, _)| *s)
+    }
+
+    /// Panics unless the answer is a 200 or a 503 `unavailable` (a store's `on_error = deny`);
+    /// `all` and `log` go into the message.
+    fn assert_ok_or_unavailable(&self, all: &str, log: &str) {
+        match &self.answer {
+            Ok((StatusCode::OK, _)) => {}
+            Ok((StatusCode::SERVICE_UNAVAILABLE, reason)) => {
+                assert_eq!(reason, "unavailable", "{all}");
+            }
+            other => panic!("only 200 and 503 `unavailable`, got {other:?}: {all}\n{log}"),
+        }
     }
 }
 
@@ -235,13 +239,7 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
     let timeout = Duration::from_millis(50);
     let (mut denied_while_stopped, mut back) = (0, 0);
     for s in &sent {
-        match &s.answer {
-            Ok((StatusCode::OK, _)) => {}
-            Ok((StatusCode::SERVICE_UNAVAILABLE, reason)) => {
-                assert_eq!(reason, "unavailable", "{all}");
-            }
-            other => panic!("only 200 and 503 `unavailable`, got {other:?}: {all}\n{log}"),
-        }
+        s.assert_ok_or_unavailable(&all, &log);
         if s.at + s.took < stopped {
             assert_eq!(s.status(), Some(StatusCode::OK), "before SIGSTOP: {all}");
         } else if s.at >= stopped + margin && s.at + s.took < resumed {
@@ -346,13 +344,7 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
     let all = summary(&sent);
 
     for s in &sent {
-        match &s.answer {
-            Ok((StatusCode::OK, _)) => {}
-            Ok((StatusCode::SERVICE_UNAVAILABLE, reason)) => {
-                assert_eq!(reason, "unavailable", "{all}");
-            }
-            other => panic!("only 200 and 503 `unavailable`, got {other:?}: {all}\n{log}"),
-        }
+        s.assert_ok_or_unavailable(&all, &log);
         if s.at + s.took < killed {
             assert_eq!(s.status(), Some(StatusCode::OK), "before the kill: {all}");
         }

@@ -6,14 +6,6 @@ mod common;
 #[allow(dead_code)]
 #[path = "../../sluice/tests/support/redis.rs"]
 mod redis_support;
-/// What `redis_support` takes from the sluice crate's test support.
-mod process {
-    pub fn unix_ns() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-}
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -1,16 +1,13 @@
 //! Per-key limits: isolation, the key cap, idle eviction and per-key queues.
 
+mod support;
+
 use std::time::Duration;
 
 use sluice::{AcquireOptions, Error, Keyed};
 use sluice_core::{Gcra, Quota, TokenBucket};
+use support::paused::{gcra, SEC};
 use tokio::time::Instant;
-
-const SEC: Duration = Duration::from_secs(1);
-
-fn gcra(capacity: u64, rate: &str) -> Gcra {
-    Gcra::new(Quota::parse(capacity, rate).unwrap())
-}
 
 #[tokio::test(start_paused = true)]
 async fn keys_are_isolated() {

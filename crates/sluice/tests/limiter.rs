@@ -1,24 +1,14 @@
 //! The waiting limiter on paused tokio time: order, bounds, deadlines, cancellation, close.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice::{AcquireOptions, Error, Limiter, Priority};
-use sluice_core::{Gcra, Quota, SlidingLog, TokenBucket};
+use sluice_core::{Quota, SlidingLog, TokenBucket};
+use support::paused::{gcra, settle, SEC};
 use tokio::time::Instant;
-
-const SEC: Duration = Duration::from_secs(1);
-
-fn gcra(capacity: u64, rate: &str) -> Gcra {
-    Gcra::new(Quota::parse(capacity, rate).unwrap())
-}
-
-/// Lets every spawned task run until it blocks, without moving paused time.
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn waiters_are_admitted_in_fifo_order_at_exact_times() {

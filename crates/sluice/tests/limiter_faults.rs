@@ -1,24 +1,14 @@
 //! The waiting limiter when its timer or its runtime misbehaves: a driver that wakes late never
 //! releases a burst, and a driver that dies never leaves a waiter hanging.
 
+mod support;
+
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use sluice::{Error, Limiter};
 use sluice_core::{Gcra, Quota};
-
-const SEC: Duration = Duration::from_secs(1);
-
-fn gcra(capacity: u64, rate: &str) -> Gcra {
-    Gcra::new(Quota::parse(capacity, rate).unwrap())
-}
-
-/// Lets every spawned task run until it blocks, without moving paused time.
-async fn settle() {
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-}
+use support::paused::{gcra, settle, SEC};
 
 /// Panics unless every window `[at[i], at[j]]` of sorted admission instants holds at most
 /// `capacity + (span + slack) / interval` admissions of cost 1. `slack` allows for the time

@@ -21,69 +21,50 @@ pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     }
 }
 
+/// Pushes `PREFIX` + `FIELD` onto `out` for each field that differs between `a` and `b`; the
+/// field names are the config keys.
+macro_rules! push_changed {
+    ($out:expr, $prefix:literal, $a:expr, $b:expr, [$($field:ident),* $(,)?]) => {
+        $(
+            if $a.$field != $b.$field {
+                $out.push(concat!($prefix, stringify!($field)).to_owned());
+            }
+        )*
+    };
+}
+
 /// What changed from `old` to `new`, comma-separated, or `nothing`.
 pub fn describe(old: &Config, new: &Config) -> String {
     let mut out: Vec<String> = Vec::new();
     let (a, b) = (&old.server, &new.server);
-    for (changed, name) in [
-        (
-            a.trusted_proxies != b.trusted_proxies,
-            "server.trusted_proxies",
-        ),
-        (
-            a.shutdown_timeout != b.shutdown_timeout,
-            "server.shutdown_timeout",
-        ),
-        (
-            a.header_read_timeout != b.header_read_timeout,
-            "server.header_read_timeout",
-        ),
-        (
-            a.max_header_bytes != b.max_header_bytes,
-            "server.max_header_bytes",
-        ),
-        (a.max_body != b.max_body, "server.max_body"),
-        (a.request_id != b.request_id, "server.request_id"),
-        (a.send_timeout != b.send_timeout, "server.send_timeout"),
-        (
-            a.keep_alive_timeout != b.keep_alive_timeout,
-            "server.keep_alive_timeout",
-        ),
-        (
-            a.upstream_connect_timeout != b.upstream_connect_timeout,
-            "server.upstream_connect_timeout",
-        ),
-        (
-            a.upstream_idle_timeout != b.upstream_idle_timeout,
-            "server.upstream_idle_timeout",
-        ),
-        (
-            a.max_connections != b.max_connections,
-            "server.max_connections",
-        ),
-        (a.admin_token != b.admin_token, "server.admin_token"),
-        (
-            a.client_body_timeout != b.client_body_timeout,
-            "server.client_body_timeout",
-        ),
-    ] {
-        if changed {
-            out.push(name.to_owned());
-        }
-    }
+    push_changed!(
+        out,
+        "server.",
+        a,
+        b,
+        [
+            trusted_proxies,
+            shutdown_timeout,
+            header_read_timeout,
+            max_header_bytes,
+            max_body,
+            request_id,
+            send_timeout,
+            keep_alive_timeout,
+            upstream_connect_timeout,
+            upstream_idle_timeout,
+            max_connections,
+            admin_token,
+            client_body_timeout,
+        ]
+    );
     let (a, b) = (&old.store, &new.store);
-    for (changed, name) in [
-        (a.backend != b.backend, "store.backend"),
-        (a.path != b.path, "store.path"),
-        (a.urls != b.urls, "store.url"),
-        (a.on_error != b.on_error, "store.on_error"),
-        (a.timeout != b.timeout, "store.timeout"),
-        (a.prefix != b.prefix, "store.prefix"),
-    ] {
-        if changed {
-            out.push(name.to_owned());
-        }
+    push_changed!(out, "store.", a, b, [backend, path]);
+    // The key is `url`, a list or a single address.
+    if a.urls != b.urls {
+        out.push("store.url".to_owned());
     }
+    push_changed!(out, "store.", a, b, [on_error, timeout, prefix]);
     for p in &new.policies {
         match old.policies.iter().find(|o| o.name == p.name) {
             None => out.push(format!("policy {} added", p.name)),
@@ -132,15 +113,6 @@ fn policy_changes(o: &PolicyConfig, p: &PolicyConfig) -> Vec<String> {
     if o.quota.rate() != p.quota.rate() {
         fields.push(format!("rate {} -> {}", o.quota.rate(), p.quota.rate()));
     }
-    for (changed, name) in [
-        (o.key != p.key, "key"),
-        (o.max_keys != p.max_keys, "max_keys"),
-        (o.queue != p.queue, "queue"),
-        (o.concurrency != p.concurrency, "concurrency"),
-    ] {
-        if changed {
-            fields.push(name.to_owned());
-        }
-    }
+    push_changed!(fields, "", o, p, [key, max_keys, queue, concurrency]);
     fields
 }

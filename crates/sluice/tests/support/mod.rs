@@ -1,7 +1,8 @@
-//! Test support shared by the store tests: real redis-server processes, a proxy that loses
-//! answers, and helper processes.
+//! Test support: real redis-server processes, a proxy that loses answers and helper processes
+//! for the store tests; small helpers for the tests on paused time.
 #![allow(dead_code)]
 
+pub mod paused;
 pub mod process;
 #[cfg(feature = "redis")]
 pub mod proxy;

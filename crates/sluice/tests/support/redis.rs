@@ -42,7 +42,10 @@ impl TempDir {
             "sluice-{label}-{}-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed),
-            super::process::unix_ns()
+            // The time too: a directory left by an earlier run under a reused pid is not reused.
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
         ));
         std::fs::create_dir_all(&path).expect("create a temporary directory");
         TempDir(path)
