@@ -248,7 +248,8 @@ where
             loop {
                 let (mut sender, reused) = match self.checkout(authority) {
                     Some(sender) => (sender, true),
-                    None => (self.connect(authority).await?, false),
+                    // Boxed: the cold path's future stays out of every request's.
+                    None => (Box::pin(self.connect(authority)).await?, false),
                 };
                 match sender.try_send_request(request).await {
                     Ok(response) => return Ok((response, self.lease(sender, authority))),
