@@ -207,7 +207,7 @@ async fn a_gateway_killed_mid_load_restarts_without_a_burst() {
 
 /// A Redis that stops answering (SIGSTOP) under 100 requests a second: every decision follows
 /// `on_error = "deny"` (503 `unavailable`) within `timeout` + margin while it is stopped, and
-/// they are back on Redis within 1 s + margin of SIGCONT. No other 5xx, no request unanswered.
+/// they are back on Redis within 2 s + margin of SIGCONT. No other 5xx, no request unanswered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
     let Some(redis) = redis_support::RedisServer::start() else {
@@ -215,7 +215,10 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
     };
     let up = Upstream::start().await;
     let url = format!("\"{}\"", redis.url());
-    let gw = redis_gateway(&up, &url, "50ms", "global").await;
+    // 200 ms rather than the default 50: on a machine loaded by the other tests, a running
+    // Redis now and then takes longer than 50 ms to answer, and each such answer is a
+    // legitimate `on_error` denial that this test would take for a slow recovery.
+    let gw = redis_gateway(&up, &url, "200ms", "global").await;
 
     let started = Instant::now();
     let load = tokio::spawn(drive(
@@ -236,7 +239,10 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
 
     // A loaded two-core machine delays a request by up to this much on its own.
     let margin = Duration::from_millis(400);
-    let timeout = Duration::from_millis(50);
+    let timeout = Duration::from_millis(200);
+    // A probe every retry_interval (250 ms), each bounded by the timeout; a resumed Redis on a
+    // machine busy with the other tests may miss a few probes' timeouts before it keeps up.
+    let recovery = Duration::from_secs(2);
     let (mut denied_while_stopped, mut back) = (0, 0);
     for s in &sent {
         s.assert_ok_or_unavailable(&all, &log);
@@ -254,7 +260,7 @@ async fn a_stopped_redis_gets_on_error_and_recovers_after_sigcont() {
                 s.took
             );
             denied_while_stopped += 1;
-        } else if s.at >= resumed + Duration::from_secs(1) + margin {
+        } else if s.at >= resumed + recovery + margin {
             assert_eq!(s.status(), Some(StatusCode::OK), "after SIGCONT: {all}");
             back += 1;
         }
