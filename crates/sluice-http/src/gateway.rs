@@ -8,11 +8,13 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Request, Response, StatusCode};
 
-use crate::admit::{admit, Ask, Reason};
+use crate::admit::{admit_as, Ask, Reason};
 use crate::body::{Body, BodyError, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
+use crate::grpc;
 use crate::headers;
 use crate::path::canonical_uri;
+use crate::protocol::Protocol;
 use crate::proxy::{Proxy, ProxyError};
 use crate::route::{Lookup, Route, RouteTable};
 
@@ -133,6 +135,8 @@ impl Gateway {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
+        // Decided once: the metrics' label, and whether refusals are gRPC statuses.
+        let protocol = Protocol::of(&request);
         // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
         let mut request = request;
         match canonical_uri(request.uri()) {
@@ -140,8 +144,7 @@ impl Gateway {
             Ok(Some(uri)) => *request.uri_mut() = uri,
             Err(e) => {
                 return Handled {
-                    response: headers::problem(StatusCode::BAD_REQUEST, &e.to_string())
-                        .map(Body::from),
+                    response: refusal(protocol, StatusCode::BAD_REQUEST, &e.to_string()),
                     route: None,
                     client_ip,
                     outcome: Outcome::AmbiguousPath,
@@ -152,8 +155,11 @@ impl Gateway {
             Lookup::Found(route) => route,
             Lookup::NotFound => {
                 return Handled {
-                    response: headers::problem(StatusCode::NOT_FOUND, "no route matches this path")
-                        .map(Body::from),
+                    response: refusal(
+                        protocol,
+                        StatusCode::NOT_FOUND,
+                        "no route matches this path",
+                    ),
                     route: None,
                     client_ip,
                     outcome: Outcome::NoRoute,
@@ -161,11 +167,11 @@ impl Gateway {
             }
             Lookup::MethodNotAllowed => {
                 return Handled {
-                    response: headers::problem(
+                    response: refusal(
+                        protocol,
                         StatusCode::METHOD_NOT_ALLOWED,
                         "no route for this path allows this method",
-                    )
-                    .map(Body::from),
+                    ),
                     route: None,
                     client_ip,
                     outcome: Outcome::MethodNotAllowed,
@@ -174,9 +180,9 @@ impl Gateway {
         };
         let max_body = route.body_limit();
         if declared_length(request.headers()).is_some_and(|len| len > max_body) {
-            route.metrics.body_too_large.increment(1);
+            route.metrics.body_too_large[protocol as usize].increment(1);
             return Handled {
-                response: too_large(max_body),
+                response: too_large(protocol, max_body),
                 route: Some(route),
                 client_ip,
                 outcome: Outcome::BodyTooLarge,
@@ -189,7 +195,7 @@ impl Gateway {
             cost: 1,
             may_wait: body_may_wait(request.headers(), route.max_queued_body()),
         };
-        let admission = match admit(route.policy_list(), &ask).await {
+        let admission = match admit_as(route.policy_list(), &ask, protocol).await {
             Ok(admission) => admission,
             Err(denial) => {
                 let policies = route.policy_list();
@@ -197,8 +203,11 @@ impl Gateway {
                     policy: denial.policy(policies).name(),
                     reason: denial.reason,
                 };
-                let response =
-                    headers::denied(&denial, policies, route.policy_header()).map(Body::from);
+                let response = if protocol == Protocol::Grpc {
+                    grpc::denied(&denial, policies, route.policy_header()).map(Body::from)
+                } else {
+                    headers::denied(&denial, policies, route.policy_header()).map(Body::from)
+                };
                 return Handled {
                     response,
                     route: Some(route),
@@ -233,18 +242,19 @@ impl Gateway {
         };
         let (response, outcome) = match forwarded {
             Ok((response, lease)) => {
-                route.metrics.status(response.status());
+                route.metrics.status(response.status(), protocol);
                 let response =
                     response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
                 (response, Outcome::Admitted)
             }
             Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
-                route.metrics.timeout.increment(1);
-                let r = headers::problem(
+                route.metrics.timeout[protocol as usize].increment(1);
+                let r = refusal(
+                    protocol,
                     StatusCode::GATEWAY_TIMEOUT,
                     "the upstream did not answer in time",
                 );
-                (r.map(Body::from), Outcome::UpstreamTimeout)
+                (r, Outcome::UpstreamTimeout)
             }
             Err(e) if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
                 let (status, outcome, detail) = match e.body_error() {
@@ -265,27 +275,32 @@ impl Gateway {
                     ),
                 };
                 match outcome {
-                    Outcome::BodyTooLarge => route.metrics.body_too_large.increment(1),
-                    Outcome::BodyTimeout => route.metrics.body_timeout.increment(1),
+                    Outcome::BodyTooLarge => {
+                        route.metrics.body_too_large[protocol as usize].increment(1)
+                    }
+                    Outcome::BodyTimeout => {
+                        route.metrics.body_timeout[protocol as usize].increment(1)
+                    }
                     _ => {}
                 }
-                let mut r = headers::problem(status, detail).map(Body::from);
+                let mut r = refusal(protocol, status, detail);
                 r.headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));
                 (r, outcome)
             }
             Err(e) => {
                 if e.is_connect() {
-                    route.metrics.refused.increment(1);
+                    route.metrics.refused[protocol as usize].increment(1);
                 } else {
-                    route.metrics.other.increment(1);
+                    route.metrics.other[protocol as usize].increment(1);
                 }
                 tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
-                let r = headers::problem(
+                let r = refusal(
+                    protocol,
                     StatusCode::BAD_GATEWAY,
                     "the upstream refused the connection or failed",
                 );
-                (r.map(Body::from), Outcome::UpstreamRefused)
+                (r, Outcome::UpstreamRefused)
             }
         };
         let mut response = response;
@@ -315,13 +330,23 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
+/// The gateway's own answer of `status`: a problem body, or for gRPC a Trailers-Only
+/// response with the matching `grpc-status` ([`grpc::problem`]).
+fn refusal<B>(protocol: Protocol, status: StatusCode, detail: &str) -> Response<Body<B>> {
+    if protocol == Protocol::Grpc {
+        grpc::problem(status, detail).map(Body::from)
+    } else {
+        headers::problem(status, detail).map(Body::from)
+    }
+}
+
 /// 413 for a body larger than `max_body`; the connection closes, since the body is not read.
-fn too_large<B>(max_body: u64) -> Response<Body<B>> {
-    let mut r = headers::problem(
+fn too_large<B>(protocol: Protocol, max_body: u64) -> Response<Body<B>> {
+    let mut r = refusal(
+        protocol,
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("the request body is larger than this route accepts ({max_body} bytes)"),
-    )
-    .map(Body::from);
+    );
     r.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     r
