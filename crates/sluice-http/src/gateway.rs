@@ -15,8 +15,9 @@ use crate::grpc;
 use crate::headers;
 use crate::path::canonical_uri;
 use crate::protocol::Protocol;
-use crate::proxy::{Proxy, ProxyError};
+use crate::proxy::{self, Proxy, ProxyError};
 use crate::route::{Lookup, Route, RouteTable};
+use crate::tunnel;
 
 /// What happened to a request, for the access log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +87,7 @@ pub struct Gateway {
     routes: RouteTable,
     trusted: TrustedProxies,
     body_timeout: Option<Duration>,
+    tunnel_idle: Option<Duration>,
 }
 
 /// How much of a body of unknown length (chunked) is read before the request is forwarded: a
@@ -100,12 +102,20 @@ impl Gateway {
             routes,
             trusted,
             body_timeout: None,
+            tunnel_idle: None,
         }
     }
 
     /// The longest gap between two reads of a request body; then 408.
     pub fn client_body_timeout(mut self, timeout: Duration) -> Gateway {
         self.body_timeout = Some(timeout);
+        self
+    }
+
+    /// How long an upgraded connection (a WebSocket tunnel) may pass no byte either way
+    /// before it is closed (unset: no limit).
+    pub fn tunnel_idle_timeout(mut self, timeout: Duration) -> Gateway {
+        self.tunnel_idle = Some(timeout);
         self
     }
 
@@ -216,35 +226,45 @@ impl Gateway {
                 };
             }
         };
-        let mut request = request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+        let mut request = request;
         if !self.trusted.contains(peer.ip()) {
             // Only a trusted proxy's `Forwarded` is passed on: a client's could make the
             // upstream believe any address.
             request.headers_mut().remove(&FORWARDED);
         }
-        let body = request.body_mut();
-        let checked = if !http_body::Body::is_end_stream(body)
-            && http_body::Body::size_hint(body).exact().is_none()
-        {
-            // Unknown length: read what a small body needs before the upstream sees it.
-            body.read_ahead(READ_AHEAD.min(max_body.saturating_add(1)))
+        let forwarded = if protocol == Protocol::Ws {
+            self.upgrade(proxy, request, route, peer, admission.permits)
                 .await
-                .err()
         } else {
-            None
-        };
-        let forwarded = match checked {
-            None => proxy.forward(request, route, peer.ip()).await,
-            Some(e) => Err(match BodyError::find(&*e) {
-                Some(cut) => ProxyError::Body(cut),
-                None => ProxyError::Client(e),
-            }),
+            let mut request =
+                request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+            let body = request.body_mut();
+            let checked = if !http_body::Body::is_end_stream(body)
+                && http_body::Body::size_hint(body).exact().is_none()
+            {
+                // Unknown length: read what a small body needs before the upstream sees it.
+                body.read_ahead(READ_AHEAD.min(max_body.saturating_add(1)))
+                    .await
+                    .err()
+            } else {
+                None
+            };
+            match checked {
+                None => proxy
+                    .forward(request, route, peer.ip())
+                    .await
+                    .map(|(response, lease)| {
+                        response.map(|body| Body::upstream(body, admission.permits, Some(lease)))
+                    }),
+                Some(e) => Err(match BodyError::find(&*e) {
+                    Some(cut) => ProxyError::Body(cut),
+                    None => ProxyError::Client(e),
+                }),
+            }
         };
         let (response, outcome) = match forwarded {
-            Ok((response, lease)) => {
+            Ok(response) => {
                 route.metrics.status(response.status(), protocol);
-                let response =
-                    response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
                 (response, Outcome::Admitted)
             }
             Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
@@ -315,6 +335,44 @@ impl Gateway {
             route: Some(route),
             client_ip,
             outcome,
+        }
+    }
+}
+
+impl Gateway {
+    /// Forwards an admitted upgrade request; on the upstream's `101`, starts the tunnel
+    /// between the two upgraded connections ([`crate::tunnel`]), which holds `permits` until
+    /// it closes, and answers the client's upgrade with the `101`. Any other answer is passed
+    /// on as a plain response.
+    async fn upgrade<B, X>(
+        &self,
+        proxy: &Proxy<X>,
+        request: Request<B>,
+        route: &Route,
+        peer: SocketAddr,
+        permits: Vec<sluice::PoolPermit>,
+    ) -> Result<Response<Body<X>>, ProxyError>
+    where
+        X: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        X::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (mut parts, _body) = request.into_parts();
+        let client = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        let mut response =
+            proxy::forward_upgrade(parts, route, peer.ip(), proxy.connect_timeout()).await?;
+        match client {
+            Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                let upstream = hyper::upgrade::on(&mut response);
+                tokio::spawn(tunnel::run(
+                    client,
+                    upstream,
+                    permits,
+                    self.tunnel_idle,
+                    route.metrics.tunnels.clone(),
+                ));
+                Ok(response.map(|_| Body::empty()))
+            }
+            _ => Ok(response.map(|body| Body::upstream(body, permits, None))),
         }
     }
 }

@@ -55,6 +55,7 @@ pub mod protocol;
 pub mod proxy;
 pub mod retry;
 pub mod route;
+pub mod tunnel;
 
 pub use admit::{Admission, Denial, Reason};
 pub use backend::Backend;

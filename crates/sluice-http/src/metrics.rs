@@ -68,6 +68,7 @@ pub(crate) struct RouteMetrics {
     pub(crate) other: PerProtocol,
     pub(crate) body_too_large: PerProtocol,
     pub(crate) body_timeout: PerProtocol,
+    pub(crate) tunnels: Gauge,
 }
 
 impl RouteMetrics {
@@ -92,6 +93,7 @@ impl RouteMetrics {
             other: error("other"),
             body_too_large: body("too_large"),
             body_timeout: body("timeout"),
+            tunnels: metrics::gauge!("sluice_tunnels_open", "route" => route.clone()),
         }
     }
 

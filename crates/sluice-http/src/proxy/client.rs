@@ -194,6 +194,11 @@ where
         self.pool.idle_ms.store(millis(idle), Ordering::Relaxed);
     }
 
+    /// How long connecting to an upstream may take.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.pool.connect_ms.load(Ordering::Relaxed))
+    }
+
     /// Closes the pooled connections idle for longer than the idle timeout, and returns how
     /// many stay pooled. Call it now and then (the gateway: every second per worker).
     pub fn close_idle(&self) -> usize {

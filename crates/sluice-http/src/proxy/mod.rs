@@ -7,9 +7,14 @@
 //! [`ProxyError::Connect`] or [`ProxyError::Upstream`] (502), no response
 //! head within the route's timeout is [`ProxyError::Timeout`] (504). A request a pooled
 //! connection could not send (the upstream had closed it) is sent again on a new one.
+//!
+//! An upgrade request (WebSocket) goes on a connection of its own ([`forward_upgrade`]),
+//! keeping `Upgrade` and `Connection: upgrade`.
 
 mod client;
 mod forward;
+mod upgrade;
 
 pub use client::{Lease, Proxy, ProxyError};
 pub use forward::{append_forwarded_for, remove_hop_by_hop};
+pub use upgrade::forward_upgrade;

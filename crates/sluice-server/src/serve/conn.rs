@@ -14,13 +14,17 @@
 //! used, and [`EdgeIo`] keeps both clocks. The service tells it where a request starts (its
 //! head is complete) and ends (its response body is dropped) through [`Exchange`].
 //!
+//! A connection upgraded to a tunnel (WebSocket) has no read clock: the tunnel closes after
+//! `keep_alive_timeout` without a byte either way instead. `send_timeout` still applies to
+//! its writes.
+//!
 //! Each timer is allocated the first time it is needed on the connection and reset after;
 //! a write timer exists only on a connection whose writes have stalled.
 
 use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -53,12 +57,20 @@ pub struct Exchange {
     /// The connection's task, while a read waits during a request: woken when the request
     /// ends, so that the keep-alive clock starts then (hyper may not read again by itself).
     reader: AtomicWaker,
+    /// The connection was upgraded (a `101` was sent): it is a tunnel now, whose idle limit
+    /// the tunnel keeps (`sluice_http::tunnel`), so the read clocks stop.
+    tunnel: AtomicBool,
 }
 
 impl Exchange {
     /// A request's head is complete: the connection is busy until its response ends.
     pub fn start(self: &Arc<Self>) {
         self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The connection switches protocols after this response: no more request heads.
+    pub fn tunnel(&self) {
+        self.tunnel.store(true, Ordering::Relaxed);
     }
 
     fn busy(&self) -> bool {
@@ -120,6 +132,9 @@ impl EdgeIo {
     /// A read must wait: whether its deadline has passed (setting the timer for the phase
     /// the first time).
     fn read_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.exchange.tunnel.load(Ordering::Relaxed) {
+            return false;
+        }
         let limit = match self.current_phase() {
             Phase::Busy => {
                 self.exchange.reader.register(cx.waker());
