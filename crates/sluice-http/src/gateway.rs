@@ -234,8 +234,7 @@ impl Gateway {
         let (response, outcome) = match forwarded {
             Ok((response, lease)) => {
                 route.metrics.status(response.status());
-                let response =
-                    response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
+                let response = response.map(|body| Body::upstream(body, admission.permits, lease));
                 (response, Outcome::Admitted)
             }
             Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
@@ -280,7 +279,13 @@ impl Gateway {
                 } else {
                     route.metrics.other.increment(1);
                 }
-                tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+                if e.is_tls() {
+                    // A certificate the route does not trust is a configuration problem
+                    // someone must see, not noise.
+                    tracing::warn!(error = %e, upstream = %route.upstream(), route = route.path_prefix(), "upstream TLS failed");
+                } else {
+                    tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+                }
                 let r = headers::problem(
                     StatusCode::BAD_GATEWAY,
                     "the upstream refused the connection or failed",

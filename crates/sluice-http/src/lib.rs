@@ -63,4 +63,4 @@ pub use key_hash::KeyHasher;
 pub use limit::{RateLimit, RateLimitLayer};
 pub use policy::{Policy, PolicyBuilder, PolicyError};
 pub use retry::{Retry, RetryLayer};
-pub use route::{Route, RouteTable, Upstream};
+pub use route::{Protocol, Route, RouteTable, Upstream};

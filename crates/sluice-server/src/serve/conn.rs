@@ -16,11 +16,17 @@
 //!
 //! Each timer is allocated the first time it is needed on the connection and reset after;
 //! a write timer exists only on a connection whose writes have stalled.
+//!
+//! On an HTTP/2 connection (TLS or not, the wrapper sits under it) the same clocks run: the
+//! first request (and the TLS handshake before it) within `header_read_timeout` of the
+//! accept; while no stream is open, the connection is idle, and frames that open no stream
+//! (pings, window updates, settings) do not make it busy nor restart a head clock: after
+//! `keep_alive_timeout` with no request it is closed.
 
 use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -53,12 +59,20 @@ pub struct Exchange {
     /// The connection's task, while a read waits during a request: woken when the request
     /// ends, so that the keep-alive clock starts then (hyper may not read again by itself).
     reader: AtomicWaker,
+    /// HTTP/2: bytes read while idle are not the start of a request head.
+    multiplexed: AtomicBool,
 }
 
 impl Exchange {
     /// A request's head is complete: the connection is busy until its response ends.
     pub fn start(self: &Arc<Self>) {
         self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The connection speaks HTTP/2: between requests, the frames it reads (pings, window
+    /// updates) keep it idle rather than starting a request head.
+    pub fn multiplexed(&self) {
+        self.multiplexed.store(true, Ordering::Relaxed);
     }
 
     fn busy(&self) -> bool {
@@ -219,8 +233,12 @@ impl AsyncRead for EdgeIo {
                 if buf.filled().len() > before {
                     if let Phase::Idle(_) = this.current_phase() {
                         // The first bytes of the next request: its head is timed from here.
-                        this.phase = Phase::Head;
-                        this.read_armed = false;
+                        // HTTP/2 reads frames between requests too: the idle clock runs on
+                        // until a stream opens (the service marks the connection busy).
+                        if !this.exchange.multiplexed.load(Ordering::Relaxed) {
+                            this.phase = Phase::Head;
+                            this.read_armed = false;
+                        }
                     }
                 }
                 Poll::Ready(Ok(()))
