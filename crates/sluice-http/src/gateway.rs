@@ -254,7 +254,7 @@ impl Gateway {
                     .forward(request, route, peer.ip())
                     .await
                     .map(|(response, lease)| {
-                        response.map(|body| Body::upstream(body, admission.permits, Some(lease)))
+                        response.map(|body| Body::upstream(body, admission.permits, lease))
                     }),
                 Some(e) => Err(match BodyError::find(&*e) {
                     Some(cut) => ProxyError::Body(cut),
@@ -314,7 +314,13 @@ impl Gateway {
                 } else {
                     route.metrics.other[protocol as usize].increment(1);
                 }
-                tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+                if e.is_tls() {
+                    // A certificate the route does not trust is a configuration problem
+                    // someone must see, not noise.
+                    tracing::warn!(error = %e, upstream = %route.upstream(), route = route.path_prefix(), "upstream TLS failed");
+                } else {
+                    tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+                }
                 let r = refusal(
                     protocol,
                     StatusCode::BAD_GATEWAY,

@@ -1,5 +1,5 @@
 //! gRPC answers for what the gateway refuses: a request whose `content-type` is gRPC's
-//! ([`Protocol::Grpc`](crate::Protocol)) gets, instead of a problem body, a "Trailers-Only"
+//! ([`Protocol::Grpc`](crate::protocol::Protocol)) gets, instead of a problem body, a "Trailers-Only"
 //! response a gRPC client reads as a status: HTTP 200, `content-type: application/grpc`, an
 //! empty body, and `grpc-status`, `grpc-message` (percent-encoded) and, when a retry makes
 //! sense, `grpc-retry-pushback-ms` (the wait gRPC's retry policy honours, gRFC A6) in the

@@ -65,6 +65,5 @@ pub use key::{Key, KeySpec, MAX_KEY_LEN};
 pub use key_hash::KeyHasher;
 pub use limit::{RateLimit, RateLimitLayer};
 pub use policy::{Policy, PolicyBuilder, PolicyError};
-pub use protocol::Protocol;
 pub use retry::{Retry, RetryLayer};
-pub use route::{Route, RouteTable, Upstream};
+pub use route::{Protocol, Route, RouteTable, Upstream};

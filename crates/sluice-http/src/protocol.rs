@@ -39,7 +39,7 @@ impl Protocol {
     /// # Examples
     ///
     /// ```
-    /// use sluice_http::Protocol;
+    /// use sluice_http::protocol::Protocol;
     ///
     /// let grpc = http::Request::post("/pkg.Svc/Call")
     ///     .version(http::Version::HTTP_2)

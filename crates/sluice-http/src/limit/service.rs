@@ -71,7 +71,7 @@ where
                     cost: 1,
                     may_wait: shared.may_wait,
                 };
-                let protocol = crate::Protocol::of(&request);
+                let protocol = crate::protocol::Protocol::of(&request);
                 match admit_as(&shared.policies, &ask, protocol).await {
                     Ok(admission) => Ok((admission, inner.call(request))),
                     Err(denial) => Err(denial),

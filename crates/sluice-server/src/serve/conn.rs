@@ -20,6 +20,12 @@
 //!
 //! Each timer is allocated the first time it is needed on the connection and reset after;
 //! a write timer exists only on a connection whose writes have stalled.
+//!
+//! On an HTTP/2 connection (TLS or not, the wrapper sits under it) the same clocks run: the
+//! first request (and the TLS handshake before it) within `header_read_timeout` of the
+//! accept; while no stream is open, the connection is idle, and frames that open no stream
+//! (pings, window updates, settings) do not make it busy nor restart a head clock: after
+//! `keep_alive_timeout` with no request it is closed.
 
 use std::future::Future as _;
 use std::io;
@@ -60,6 +66,8 @@ pub struct Exchange {
     /// The connection was upgraded (a `101` was sent): it is a tunnel now, whose idle limit
     /// the tunnel keeps (`sluice_http::tunnel`), so the read clocks stop.
     tunnel: AtomicBool,
+    /// HTTP/2: bytes read while idle are not the start of a request head.
+    multiplexed: AtomicBool,
 }
 
 impl Exchange {
@@ -71,6 +79,12 @@ impl Exchange {
     /// The connection switches protocols after this response: no more request heads.
     pub fn tunnel(&self) {
         self.tunnel.store(true, Ordering::Relaxed);
+    }
+
+    /// The connection speaks HTTP/2: between requests, the frames it reads (pings, window
+    /// updates) keep it idle rather than starting a request head.
+    pub fn multiplexed(&self) {
+        self.multiplexed.store(true, Ordering::Relaxed);
     }
 
     fn busy(&self) -> bool {
@@ -234,8 +248,12 @@ impl AsyncRead for EdgeIo {
                 if buf.filled().len() > before {
                     if let Phase::Idle(_) = this.current_phase() {
                         // The first bytes of the next request: its head is timed from here.
-                        this.phase = Phase::Head;
-                        this.read_armed = false;
+                        // HTTP/2 reads frames between requests too: the idle clock runs on
+                        // until a stream opens (the service marks the connection busy).
+                        if !this.exchange.multiplexed.load(Ordering::Relaxed) {
+                            this.phase = Phase::Head;
+                            this.read_armed = false;
+                        }
                     }
                 }
                 Poll::Ready(Ok(()))
