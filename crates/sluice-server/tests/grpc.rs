@@ -7,7 +7,6 @@ mod common;
 #[allow(unused)]
 mod pyenv;
 
-
 use bytes::Bytes;
 use common::{client, send, Gateway, Upstream};
 use http::Request;

@@ -15,12 +15,13 @@ use tokio::net::TcpStream;
 
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
 use crate::proxy::ProxyError;
-use crate::route::Route;
+use crate::route::{Protocol, Route};
 
 /// `upgrade`, the `Connection` token of an upgrade.
 static UPGRADE_TOKEN: HeaderValue = HeaderValue::from_static("upgrade");
 
-/// Sends the upgrade request `parts` from `peer` to `route`'s upstream on a new connection
+/// Sends the upgrade request `parts` from `peer` to `route`'s `http://` upstream on a new
+/// connection
 /// (within `connect_timeout`), keeping its `Upgrade` and `Connection: upgrade` (the only
 /// hop-by-hop fields passed on), and returns the upstream's response head: on a `101`,
 /// `hyper::upgrade::on` of it is the upstream's side of the tunnel, and the response keeps
@@ -28,7 +29,8 @@ static UPGRADE_TOKEN: HeaderValue = HeaderValue::from_static("upgrade");
 ///
 /// # Errors
 ///
-/// As [`Proxy::forward`](crate::proxy::Proxy::forward): 502 or 504 errors.
+/// As [`Proxy::forward`](crate::proxy::Proxy::forward): 502 or 504 errors; an upstream
+/// that is not `http://` is [`ProxyError::Connect`] (502).
 ///
 /// # Cancel safety
 ///
@@ -39,6 +41,13 @@ pub async fn forward_upgrade(
     peer: IpAddr,
     connect_timeout: Duration,
 ) -> Result<Response<Incoming>, ProxyError> {
+    if route.upstream().protocol() != Protocol::Http1 {
+        // An upgrade is an HTTP/1.1 exchange in plain text: not over TLS, not over HTTP/2.
+        return Err(ProxyError::Connect(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "an upgrade (WebSocket) needs an http:// upstream",
+        )));
+    }
     let upgrade = parts.headers.get(UPGRADE).cloned();
     remove_hop_by_hop(&mut parts.headers);
     append_forwarded_for(&mut parts.headers, peer);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
-use http::{HeaderName, Request, Response, Version};
+use http::{HeaderName, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -334,6 +334,10 @@ async fn accept_loop(
             let exchange = Arc::clone(&exchange);
             async move {
                 let response = handle(shared, proxy, req, peer).await;
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    // An upgrade: the connection becomes a tunnel, with its own idle limit.
+                    exchange.tunnel();
+                }
                 Ok::<_, Infallible>(response.map(|body| Ending::new(body, exchange)))
             }
         });
@@ -349,7 +353,8 @@ async fn accept_loop(
                     } else {
                         &protocols.http1
                     };
-                    let connection = builder.serve_connection(TokioIo::new(io), service);
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(io), service);
                     watcher.watch(connection).await
                 }
                 Listening::Tls(acceptor) => {
@@ -368,7 +373,8 @@ async fn accept_loop(
                     } else {
                         &protocols.http1
                     };
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(connection).await
                 }
             };
