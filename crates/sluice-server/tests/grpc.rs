@@ -4,13 +4,15 @@
 //! honours the pushback, an upstream that is down).
 
 mod common;
-#[allow(unused)]
 mod pyenv;
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{client, send, Gateway, Upstream};
 use http::Request;
 use http_body_util::Full;
+use pyenv::{python, run, Server};
 
 /// One policy of one request per minute on `/test.Echo/` (to `upstream`), none on `/down/`
 /// (to a closed port).
@@ -121,4 +123,140 @@ async fn grpc_refusals_are_trailers_only_statuses() {
     ] {
         assert!(text.contains(line), "no {line} in\n{text}");
     }
+}
+
+/// The route `/test.Echo/` to the gRPC server at `port` (`h2c://`), under `policy` when
+/// given (a `[[policy]]` named `rpc`).
+fn h2c_config(port: u16, policy: Option<&str>) -> String {
+    let (table, names) = match policy {
+        Some(p) => (format!("[[policy]]\nname = \"rpc\"\n{p}\n"), r#"["rpc"]"#),
+        None => (String::new(), "[]"),
+    };
+    format!(
+        "{table}\n[[route]]\npath_prefix = \"/test.Echo/\"\npolicies = {names}\nupstream = \"h2c://127.0.0.1:{port}\"\n"
+    )
+}
+
+/// Runs `grpc_client.py args...` on a blocking thread.
+async fn grpc_client(py: &str, args: &[&str]) -> serde_json::Value {
+    let py = py.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&py, "grpc_client.py", &args, Duration::from_secs(60))
+    })
+    .await
+    .unwrap()
+}
+
+/// grpcio through sluice (h2c in, h2c out): a unary call and a server-streaming call pass,
+/// the stream message by message as the server sends them, the trailers with the server's
+/// custom trailing metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_and_streaming_calls_pass_with_their_trailers() {
+    let Some(py) = python() else { return };
+    let server = Server::start(&py, "grpc_server.py", &[]);
+    let gw = Gateway::start("h2c = true", &h2c_config(server.port, None)).await;
+    let target = format!("127.0.0.1:{}", gw.port);
+
+    let unary = grpc_client(&py, &["unary", &target]).await;
+    assert_eq!(unary["code"], "OK", "{unary}");
+    assert_eq!(unary["reply"], "hello", "{unary}");
+    assert_eq!(unary["trailers"]["x-trailer"], "unary-done", "{unary}");
+
+    // 5 messages 0.3 s apart: each arrives as it is sent, not all at the end.
+    let stream = grpc_client(&py, &["stream", &target, "5"]).await;
+    assert_eq!(stream["code"], "OK", "{stream}");
+    assert_eq!(stream["trailers"]["x-trailer"], "stream-done", "{stream}");
+    let messages = stream["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 5, "{stream}");
+    for (i, m) in messages.iter().enumerate() {
+        assert_eq!(m[0], format!("msg {i}"), "{stream}");
+    }
+    let at = |i: usize| messages[i][1].as_f64().unwrap();
+    for i in 1..5 {
+        assert!(
+            at(i) - at(i - 1) > 0.15,
+            "message {i} came {:.3} s after the one before: buffered? {stream}",
+            at(i) - at(i - 1)
+        );
+    }
+    let metrics = common::get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body);
+    let line =
+        r#"sluice_upstream_responses_total{route="/test.Echo/",status="2xx",protocol="grpc"} 2"#;
+    assert!(text.contains(line), "no {line} in\n{text}");
+}
+
+/// A denied call fails in the client with RESOURCE_EXHAUSTED, sluice's message and the
+/// pushback; an upstream that is down is UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_call_is_resource_exhausted_and_a_down_upstream_unavailable() {
+    let Some(py) = python() else { return };
+    let server = Server::start(&py, "grpc_server.py", &[]);
+    let policy = "algorithm = \"gcra\"\ncapacity = 1\nrate = \"1/min\"";
+    let gw = Gateway::start("h2c = true", &h2c_config(server.port, Some(policy))).await;
+    let target = format!("127.0.0.1:{}", gw.port);
+    let first = grpc_client(&py, &["call", &target]).await;
+    assert_eq!(first["code"], "OK", "{first}");
+    let denied = grpc_client(&py, &["call", &target]).await;
+    assert_eq!(denied["code"], "RESOURCE_EXHAUSTED", "{denied}");
+    let details = denied["details"].as_str().unwrap();
+    assert!(
+        details.contains("rate limit exhausted") && details.contains("policy rpc"),
+        "{denied}"
+    );
+    let pushback: u64 = denied["trailers"]["grpc-retry-pushback-ms"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no pushback: {denied}"))
+        .parse()
+        .unwrap();
+    assert!((50_000..=60_000).contains(&pushback), "{denied}");
+    assert_eq!(
+        denied["trailers"]["ratelimit-policy"], r#""rpc";q=1;w=60"#,
+        "{denied}"
+    );
+
+    let down = common::closed_port();
+    let gw = Gateway::start("h2c = true", &h2c_config(down, None)).await;
+    let target = format!("127.0.0.1:{}", gw.port);
+    let unavailable = grpc_client(&py, &["call", &target]).await;
+    assert_eq!(unavailable["code"], "UNAVAILABLE", "{unavailable}");
+    assert!(
+        unavailable["details"].as_str().unwrap().contains("(502)"),
+        "{unavailable}"
+    );
+}
+
+/// A client whose service config retries RESOURCE_EXHAUSTED (with backoffs of at most
+/// 0.1 s, and 5 attempts) waits for the pushback before it retries, and then succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_policy_honours_the_pushback() {
+    let Some(py) = python() else { return };
+    let server = Server::start(&py, "grpc_server.py", &[]);
+    let policy = "algorithm = \"gcra\"\ncapacity = 1\nrate = \"30/min\"";
+    let gw = Gateway::start("h2c = true", &h2c_config(server.port, Some(policy))).await;
+    let target = format!("127.0.0.1:{}", gw.port);
+    let first = grpc_client(&py, &["call", &target]).await;
+    assert_eq!(first["code"], "OK", "{first}");
+    let retry = grpc_client(&py, &["retry", &target]).await;
+    assert_eq!(retry["probe"], "RESOURCE_EXHAUSTED", "{retry}");
+    let pushback = retry["pushback_ms"].as_f64().unwrap();
+    assert!((500.0..=2000.0).contains(&pushback), "{retry}");
+    assert_eq!(retry["result"], "OK", "the retry came too early: {retry}");
+    let (elapsed, left) = (
+        retry["elapsed_ms"].as_f64().unwrap(),
+        retry["left_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        elapsed >= left - 20.0,
+        "retried {elapsed:.0} ms into a wait of {left:.0} ms: {retry}"
+    );
+    let denied = r#"sluice_policy_denied_total{policy="rpc",reason="limit",protocol="grpc"}"#;
+    let metrics = common::get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.lines().any(|l| l.starts_with(denied)),
+        "no {denied} in\n{text}"
+    );
 }
