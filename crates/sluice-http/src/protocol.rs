@@ -2,7 +2,7 @@
 //! `protocol` label of the gateway's metrics, and whether its refusals are written as gRPC
 //! statuses ([`crate::grpc`]) and its upgrade is tunnelled.
 
-use http::header::{CONTENT_TYPE, UPGRADE};
+use http::header::{CONNECTION, CONTENT_TYPE, UPGRADE};
 use http::{Request, Version};
 
 /// The protocol of a request, as the gateway's metrics label it.
@@ -15,7 +15,7 @@ pub enum Protocol {
     /// gRPC, over either (`grpc`): a `content-type` of `application/grpc` or
     /// `application/grpc+…` / `application/grpc-web…`.
     Grpc = 2,
-    /// A WebSocket upgrade: HTTP/1.1 `Upgrade: websocket` (`ws`).
+    /// A WebSocket upgrade: HTTP/1.1 `Upgrade: websocket` with `Connection: upgrade` (`ws`).
     Ws = 3,
 }
 
@@ -59,24 +59,30 @@ impl Protocol {
         }
         match request.version() {
             Version::HTTP_2 | Version::HTTP_3 => Protocol::H2,
-            // hyper marks a request that asks for an upgrade (`Connection: upgrade` with an
-            // `Upgrade` field) with an `OnUpgrade` extension: other requests have none, and
-            // the look is a null check.
+            // hyper marks an HTTP/1.1 request with an `Upgrade` field with an `OnUpgrade`
+            // extension: other requests have none, and the look is a null check. An upgrade
+            // also needs `Connection: upgrade` (RFC 9110 §7.8).
             _ if request
                 .extensions()
                 .get::<hyper::upgrade::OnUpgrade>()
                 .is_some()
-                && request.headers().get(UPGRADE).is_some_and(|v| {
-                    v.as_bytes()
-                        .split(|&b| b == b',')
-                        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"websocket"))
-                }) =>
+                && has_token(request.headers().get_all(UPGRADE), b"websocket")
+                && has_token(request.headers().get_all(CONNECTION), b"upgrade") =>
             {
                 Protocol::Ws
             }
             _ => Protocol::Http1,
         }
     }
+}
+
+/// Whether one of the comma-separated tokens of `values` is `token`, in any case.
+fn has_token(values: http::header::GetAll<'_, http::HeaderValue>, token: &[u8]) -> bool {
+    values.iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+    })
 }
 
 /// Whether a `content-type` value is gRPC's: `application/grpc`, followed by nothing, `+`
@@ -107,6 +113,18 @@ mod tests {
         for no in ["application/grpcx", "application/json", "text/grpc", ""] {
             assert!(!is_grpc_content_type(no.as_bytes()), "{no}");
         }
+    }
+
+    #[test]
+    fn upgrade_tokens() {
+        let mut h = http::HeaderMap::new();
+        h.append(CONNECTION, "keep-alive".parse().unwrap());
+        h.append(CONNECTION, "x-a, Upgrade".parse().unwrap());
+        h.append(UPGRADE, "h2c".parse().unwrap());
+        assert!(has_token(h.get_all(CONNECTION), b"upgrade"));
+        assert!(!has_token(h.get_all(UPGRADE), b"websocket"));
+        h.insert(UPGRADE, "foo/1, WebSocket".parse().unwrap());
+        assert!(has_token(h.get_all(UPGRADE), b"websocket"));
     }
 
     #[test]

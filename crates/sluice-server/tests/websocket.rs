@@ -82,6 +82,22 @@ async fn messages_echo_through_the_tunnel() {
     )
     .await;
     assert_eq!(upgraded, 1.0);
+
+    // The same on a listener that speaks HTTP/1.1 only.
+    let gw = Gateway::start("h2c = false", &config(upstream.port)).await;
+    let url = ws_url(&gw, "/ws/echo");
+    let py = python().unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &py,
+            "ws_client.py",
+            &["echo", &url, "3"],
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["ok"], true, "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

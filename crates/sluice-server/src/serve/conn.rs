@@ -342,3 +342,120 @@ impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for Ending<B>
         self.body.size_hint()
     }
 }
+
+/// A connection that must speak HTTP/1.1 only (plain text with `h2c = false`, TLS without
+/// ALPN `h2`), served by hyper-util's upgrade-capable builder, which looks for the HTTP/2
+/// preface whatever the builder was told: a connection that opens with it (`PRI `, never the
+/// start of an HTTP/1.1 request) fails its first read instead.
+pub struct Http1Only<T> {
+    io: T,
+    /// How many bytes of `PRI ` the connection's first bytes have matched so far; `None`
+    /// once they cannot be the preface.
+    matched: Option<u8>,
+}
+
+impl<T> Http1Only<T> {
+    /// Wraps `io`.
+    pub fn new(io: T) -> Http1Only<T> {
+        Http1Only {
+            io,
+            matched: Some(0),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Http1Only<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        const PREFACE: &[u8] = b"PRI ";
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let (Some(matched), Poll::Ready(Ok(()))) = (this.matched, &polled) {
+            let read = &buf.filled()[before..];
+            let at = usize::from(matched);
+            let n = read.len().min(PREFACE.len() - at);
+            if read[..n] != PREFACE[at..at + n] {
+                this.matched = None;
+            } else if at + n == PREFACE.len() {
+                // An error reports no bytes read.
+                buf.set_filled(before);
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "an HTTP/2 preface on a connection that speaks HTTP/1.1 only",
+                )));
+            } else {
+                // Fewer than 4 bytes so far, all of the preface: `at + n` is below 4.
+                this.matched = Some(matched + n as u8);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Http1Only<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn first_read(chunks: &[&[u8]]) -> io::Result<Vec<u8>> {
+        let (mut tx, rx) = tokio::io::duplex(1024);
+        for c in chunks {
+            tx.write_all(c).await.unwrap();
+            tx.flush().await.unwrap();
+        }
+        drop(tx);
+        let mut io = Http1Only::new(rx);
+        let mut all = Vec::new();
+        io.read_to_end(&mut all).await?;
+        Ok(all)
+    }
+
+    #[tokio::test]
+    async fn an_http2_preface_fails_and_http1_passes() {
+        let e = first_read(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]).await;
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            first_read(&[b"GET / HTTP/1.1\r\n\r\n"]).await.unwrap(),
+            b"GET / HTTP/1.1\r\n\r\n"
+        );
+        // A request that merely starts like it.
+        assert_eq!(first_read(&[b"PRIX"]).await.unwrap(), b"PRIX");
+        // The preface split over reads.
+        let e = first_read(&[b"P", b"RI", b" * HTTP/2.0"]).await;
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+}

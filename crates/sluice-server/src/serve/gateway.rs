@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
-use crate::serve::conn::{EdgeIo, Ending, Exchange, Timeouts};
+use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
 use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
@@ -347,14 +347,19 @@ async fn accept_loop(
         let protocols = Arc::clone(&protocols);
         tokio::spawn(async move {
             let served = match listening {
-                Listening::Plain { h2c } => {
-                    let builder = if h2c {
-                        &protocols.detect
-                    } else {
-                        &protocols.http1
-                    };
-                    let connection =
-                        builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+                // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
+                // capable builder detects HTTP/2 whatever it was told, so the connections that
+                // must speak HTTP/1.1 only refuse the preface themselves (`Http1Only`).
+                Listening::Plain { h2c: true } => {
+                    let connection = protocols
+                        .detect
+                        .serve_connection_with_upgrades(TokioIo::new(io), service);
+                    watcher.watch(connection).await
+                }
+                Listening::Plain { h2c: false } => {
+                    let connection = protocols
+                        .http1
+                        .serve_connection_with_upgrades(TokioIo::new(Http1Only::new(io)), service);
                     watcher.watch(connection).await
                 }
                 Listening::Tls(acceptor) => {
@@ -368,14 +373,18 @@ async fn accept_loop(
                             return;
                         }
                     };
-                    let builder = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                        &protocols.http2
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        let connection = protocols
+                            .http2
+                            .serve_connection(TokioIo::new(stream), service);
+                        watcher.watch(connection).await
                     } else {
-                        &protocols.http1
-                    };
-                    let connection =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    watcher.watch(connection).await
+                        let connection = protocols.http1.serve_connection_with_upgrades(
+                            TokioIo::new(Http1Only::new(stream)),
+                            service,
+                        );
+                        watcher.watch(connection).await
+                    }
                 }
             };
             if let Err(e) = served {
