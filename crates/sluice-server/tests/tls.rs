@@ -759,3 +759,41 @@ async fn sigterm_lets_an_http2_request_in_flight_finish() {
     assert!(String::from_utf8_lossy(&body).contains("/slow/1000"));
     assert!(gw.wait_exit(Duration::from_secs(10)).await.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_at_the_keep_alive_timeout_though_it_pings() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"1s\"\nheader_read_timeout = \"6s\"",
+        &route("/", &[], &up.url()),
+    )
+    .await;
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_while_idle(true)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let closed = tokio::spawn(conn);
+    let req = Request::get(format!("http://127.0.0.1:{}/x", gw.port))
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let r = sender.send_request(req).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r.into_body().collect().await.unwrap();
+    let idle_since = Instant::now();
+    // The client pings every 200 ms; the gateway still closes the idle connection at
+    // keep_alive_timeout, not at the (longer) header timeout the pings would start.
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the idle connection stayed open")
+        .unwrap()
+        .ok();
+    let idle = idle_since.elapsed();
+    assert!(
+        idle >= Duration::from_millis(800) && idle < Duration::from_secs(4),
+        "closed after {idle:?}"
+    );
+}
