@@ -469,9 +469,9 @@ if [ "$TLS" = 1 ]; then
 
 Same machine and run; $ROUNDS interleaved rounds of ${DURATION}s, medians shown. TLS: one self-signed P-256 certificate for both
 (rustls with ring in sluice, $(openssl version | cut -d' ' -f1-2) in nginx), TLS 1.3 negotiated. wrk: -t2 -c$CONNS (HTTP/1.1; the
-handshake rows send \\`Connection: close\\`, so every request is a new TCP connection and TLS handshake). h2load: -t2 -c10 -m10
+handshake rows send \`Connection: close\`, so every request is a new TCP connection and TLS handshake). h2load: -t2 -c10 -m10
 (100 concurrent streams over 10 connections). nginx does the nginx-same header work (X-Forwarded-For, X-Request-Id both ways)
-and \\`limit_req\\`; its plain HTTP/2 (h2c) is a separate \\`listen ... http2\\` port. Upstream: HTTP/1.1 keep-alive for both.
+and \`limit_req\`; its plain HTTP/2 (h2c) is a separate \`listen ... http2\` port. Upstream: HTTP/1.1 keep-alive for both.
 
 | run | tool | req/s (median) | latency ms | non-2xx | server CPU µs/request, user + kernel | req/s of each round |
 |---|---|---|---|---|---|---|
