@@ -25,7 +25,9 @@ pub struct Upstream {
     protocol: Protocol,
     authority: Authority,
     base: String,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    /// The TLS client config of `https://`, and a number no other config ever gets (which
+    /// pooled connections it may use: those made with this very config).
+    tls: Option<(Arc<rustls::ClientConfig>, usize)>,
 }
 
 /// How a route talks to its upstream, decided once when the route is built.
@@ -172,13 +174,22 @@ impl Upstream {
     /// without one, an `https://` upstream fails every request with
     /// [`ProxyError::Tls`](crate::proxy::ProxyError::Tls).
     pub fn with_tls(mut self, config: Arc<rustls::ClientConfig>) -> Upstream {
-        self.tls = Some(config);
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.tls = Some((config, id));
         self
     }
 
     /// The TLS client config, for `https://`.
     pub fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
-        self.tls.as_ref()
+        self.tls.as_ref().map(|(config, _)| config)
+    }
+
+    /// Which pooled connections this upstream may use: `0` for plain TCP, else a number
+    /// given to its TLS config alone (a reload that reads `upstream_ca` again gets a new
+    /// one, so connections verified under the old trust are not reused).
+    pub fn pool_id(&self) -> usize {
+        self.tls.as_ref().map_or(0, |(_, id)| *id)
     }
 }
 

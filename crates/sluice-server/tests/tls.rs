@@ -671,3 +671,129 @@ async fn bad_tls_settings_are_named_by_check_config() {
         "{err}"
     );
 }
+
+/// An h2c upstream that closes each connection (GOAWAY) once it has answered one request;
+/// the answer names the connection (`conn-N`).
+async fn one_request_h2c_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for n in 0u64.. {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+                let done_tx = std::sync::Mutex::new(Some(done_tx));
+                let svc = service_fn(move |_req: Request<Incoming>| {
+                    if let Some(tx) = done_tx.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                    async move {
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!(
+                            "conn-{n}"
+                        )))))
+                    }
+                });
+                let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => return,
+                    _ = done_rx => {}
+                }
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_upstream_connection_that_closes_is_made_again() {
+    let up = one_request_h2c_upstream().await;
+    let gw = Gateway::start("workers = 1", &route("/", &[], &format!("h2c://{up}"))).await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let a = common::get(&gw.url("/x")).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK, "{:?} {}", a.body, gw.log_text());
+        seen.push(String::from_utf8_lossy(&a.body).into_owned());
+        // Let the GOAWAY arrive, as it would between a client's requests.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 4, "each request on a new connection: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_an_http2_request_in_flight_finish() {
+    let dir = TempDir::new();
+    let ca = Ca::new("sluice test CA");
+    let (cert, key) = ca.leaf("gateway", 1).write(&dir.0, "gw");
+    let up = Upstream::start().await;
+    let mut gw = Gateway::start(
+        "",
+        &format!("{}{}", tls_table(&cert, &key), route("/", &[], &up.url())),
+    )
+    .await;
+    let (stream, _) = tls_connect(gw.port, ca.client(&[b"h2"])).await;
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(format!("https://localhost:{}/slow/1000", gw.port))
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let pending = tokio::spawn(async move {
+        let r = sender.send_request(req).await.unwrap();
+        let status = r.status();
+        (status, r.into_body().collect().await.unwrap().to_bytes())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.signal("TERM");
+    let (status, body) = pending.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("/slow/1000"));
+    assert!(gw.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_at_the_keep_alive_timeout_though_it_pings() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"1s\"\nheader_read_timeout = \"6s\"",
+        &route("/", &[], &up.url()),
+    )
+    .await;
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_while_idle(true)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let closed = tokio::spawn(conn);
+    let req = Request::get(format!("http://127.0.0.1:{}/x", gw.port))
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let r = sender.send_request(req).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r.into_body().collect().await.unwrap();
+    let idle_since = Instant::now();
+    // The client pings every 200 ms; the gateway still closes the idle connection at
+    // keep_alive_timeout, not at the (longer) header timeout the pings would start.
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the idle connection stayed open")
+        .unwrap()
+        .ok();
+    let idle = idle_since.elapsed();
+    assert!(
+        idle >= Duration::from_millis(800) && idle < Duration::from_secs(4),
+        "closed after {idle:?}"
+    );
+}

@@ -98,8 +98,7 @@ pub struct Proxy<B = RequestBody<Incoming>> {
 type Idle<B> = (SendRequest<B>, Instant);
 
 /// Which connections a pooled one may stand in for: the same authority, over plain TCP
-/// (`0`) or over TLS with the same client config (its address: a reload that builds a new
-/// config starts new connections).
+/// (`0`) or over TLS with the same client config ([`Upstream::pool_id`]).
 type Key = (Authority, usize);
 
 struct Pool<B> {
@@ -157,11 +156,6 @@ fn same(a: &Authority, b: &Authority) -> bool {
 /// Whether two pool keys are the same: the transport first (one word), then the text.
 fn same_key(a: &Key, authority: &Authority, tls: usize) -> bool {
     a.1 == tls && same(&a.0, authority)
-}
-
-/// The pool identity of an upstream's TLS config (`0`: plain TCP).
-fn tls_id(upstream: &Upstream) -> usize {
-    upstream.tls().map_or(0, |c| Arc::as_ptr(c) as usize)
 }
 
 /// A pooled connection lent to one request; back to the pool when dropped.
@@ -288,7 +282,7 @@ where
         parts.uri = Uri::from(upstream.path_for(parts.uri.path_and_query()));
         parts.version = Version::HTTP_11;
         let timeout = route.timeout();
-        let tls = tls_id(upstream);
+        let tls = upstream.pool_id();
         let exchange = async {
             let mut request = Request::from_parts(parts, body);
             // A pooled connection the upstream closed meanwhile hands the request back
