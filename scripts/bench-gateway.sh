@@ -28,6 +28,18 @@
 # target/bench-ab/) and runs as sluice-base, with the configuration of the sluice run, in the
 # same rounds: the table then shows what the commits since cost or saved, side by side.
 #
+# Then (unless TLS=0) the TLS and HTTP/2 section, ROUNDS interleaved rounds of DURATION each,
+# sluice and nginx doing the same work (nginx with the nginx-same header work: X-Forwarded-For
+# and X-Request-Id both ways), both with the same self-signed P-256 certificate (openssl):
+#   sluice-tls / nginx-tls         wrk over HTTPS (HTTP/1.1, keep-alive) -> proxy -> upstream
+#                                  (nginx: listen ssl, proxy_pass over upstream keep-alive)
+#   sluice-h2-tls / nginx-h2-tls   h2load -c 10 -m 10 (100 streams) over TLS, ALPN h2
+#   sluice-h2c / nginx-h2c         h2load -c 10 -m 10 with prior knowledge (nginx: a separate
+#                                  `listen ... http2` port)
+#   sluice-h2c-429 / nginx-h2c-429 h2load -c 10 -m 10, every request denied (429)
+#   sluice-handshake / nginx-handshake  wrk over HTTPS with `Connection: close`: a new TLS
+#                                  connection (and handshake) per request
+#
 # Everything listens on 127.0.0.1 ports chosen at start; nginx runs as this user with a
 # temporary prefix. Prints a Markdown section on stdout (raw wrk output goes to $OUT).
 set -euo pipefail
@@ -41,6 +53,10 @@ WORK=$(mktemp -d /tmp/sluice-bench-XXXXXX)
 OUT=${OUT:-$WORK/raw.txt}
 NGINX=${NGINX:-/usr/sbin/nginx}
 WRK=${WRK:-wrk}
+H2LOAD=${H2LOAD:-h2load}
+TLS=${TLS:-1}
+# Extra wrk arguments of the next run_wrk (the handshake rows add `Connection: close`).
+WRK_EXTRA=()
 PIDS=()
 declare -A MASTER # server name -> pid of the process (nginx: its master)
 
@@ -134,7 +150,7 @@ run_wrk() {
   # (fields 16 and 17 of /proc/PID/stat, cutime and cstime).
   # shellcheck disable=SC2016 # expanded by the inner shell
   out=$(bash -c '"$@" 2>&1; echo "wrk-cpu-ticks $(cut -d" " -f16,17 /proc/$$/stat)"' _ \
-    "$WRK" -t2 -c"$CONNS" -d"${secs}s" --latency "$url")
+    "$WRK" -t2 -c"$CONNS" -d"${secs}s" --latency "${WRK_EXTRA[@]}" "$url")
   read -r u1 s1 < <(cpu_ticks "$@")
   # shellcheck disable=SC2046
   read -r _u _s < <(cpu_ticks $(serving_pids upstream)); up1=$((_u + _s))
@@ -269,6 +285,7 @@ async def main():
 asyncio.run(main())
 PY
 python3 "$WORK/idle.py" "$SL,$NG" "$IDLE" > "$WORK/idle.log" 2>&1 &
+IDLE_PID=$!
 PIDS+=($!)
 for _ in $(seq 600); do grep -q "idle connections open" "$WORK/idle.log" && break; sleep 0.1; done
 IDLE_OPEN=$(cat "$WORK/idle.log")
@@ -373,4 +390,119 @@ Low rate: 100/s with a burst of 20, flooded for 10 s (wrk -c$CONNS). Expected ad
 $(acc_line sluice "$ACC_S" 20)
 $(acc_line nginx "$ACC_N" 21)
 MD
+
+# === TLS and HTTP/2 ===
+if [ "$TLS" = 1 ]; then
+  kill "$IDLE_PID" 2>/dev/null || true
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+  NGTLS=$(free_port); NGH2C=$(free_port); NGH2C429=$(free_port); SLTLS=$(free_port); SLTLSA=$(free_port)
+  SAME_HEADERS="proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Request-Id \$rid; add_header X-Request-Id \$rid always;"
+  start_nginx proxytls "$PROXY_COMMON
+  limit_req_zone \$binary_remote_addr zone=tls:10m rate=1000000r/s;
+  limit_req_zone \$binary_remote_addr zone=h2c:10m rate=1000000r/s;
+  limit_req_zone \$binary_remote_addr zone=h2shut:10m rate=1r/m;
+  map \$http_x_request_id \$rid { default \$http_x_request_id; \"\" \$request_id; }
+  server { listen 127.0.0.1:$NGTLS ssl http2; keepalive_requests 1000000;
+    ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_protocols TLSv1.2 TLSv1.3;
+    location / { limit_req zone=tls burst=1000000 nodelay; $SAME_HEADERS } }
+  server { listen 127.0.0.1:$NGH2C http2; keepalive_requests 1000000;
+    location / { limit_req zone=h2c burst=1000000 nodelay; $SAME_HEADERS } }
+  server { listen 127.0.0.1:$NGH2C429 http2; keepalive_requests 1000000;
+    location / { limit_req zone=h2shut; $SAME_HEADERS } }"
+  wait_port "$NGTLS"; wait_port "$NGH2C"; wait_port "$NGH2C429"
+  start_sluice tls "$(printf '[server.tls]\ncert = "%s"\nkey = "%s"\n[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n' "$WORK/cert.pem" "$WORK/key.pem"; route open)" "$SLTLS" "$SLTLSA"
+
+  # h2load -> "req/s mean_ms max_ms total non2xx seconds user_us sys_us": the CPU time the
+  # serving processes (PIDS...) spent per request, in microseconds.
+  run_h2load() {
+    local label=$1 url=$2 secs=$3
+    shift 3
+    local out u0 s0 u1 s1
+    read -r u0 s0 < <(cpu_ticks "$@")
+    out=$("$H2LOAD" -t2 -c10 -m10 -D "$secs" "$url" 2>&1)
+    read -r u1 s1 < <(cpu_ticks "$@")
+    { echo "=== $label ($url)"; echo "$out"; } >> "$OUT"
+    local rps total non2xx mean max
+    rps=$(awk '/^finished in/ {gsub(/,/, ""); print $4}' <<<"$out")
+    total=$(awk '/^requests:/ {print $2}' <<<"$out")
+    non2xx=$(awk '/^status codes:/ {gsub(/,/, ""); print $5 + $7 + $9}' <<<"$out")
+    mean=$(awk '/^time for request:/ {print $6}' <<<"$out")
+    max=$(awk '/^time for request:/ {print $5}' <<<"$out")
+    local per
+    per=$(awk -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v n="$total" -v k="$(getconf CLK_TCK)" \
+      'BEGIN { f = 1e6 / k / (n > 0 ? n : 1); printf "%.2f %.2f", u * f, s * f }')
+    echo "$rps $(to_ms "$mean") $(to_ms "$max") $total ${non2xx:-0} $secs $per"
+  }
+
+  # label:tool:url:server of each run, interleaved.
+  TLS_RUNS=("sluice-tls:wrk:https://127.0.0.1:$SLTLS/:tls" "nginx-tls:wrk:https://127.0.0.1:$NGTLS/:proxytls"
+    "sluice-h2-tls:h2load:https://127.0.0.1:$SLTLS/:tls" "nginx-h2-tls:h2load:https://127.0.0.1:$NGTLS/:proxytls"
+    "sluice-h2c:h2load:http://127.0.0.1:$SL/:open" "nginx-h2c:h2load:http://127.0.0.1:$NGH2C/:proxytls"
+    "sluice-h2c-429:h2load:http://127.0.0.1:$SL429/:shut" "nginx-h2c-429:h2load:http://127.0.0.1:$NGH2C429/:proxytls"
+    "sluice-handshake:wrk-close:https://127.0.0.1:$SLTLS/:tls" "nginx-handshake:wrk-close:https://127.0.0.1:$NGTLS/:proxytls")
+  # Warm up.
+  "$H2LOAD" -c2 -n200 "https://127.0.0.1:$SLTLS/" >/dev/null 2>&1 || true
+  "$H2LOAD" -c2 -n200 "https://127.0.0.1:$NGTLS/" >/dev/null 2>&1 || true
+  declare -A TSAMPLES TTOOL
+  for round in $(seq "$ROUNDS"); do
+    for run in "${TLS_RUNS[@]}"; do
+      IFS='|' read -r label tool url server <<<"$(sed -E 's/^([^:]*):([^:]*):(.*):([^:]*)$/\1|\2|\3|\4/' <<<"$run")"
+      TTOOL[$label]=$tool
+      case $tool in
+        wrk) WRK_EXTRA=()
+          # shellcheck disable=SC2046
+          result=$(run_wrk "$label" "$url" "$DURATION" $(serving_pids "$server"))
+          read -r rps p50 p99 total non2xx took cpu_user cpu_sys _ _ <<<"$result"
+          lat1=$(to_ms "$p50"); lat2=$(to_ms "$p99") ;;
+        wrk-close) WRK_EXTRA=(-H "Connection: close")
+          # shellcheck disable=SC2046
+          result=$(run_wrk "$label" "$url" "$DURATION" $(serving_pids "$server"))
+          WRK_EXTRA=()
+          read -r rps p50 p99 total non2xx took cpu_user cpu_sys _ _ <<<"$result"
+          lat1=$(to_ms "$p50"); lat2=$(to_ms "$p99") ;;
+        h2load)
+          # shellcheck disable=SC2046
+          result=$(run_h2load "$label" "$url" "$DURATION" $(serving_pids "$server"))
+          read -r rps lat1 lat2 total non2xx took cpu_user cpu_sys <<<"$result" ;;
+      esac
+      echo "round $round $label: $rps req/s $lat1 $lat2 ms, $non2xx non-2xx, cpu $cpu_user + $cpu_sys" >&2
+      TSAMPLES[$label]+="$rps $lat1 $lat2 $non2xx $cpu_user $cpu_sys"$'\n'
+    done
+  done
+  tmedian() { printf '%s' "${TSAMPLES[$1]}" | awk -v c="$2" 'NF {print $c}' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+  trow() {
+    local all lat
+    all=$(printf '%s' "${TSAMPLES[$1]}" | awk 'NF {printf "%s%.0f", (n++ ? ", " : ""), $1}')
+    case ${TTOOL[$1]} in
+      h2load) lat="mean $(tmedian "$1" 2), max $(tmedian "$1" 3)" ;;
+      *) lat="p50 $(tmedian "$1" 2), p99 $(tmedian "$1" 3)" ;;
+    esac
+    printf '| %s | %s | %s | %s | %s | %s + %s | %s |\n' "$1" "${TTOOL[$1]}" "$(tmedian "$1" 1)" "$lat" "$(tmedian "$1" 4)" \
+      "$(tmedian "$1" 5)" "$(tmedian "$1" 6)" "$all"
+  }
+  tratio() { ratio "$(tmedian "$1" 1)" "$(tmedian "$2" 1)"; }
+  cat <<MD
+
+## Gateway over TLS and HTTP/2: sluice serve vs nginx
+
+Same machine and run; $ROUNDS interleaved rounds of ${DURATION}s, medians shown. TLS: one self-signed P-256 certificate for both
+(rustls with ring in sluice, $(openssl version | cut -d' ' -f1-2) in nginx), TLS 1.3 negotiated. wrk: -t2 -c$CONNS (HTTP/1.1; the
+handshake rows send \`Connection: close\`, so every request is a new TCP connection and TLS handshake). h2load: -t2 -c10 -m10
+(100 concurrent streams over 10 connections). nginx does the nginx-same header work (X-Forwarded-For, X-Request-Id both ways)
+and \`limit_req\`; its plain HTTP/2 (h2c) is a separate \`listen ... http2\` port. Upstream: HTTP/1.1 keep-alive for both.
+
+| run | tool | req/s (median) | latency ms | non-2xx | server CPU µs/request, user + kernel | req/s of each round |
+|---|---|---|---|---|---|---|
+$(for run in "${TLS_RUNS[@]}"; do trow "${run%%:*}"; done)
+
+- HTTPS keep-alive proxying: sluice-tls / nginx-tls = **$(tratio sluice-tls nginx-tls)**.
+- HTTP/2 over TLS: sluice-h2-tls / nginx-h2-tls = **$(tratio sluice-h2-tls nginx-h2-tls)**.
+- HTTP/2 with prior knowledge: sluice-h2c / nginx-h2c = **$(tratio sluice-h2c nginx-h2c)**.
+- 429s over HTTP/2: sluice-h2c-429 / nginx-h2c-429 = **$(tratio sluice-h2c-429 nginx-h2c-429)**.
+- New TLS connections per second: sluice-handshake / nginx-handshake = **$(tratio sluice-handshake nginx-handshake)**.
+MD
+fi
 echo "raw wrk output: $OUT" >&2

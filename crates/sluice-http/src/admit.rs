@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::key::{AmbiguousKey, Key};
 use crate::policy::Policy;
+use crate::protocol::Protocol;
 
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,7 +192,8 @@ impl Ask<'_> {
 }
 
 /// Asks every policy in `policies` to admit `ask` (see the [module docs](self) for the
-/// order, and for what a denial gives back).
+/// order, and for what a denial gives back), counted in the metrics as an `http1` request
+/// (see [`admit_as`]).
 ///
 /// # Errors
 ///
@@ -201,6 +203,23 @@ impl Ask<'_> {
 ///
 /// Dropping the future leaves any queue it waits in and gives back the tokens it took.
 pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission, Denial> {
+    admit_as(policies, ask, Protocol::Http1).await
+}
+
+/// [`admit`], counted in the policies' metrics under `protocol`.
+///
+/// # Errors
+///
+/// The first [`Denial`].
+///
+/// # Cancel safety
+///
+/// Dropping the future leaves any queue it waits in and gives back the tokens it took.
+pub async fn admit_as(
+    policies: &[Arc<Policy>],
+    ask: &Ask<'_>,
+    protocol: Protocol,
+) -> Result<Admission, Denial> {
     let mut admission = Admission {
         verdicts: Verdicts::new(),
         permits: Vec::new(),
@@ -219,7 +238,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
             }
             let Ok(key) = ask.key(policy) else {
                 taken.give_back().await;
-                policy.metrics.denied(Reason::AmbiguousKey);
+                policy.metrics.denied(Reason::AmbiguousKey, protocol);
                 return Err(Denial {
                     index: i,
                     reason: Reason::AmbiguousKey,
@@ -236,7 +255,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
                 }
                 Err(e) => {
                     taken.give_back().await;
-                    return Err(deny(i, policy, &key, e, admission.verdicts).await);
+                    return Err(deny(i, policy, &key, e, admission.verdicts, protocol).await);
                 }
             }
         }
@@ -263,7 +282,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
                     _ => (Reason::Unavailable, Duration::from_secs(1)),
                 };
                 taken.give_back().await;
-                policy.metrics.denied(reason);
+                policy.metrics.denied(reason, protocol);
                 // The slots have no bucket to show: the verdicts are the rates' ones.
                 return Err(Denial {
                     index: i,
@@ -276,7 +295,7 @@ pub async fn admit(policies: &[Arc<Policy>], ask: &Ask<'_>) -> Result<Admission,
     }
     taken.entries.clear();
     for verdict in &admission.verdicts {
-        policies[verdict.index].metrics.admitted.increment(1);
+        policies[verdict.index].metrics.admitted(protocol);
     }
     Ok(admission)
 }
@@ -336,6 +355,7 @@ async fn deny(
     key: &str,
     error: Error,
     mut verdicts: Verdicts,
+    protocol: Protocol,
 ) -> Denial {
     let (reason, retry_after, decision) = match error {
         Error::Limited {
@@ -361,7 +381,7 @@ async fn deny(
         },
     };
     verdicts.push(verdict);
-    policy.metrics.denied(reason);
+    policy.metrics.denied(reason, protocol);
     Denial {
         index,
         reason,

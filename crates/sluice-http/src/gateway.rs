@@ -8,13 +8,16 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Request, Response, StatusCode};
 
-use crate::admit::{admit, Ask, Reason};
+use crate::admit::{admit_as, Ask, Reason};
 use crate::body::{Body, BodyError, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
+use crate::grpc;
 use crate::headers;
 use crate::path::canonical_uri;
-use crate::proxy::{Proxy, ProxyError};
+use crate::protocol::Protocol;
+use crate::proxy::{self, Proxy, ProxyError};
 use crate::route::{Lookup, Route, RouteTable};
+use crate::tunnel;
 
 /// What happened to a request, for the access log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +87,7 @@ pub struct Gateway {
     routes: RouteTable,
     trusted: TrustedProxies,
     body_timeout: Option<Duration>,
+    tunnel_idle: Option<Duration>,
 }
 
 /// How much of a body of unknown length (chunked) is read before the request is forwarded: a
@@ -98,12 +102,20 @@ impl Gateway {
             routes,
             trusted,
             body_timeout: None,
+            tunnel_idle: None,
         }
     }
 
     /// The longest gap between two reads of a request body; then 408.
     pub fn client_body_timeout(mut self, timeout: Duration) -> Gateway {
         self.body_timeout = Some(timeout);
+        self
+    }
+
+    /// How long an upgraded connection (a WebSocket tunnel) may pass no byte either way
+    /// before it is closed (unset: no limit).
+    pub fn tunnel_idle_timeout(mut self, timeout: Duration) -> Gateway {
+        self.tunnel_idle = Some(timeout);
         self
     }
 
@@ -133,6 +145,8 @@ impl Gateway {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
+        // Decided once: the metrics' label, and whether refusals are gRPC statuses.
+        let protocol = Protocol::of(&request);
         // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
         let mut request = request;
         match canonical_uri(request.uri()) {
@@ -140,8 +154,7 @@ impl Gateway {
             Ok(Some(uri)) => *request.uri_mut() = uri,
             Err(e) => {
                 return Handled {
-                    response: headers::problem(StatusCode::BAD_REQUEST, &e.to_string())
-                        .map(Body::from),
+                    response: refusal(protocol, StatusCode::BAD_REQUEST, &e.to_string()),
                     route: None,
                     client_ip,
                     outcome: Outcome::AmbiguousPath,
@@ -152,8 +165,11 @@ impl Gateway {
             Lookup::Found(route) => route,
             Lookup::NotFound => {
                 return Handled {
-                    response: headers::problem(StatusCode::NOT_FOUND, "no route matches this path")
-                        .map(Body::from),
+                    response: refusal(
+                        protocol,
+                        StatusCode::NOT_FOUND,
+                        "no route matches this path",
+                    ),
                     route: None,
                     client_ip,
                     outcome: Outcome::NoRoute,
@@ -161,11 +177,11 @@ impl Gateway {
             }
             Lookup::MethodNotAllowed => {
                 return Handled {
-                    response: headers::problem(
+                    response: refusal(
+                        protocol,
                         StatusCode::METHOD_NOT_ALLOWED,
                         "no route for this path allows this method",
-                    )
-                    .map(Body::from),
+                    ),
                     route: None,
                     client_ip,
                     outcome: Outcome::MethodNotAllowed,
@@ -174,9 +190,9 @@ impl Gateway {
         };
         let max_body = route.body_limit();
         if declared_length(request.headers()).is_some_and(|len| len > max_body) {
-            route.metrics.body_too_large.increment(1);
+            route.metrics.body_too_large[protocol as usize].increment(1);
             return Handled {
-                response: too_large(max_body),
+                response: too_large(protocol, max_body),
                 route: Some(route),
                 client_ip,
                 outcome: Outcome::BodyTooLarge,
@@ -189,7 +205,7 @@ impl Gateway {
             cost: 1,
             may_wait: body_may_wait(request.headers(), route.max_queued_body()),
         };
-        let admission = match admit(route.policy_list(), &ask).await {
+        let admission = match admit_as(route.policy_list(), &ask, protocol).await {
             Ok(admission) => admission,
             Err(denial) => {
                 let policies = route.policy_list();
@@ -197,8 +213,11 @@ impl Gateway {
                     policy: denial.policy(policies).name(),
                     reason: denial.reason,
                 };
-                let response =
-                    headers::denied(&denial, policies, route.policy_header()).map(Body::from);
+                let response = if protocol == Protocol::Grpc {
+                    grpc::denied(&denial, policies, route.policy_header()).map(Body::from)
+                } else {
+                    headers::denied(&denial, policies, route.policy_header()).map(Body::from)
+                };
                 return Handled {
                     response,
                     route: Some(route),
@@ -207,44 +226,55 @@ impl Gateway {
                 };
             }
         };
-        let mut request = request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+        let mut request = request;
         if !self.trusted.contains(peer.ip()) {
             // Only a trusted proxy's `Forwarded` is passed on: a client's could make the
             // upstream believe any address.
             request.headers_mut().remove(&FORWARDED);
         }
-        let body = request.body_mut();
-        let checked = if !http_body::Body::is_end_stream(body)
-            && http_body::Body::size_hint(body).exact().is_none()
-        {
-            // Unknown length: read what a small body needs before the upstream sees it.
-            body.read_ahead(READ_AHEAD.min(max_body.saturating_add(1)))
+        let forwarded = if protocol == Protocol::Ws {
+            self.upgrade(proxy, request, route, peer, admission.permits)
                 .await
-                .err()
         } else {
-            None
-        };
-        let forwarded = match checked {
-            None => proxy.forward(request, route, peer.ip()).await,
-            Some(e) => Err(match BodyError::find(&*e) {
-                Some(cut) => ProxyError::Body(cut),
-                None => ProxyError::Client(e),
-            }),
+            let mut request =
+                request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+            let body = request.body_mut();
+            let checked = if !http_body::Body::is_end_stream(body)
+                && http_body::Body::size_hint(body).exact().is_none()
+            {
+                // Unknown length: read what a small body needs before the upstream sees it.
+                body.read_ahead(READ_AHEAD.min(max_body.saturating_add(1)))
+                    .await
+                    .err()
+            } else {
+                None
+            };
+            match checked {
+                None => proxy
+                    .forward(request, route, peer.ip())
+                    .await
+                    .map(|(response, lease)| {
+                        response.map(|body| Body::upstream(body, admission.permits, lease))
+                    }),
+                Some(e) => Err(match BodyError::find(&*e) {
+                    Some(cut) => ProxyError::Body(cut),
+                    None => ProxyError::Client(e),
+                }),
+            }
         };
         let (response, outcome) = match forwarded {
-            Ok((response, lease)) => {
-                route.metrics.status(response.status());
-                let response =
-                    response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
+            Ok(response) => {
+                route.metrics.status(response.status(), protocol);
                 (response, Outcome::Admitted)
             }
             Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
-                route.metrics.timeout.increment(1);
-                let r = headers::problem(
+                route.metrics.timeout[protocol as usize].increment(1);
+                let r = refusal(
+                    protocol,
                     StatusCode::GATEWAY_TIMEOUT,
                     "the upstream did not answer in time",
                 );
-                (r.map(Body::from), Outcome::UpstreamTimeout)
+                (r, Outcome::UpstreamTimeout)
             }
             Err(e) if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
                 let (status, outcome, detail) = match e.body_error() {
@@ -265,27 +295,38 @@ impl Gateway {
                     ),
                 };
                 match outcome {
-                    Outcome::BodyTooLarge => route.metrics.body_too_large.increment(1),
-                    Outcome::BodyTimeout => route.metrics.body_timeout.increment(1),
+                    Outcome::BodyTooLarge => {
+                        route.metrics.body_too_large[protocol as usize].increment(1)
+                    }
+                    Outcome::BodyTimeout => {
+                        route.metrics.body_timeout[protocol as usize].increment(1)
+                    }
                     _ => {}
                 }
-                let mut r = headers::problem(status, detail).map(Body::from);
+                let mut r = refusal(protocol, status, detail);
                 r.headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));
                 (r, outcome)
             }
             Err(e) => {
                 if e.is_connect() {
-                    route.metrics.refused.increment(1);
+                    route.metrics.refused[protocol as usize].increment(1);
                 } else {
-                    route.metrics.other.increment(1);
+                    route.metrics.other[protocol as usize].increment(1);
                 }
-                tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
-                let r = headers::problem(
+                if e.is_tls() {
+                    // A certificate the route does not trust is a configuration problem
+                    // someone must see, not noise.
+                    tracing::warn!(error = %e, upstream = %route.upstream(), route = route.path_prefix(), "upstream TLS failed");
+                } else {
+                    tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+                }
+                let r = refusal(
+                    protocol,
                     StatusCode::BAD_GATEWAY,
                     "the upstream refused the connection or failed",
                 );
-                (r.map(Body::from), Outcome::UpstreamRefused)
+                (r, Outcome::UpstreamRefused)
             }
         };
         let mut response = response;
@@ -304,6 +345,44 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Forwards an admitted upgrade request; on the upstream's `101`, starts the tunnel
+    /// between the two upgraded connections ([`crate::tunnel`]), which holds `permits` until
+    /// it closes, and answers the client's upgrade with the `101`. Any other answer is passed
+    /// on as a plain response.
+    async fn upgrade<B, X>(
+        &self,
+        proxy: &Proxy<X>,
+        request: Request<B>,
+        route: &Route,
+        peer: SocketAddr,
+        permits: Vec<sluice::PoolPermit>,
+    ) -> Result<Response<Body<X>>, ProxyError>
+    where
+        X: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        X::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (mut parts, _body) = request.into_parts();
+        let client = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        let mut response =
+            proxy::forward_upgrade(parts, route, peer.ip(), proxy.connect_timeout()).await?;
+        match client {
+            Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                let upstream = hyper::upgrade::on(&mut response);
+                tokio::spawn(tunnel::run(
+                    client,
+                    upstream,
+                    permits,
+                    self.tunnel_idle,
+                    route.metrics.tunnels.clone(),
+                ));
+                Ok(response.map(|_| Body::empty()))
+            }
+            _ => Ok(response.map(|body| Body::upstream(body, permits, None))),
+        }
+    }
+}
+
 /// The body length a request's `Content-Length` declares (hyper has refused a malformed one).
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -315,13 +394,23 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
+/// The gateway's own answer of `status`: a problem body, or for gRPC a Trailers-Only
+/// response with the matching `grpc-status` ([`grpc::problem`]).
+fn refusal<B>(protocol: Protocol, status: StatusCode, detail: &str) -> Response<Body<B>> {
+    if protocol == Protocol::Grpc {
+        grpc::problem(status, detail).map(Body::from)
+    } else {
+        headers::problem(status, detail).map(Body::from)
+    }
+}
+
 /// 413 for a body larger than `max_body`; the connection closes, since the body is not read.
-fn too_large<B>(max_body: u64) -> Response<Body<B>> {
-    let mut r = headers::problem(
+fn too_large<B>(protocol: Protocol, max_body: u64) -> Response<Body<B>> {
+    let mut r = refusal(
+        protocol,
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("the request body is larger than this route accepts ({max_body} bytes)"),
-    )
-    .map(Body::from);
+    );
     r.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     r

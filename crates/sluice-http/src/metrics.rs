@@ -3,22 +3,34 @@
 //!
 //! | name | kind | labels |
 //! |------|------|--------|
-//! | `sluice_policy_admitted_total` | counter | `policy` |
-//! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`, `ambiguous_key`) |
+//! | `sluice_policy_admitted_total` | counter | `policy`, `protocol` |
+//! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`, `ambiguous_key`), `protocol` |
 //! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
-//! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`) |
-//! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`) |
-//! | `sluice_request_body_refused_total` | counter | `route`, `reason` (`too_large`: 413, `timeout`: 408) |
+//! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`), `protocol` |
+//! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`), `protocol` |
+//! | `sluice_request_body_refused_total` | counter | `route`, `reason` (`too_large`: 413, `timeout`: 408), `protocol` |
+//! | `sluice_tunnels_open` | gauge | `route`: upgraded connections (WebSocket) open now |
+//!
+//! `protocol` is the request's ([`Protocol`]): `http1`, `h2`, `grpc` or `ws`; every
+//! combination is registered up front, so a counter reads 0 before its first request.
 
 use metrics::{Counter, Gauge};
 
 use crate::admit::Reason;
+use crate::protocol::Protocol;
+
+/// One counter per protocol, indexed by [`Protocol`].
+pub(crate) type PerProtocol = [Counter; Protocol::ALL.len()];
+
+fn per_protocol(make: impl Fn(&'static str) -> Counter) -> PerProtocol {
+    Protocol::ALL.map(|p| make(p.as_str()))
+}
 
 /// The handles of one policy.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicyMetrics {
-    pub(crate) admitted: Counter,
-    denied: [Counter; Reason::ALL.len()],
+    admitted: PerProtocol,
+    denied: [PerProtocol; Reason::ALL.len()],
     pub(crate) waiting: Gauge,
 }
 
@@ -26,50 +38,68 @@ impl PolicyMetrics {
     pub(crate) fn new(policy: &str) -> PolicyMetrics {
         let name = policy.to_owned();
         PolicyMetrics {
-            admitted: metrics::counter!("sluice_policy_admitted_total", "policy" => name.clone()),
+            admitted: per_protocol(|p| {
+                metrics::counter!("sluice_policy_admitted_total", "policy" => name.clone(), "protocol" => p)
+            }),
             denied: Reason::ALL.map(|reason| {
-                metrics::counter!("sluice_policy_denied_total", "policy" => name.clone(), "reason" => reason.as_str())
+                per_protocol(|p| {
+                    metrics::counter!("sluice_policy_denied_total", "policy" => name.clone(), "reason" => reason.as_str(), "protocol" => p)
+                })
             }),
             waiting: metrics::gauge!("sluice_policy_waiting", "policy" => name),
         }
     }
 
-    pub(crate) fn denied(&self, reason: Reason) {
-        self.denied[reason as usize].increment(1);
+    pub(crate) fn admitted(&self, protocol: Protocol) {
+        self.admitted[protocol as usize].increment(1);
+    }
+
+    pub(crate) fn denied(&self, reason: Reason, protocol: Protocol) {
+        self.denied[reason as usize][protocol as usize].increment(1);
     }
 }
 
 /// The handles of one route.
 #[derive(Debug, Clone)]
 pub(crate) struct RouteMetrics {
-    status: [Counter; 5],
-    pub(crate) refused: Counter,
-    pub(crate) timeout: Counter,
-    pub(crate) other: Counter,
-    pub(crate) body_too_large: Counter,
-    pub(crate) body_timeout: Counter,
+    status: [PerProtocol; 5],
+    pub(crate) refused: PerProtocol,
+    pub(crate) timeout: PerProtocol,
+    pub(crate) other: PerProtocol,
+    pub(crate) body_too_large: PerProtocol,
+    pub(crate) body_timeout: PerProtocol,
+    pub(crate) tunnels: Gauge,
 }
 
 impl RouteMetrics {
     pub(crate) fn new(route: &str) -> RouteMetrics {
         let route = route.to_owned();
-        let error = |e: &'static str| metrics::counter!("sluice_upstream_errors_total", "route" => route.clone(), "error" => e);
-        let body = |reason: &'static str| metrics::counter!("sluice_request_body_refused_total", "route" => route.clone(), "reason" => reason);
+        let error = |e: &'static str| {
+            per_protocol(
+                |p| metrics::counter!("sluice_upstream_errors_total", "route" => route.clone(), "error" => e, "protocol" => p),
+            )
+        };
+        let body = |reason: &'static str| {
+            per_protocol(
+                |p| metrics::counter!("sluice_request_body_refused_total", "route" => route.clone(), "reason" => reason, "protocol" => p),
+            )
+        };
         RouteMetrics {
             status: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
-                metrics::counter!("sluice_upstream_responses_total", "route" => route.clone(), "status" => class)
+                per_protocol(|p| metrics::counter!("sluice_upstream_responses_total", "route" => route.clone(), "status" => class, "protocol" => p))
             }),
             refused: error("refused"),
             timeout: error("timeout"),
             other: error("other"),
             body_too_large: body("too_large"),
             body_timeout: body("timeout"),
+            tunnels: metrics::gauge!("sluice_tunnels_open", "route" => route.clone()),
         }
     }
 
-    pub(crate) fn status(&self, status: http::StatusCode) {
+    pub(crate) fn status(&self, status: http::StatusCode, protocol: Protocol) {
         let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
-        self.status[class].increment(1);
+        self.status[class][protocol as usize].increment(1);
     }
 }
 
@@ -82,7 +112,7 @@ pub fn describe() {
     describe_counter!(
         "sluice_policy_admitted_total",
         Unit::Count,
-        "Requests a gateway policy admitted, by `policy`."
+        "Requests a gateway policy admitted, by `policy` and `protocol` (`http1`, `h2`, `grpc`, `ws`)."
     );
     describe_counter!(
         "sluice_policy_denied_total",
@@ -90,7 +120,7 @@ pub fn describe() {
         "Requests a gateway policy refused, by `policy` and `reason`: `limit`, `queue_full` and \
          `timeout` (429), `capacity` (422: the cost exceeds the capacity), `unavailable` (503: \
          the store could not answer and on_error denies), `ambiguous_key` (400: the key appears \
-         twice with different values)."
+         twice with different values); and by `protocol` (`http1`, `h2`, `grpc`, `ws`)."
     );
     describe_gauge!(
         "sluice_policy_waiting",
@@ -100,18 +130,24 @@ pub fn describe() {
     describe_counter!(
         "sluice_upstream_responses_total",
         Unit::Count,
-        "Upstream responses, by `route` and `status` class (`1xx` to `5xx`)."
+        "Upstream responses, by `route`, `status` class (`1xx` to `5xx`) and `protocol` (`http1`, \
+         `h2`, `grpc`, `ws`)."
     );
     describe_counter!(
         "sluice_request_body_refused_total",
         Unit::Count,
         "Requests refused for their body, by `route` and `reason`: `too_large` (413: above \
-         max_body), `timeout` (408: stalled longer than client_body_timeout)."
+         max_body), `timeout` (408: stalled longer than client_body_timeout); and by `protocol`."
     );
     describe_counter!(
         "sluice_upstream_errors_total",
         Unit::Count,
         "Requests that got no upstream response, by `route` and `error`: `refused` (502), \
-         `timeout` (504), `other` (502)."
+         `timeout` (504), `other` (502); and by `protocol`."
+    );
+    describe_gauge!(
+        "sluice_tunnels_open",
+        Unit::Count,
+        "Upgraded connections (WebSocket tunnels) open now, by `route`."
     );
 }

@@ -16,16 +16,55 @@ use crate::policy::Policy;
 /// The default time to wait for an upstream's response head.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Where a route's requests go: `http://host:port[/base]`. The request's path and query are
+/// Where a route's requests go: `http://host:port[/base]` (HTTP/1.1, pooled),
+/// `https://host:port[/base]` (HTTP/1.1 over TLS, pooled) or `h2c://host:port[/base]`
+/// (HTTP/2 with prior knowledge, one multiplexed connection). The request's path and query are
 /// appended to the base path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Upstream {
-    scheme: Scheme,
+    protocol: Protocol,
     authority: Authority,
     base: String,
+    /// The TLS client config of `https://`, and a number no other config ever gets (which
+    /// pooled connections it may use: those made with this very config).
+    tls: Option<(Arc<rustls::ClientConfig>, usize)>,
 }
 
-/// An upstream URL that is not `http://host[:port][/path]`.
+/// How a route talks to its upstream, decided once when the route is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http://`: HTTP/1.1 over TCP.
+    Http1,
+    /// `https://`: HTTP/1.1 over TLS.
+    Https,
+    /// `h2c://`: HTTP/2 over TCP with prior knowledge.
+    H2c,
+}
+
+impl Protocol {
+    /// The URL scheme of the configuration (`http`, `https`, `h2c`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http",
+            Protocol::Https => "https",
+            Protocol::H2c => "h2c",
+        }
+    }
+}
+
+impl PartialEq for Upstream {
+    /// The same URL (the TLS config is not compared: what it trusts is the configuration's
+    /// to compare, e.g. a route's `upstream_ca`).
+    fn eq(&self, other: &Upstream) -> bool {
+        self.protocol == other.protocol
+            && self.authority == other.authority
+            && self.base == other.base
+    }
+}
+
+impl Eq for Upstream {}
+
+/// An upstream URL that is not `http://`, `https://` or `h2c://` `host[:port][/path]`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid upstream `{value}`: {reason}")]
 pub struct InvalidUpstream {
@@ -42,11 +81,12 @@ impl FromStr for Upstream {
             reason,
         };
         let uri: Uri = text.parse().map_err(|_| fail("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(fail("https upstreams are not supported; use http://")),
-            _ => return Err(fail("expected an http:// URL")),
-        }
+        let protocol = match uri.scheme_str() {
+            Some("http") => Protocol::Http1,
+            Some("https") => Protocol::Https,
+            Some("h2c") => Protocol::H2c,
+            _ => return Err(fail("expected an http://, https:// or h2c:// URL")),
+        };
         let authority = uri.authority().cloned().ok_or_else(|| fail("no host"))?;
         if authority.host().is_empty() {
             return Err(fail("no host"));
@@ -58,27 +98,43 @@ impl FromStr for Upstream {
             return Err(fail("a query is not allowed in an upstream URL"));
         }
         Ok(Upstream {
-            scheme: Scheme::HTTP,
+            protocol,
             authority,
             base: uri.path().trim_end_matches('/').to_owned(),
+            tls: None,
         })
     }
 }
 
 impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}{}", self.scheme, self.authority, self.base)
+        write!(
+            f,
+            "{}://{}{}",
+            self.protocol.as_str(),
+            self.authority,
+            self.base
+        )
     }
 }
 
 impl Upstream {
-    /// The upstream URI for a request whose path and query are `path_and_query`.
+    /// The upstream URI for a request whose path and query are `path_and_query` (the scheme
+    /// on the wire: `http` for `http://` and `h2c://`, `https` for `https://`).
     pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.scheme.clone());
+        parts.scheme = Some(self.scheme());
         parts.authority = Some(self.authority.clone());
         parts.path_and_query = Some(self.path_for(path_and_query));
         Uri::from_parts(parts).unwrap_or_default()
+    }
+
+    /// The scheme on the wire.
+    pub fn scheme(&self) -> Scheme {
+        match self.protocol {
+            Protocol::Https => Scheme::HTTPS,
+            Protocol::Http1 | Protocol::H2c => Scheme::HTTP,
+        }
     }
 
     /// The upstream path and query (the origin form on the wire) for a request's: the
@@ -99,6 +155,41 @@ impl Upstream {
     /// `host:port`.
     pub fn authority(&self) -> &Authority {
         &self.authority
+    }
+
+    /// The port: the URL's, or the scheme's default (80, or 443 for `https://`).
+    pub fn port(&self) -> u16 {
+        self.authority.port_u16().unwrap_or(match self.protocol {
+            Protocol::Https => 443,
+            Protocol::Http1 | Protocol::H2c => 80,
+        })
+    }
+
+    /// How requests reach it.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The TLS client config of an `https://` upstream (see [`crate::proxy::client_config`]);
+    /// without one, an `https://` upstream fails every request with
+    /// [`ProxyError::Tls`](crate::proxy::ProxyError::Tls).
+    pub fn with_tls(mut self, config: Arc<rustls::ClientConfig>) -> Upstream {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.tls = Some((config, id));
+        self
+    }
+
+    /// The TLS client config, for `https://`.
+    pub fn tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(|(config, _)| config)
+    }
+
+    /// Which pooled connections this upstream may use: `0` for plain TCP, else a number
+    /// given to its TLS config alone (a reload that reads `upstream_ca` again gets a new
+    /// one, so connections verified under the old trust are not reused).
+    pub fn pool_id(&self) -> usize {
+        self.tls.as_ref().map_or(0, |(_, id)| *id)
     }
 }
 
@@ -302,7 +393,13 @@ mod tests {
         assert_eq!(root.path_for(Some(&pq)), "/api/x?y=1");
         assert_eq!(root.path_for(None), "/");
         assert_eq!(root.uri_for(Some(&pq)), "http://127.0.0.1:9000/api/x?y=1");
-        assert!("https://x".parse::<Upstream>().is_err());
+        let tls: Upstream = "https://api.internal".parse().unwrap();
+        assert_eq!((tls.protocol(), tls.port()), (Protocol::Https, 443));
+        assert_eq!(tls.uri_for(None), "https://api.internal/");
+        let h2c: Upstream = "h2c://grpc.internal:50051".parse().unwrap();
+        assert_eq!((h2c.protocol(), h2c.port()), (Protocol::H2c, 50051));
+        assert_eq!(h2c.uri_for(None), "http://grpc.internal:50051/");
+        assert_eq!(h2c.to_string(), "h2c://grpc.internal:50051");
         assert!("ftp://x".parse::<Upstream>().is_err());
         assert!("127.0.0.1:9000".parse::<Upstream>().is_err());
         assert!("http://u:p@x".parse::<Upstream>().is_err());

@@ -84,14 +84,14 @@ async fn stats_agree_with_metrics_and_mask_secret_keys() {
         per_key["admitted"].as_f64(),
         Some(metric(
             &text,
-            "sluice_policy_admitted_total{policy=\"per-key\"}"
+            "sluice_policy_admitted_total{policy=\"per-key\",protocol=\"http1\"}"
         ))
     );
     assert_eq!(
         per_key["denied"]["limit"].as_f64(),
         Some(metric(
             &text,
-            "sluice_policy_denied_total{policy=\"per-key\",reason=\"limit\"}"
+            "sluice_policy_denied_total{policy=\"per-key\",reason=\"limit\",protocol=\"http1\"}"
         ))
     );
     // The hottest keys: the secret one is empty, and masked.

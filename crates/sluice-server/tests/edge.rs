@@ -183,7 +183,7 @@ async fn bodies_over_max_body_get_413_before_the_upstream_sees_them() {
     let metrics = get(&gw.admin("/metrics")).await.unwrap();
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(
-        text.contains("sluice_request_body_refused_total{route=\"/api/\",reason=\"too_large\"} 2"),
+        text.contains("sluice_request_body_refused_total{route=\"/api/\",reason=\"too_large\",protocol=\"http1\"} 2"),
         "{text}"
     );
 }
@@ -222,7 +222,7 @@ async fn a_stalled_body_gets_408_and_never_reaches_the_upstream_whole() {
     let metrics = get(&gw.admin("/metrics")).await.unwrap();
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(
-        text.contains("sluice_request_body_refused_total{route=\"/api/\",reason=\"timeout\"} 2"),
+        text.contains("sluice_request_body_refused_total{route=\"/api/\",reason=\"timeout\",protocol=\"http1\"} 2"),
         "{text}"
     );
     assert_eq!(

@@ -470,15 +470,19 @@ upstream_timeout = "200ms"
     let metrics = get(&gw.admin("/metrics")).await.unwrap();
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(
-        text.contains(r#"sluice_upstream_errors_total{route="/down/",error="refused"} 1"#),
+        text.contains(
+            r#"sluice_upstream_errors_total{route="/down/",error="refused",protocol="http1"} 1"#
+        ),
         "{text}"
     );
     assert!(
-        text.contains(r#"sluice_upstream_errors_total{route="/slow/",error="timeout"} 1"#),
+        text.contains(
+            r#"sluice_upstream_errors_total{route="/slow/",error="timeout",protocol="http1"} 1"#
+        ),
         "{text}"
     );
     assert!(
-        text.contains(r#"sluice_policy_admitted_total{policy="api"} 2"#),
+        text.contains(r#"sluice_policy_admitted_total{policy="api",protocol="http1"} 2"#),
         "{text}"
     );
 }

@@ -149,6 +149,7 @@ async fn metrics_pass_promtool_with_help_text_for_every_series() {
         "sluice_connection_timeouts_total",
         "sluice_request_body_refused_total",
         "sluice_upstream_pool_idle",
+        "sluice_tunnels_open",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),

@@ -57,10 +57,13 @@ async fn stress_reports_what_the_gateway_counted() {
     // The gateway's own counts.
     let metrics =
         String::from_utf8(get(&gw.admin("/metrics")).await.unwrap().body.to_vec()).unwrap();
-    let counted = metric(&metrics, "sluice_policy_admitted_total{policy=\"api\"}");
+    let counted = metric(
+        &metrics,
+        "sluice_policy_admitted_total{policy=\"api\",protocol=\"http1\"}",
+    );
     let denied = metric(
         &metrics,
-        "sluice_policy_denied_total{policy=\"api\",reason=\"limit\"}",
+        "sluice_policy_denied_total{policy=\"api\",reason=\"limit\",protocol=\"http1\"}",
     );
     assert_eq!(
         counted, admitted as f64,

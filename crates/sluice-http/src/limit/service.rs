@@ -9,7 +9,7 @@ use http::{Request, Response};
 use http_body_util::{Either, Full};
 use tower_service::Service;
 
-use crate::admit::{admit, Ask};
+use crate::admit::{admit_as, Ask};
 use crate::client_ip::ClientIp;
 use crate::limit::future::ResponseFuture;
 use crate::limit::layer::Shared;
@@ -71,7 +71,8 @@ where
                     cost: 1,
                     may_wait: shared.may_wait,
                 };
-                match admit(&shared.policies, &ask).await {
+                let protocol = crate::protocol::Protocol::of(&request);
+                match admit_as(&shared.policies, &ask, protocol).await {
                     Ok(admission) => Ok((admission, inner.call(request))),
                     Err(denial) => Err(denial),
                 }

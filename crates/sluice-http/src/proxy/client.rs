@@ -1,4 +1,5 @@
-//! The upstream client: HTTP/1.1 connections kept in a small pool per [`Proxy`].
+//! The upstream client: HTTP/1.1 connections (over TCP, or TLS for `https://`) kept in a
+//! small pool per [`Proxy`], and one multiplexed HTTP/2 connection per `h2c://` upstream.
 //!
 //! A `Proxy` is meant to be owned by one worker thread (the gateway gives each worker its
 //! own), so its pool's lock is never contended, and each connection's task runs on the
@@ -13,19 +14,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt as _;
-use http::header::HOST;
+use http::header::{HOST, TE};
 use http::uri::Authority;
 use http::{HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::body::{BodyError, RequestBody};
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
-use crate::route::Route;
+use crate::route::{Protocol, Route, Upstream};
 
 /// How long connecting to an upstream may take, unless set otherwise (nginx's
 /// `proxy_connect_timeout`).
@@ -59,12 +61,22 @@ pub enum ProxyError {
     /// The client's request body failed (the client went away or broke its framing).
     #[error("the request body failed: {0}")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The TLS handshake with an `https://` upstream failed, e.g. its certificate is not
+    /// trusted (502).
+    #[error("TLS with the upstream failed: {0}")]
+    Tls(#[source] std::io::Error),
 }
 
 impl ProxyError {
     /// Whether the connection itself failed (refused, unreachable).
     pub fn is_connect(&self) -> bool {
         matches!(self, ProxyError::Connect(_))
+    }
+
+    /// Whether the TLS handshake with the upstream failed (a certificate it could not
+    /// verify, a protocol it does not speak).
+    pub fn is_tls(&self) -> bool {
+        matches!(self, ProxyError::Tls(_))
     }
 
     /// Why the request body was cut short, when that is what failed the request.
@@ -85,10 +97,16 @@ pub struct Proxy<B = RequestBody<Incoming>> {
 /// A pooled connection and when it went idle.
 type Idle<B> = (SendRequest<B>, Instant);
 
+/// Which connections a pooled one may stand in for: the same authority, over plain TCP
+/// (`0`) or over TLS with the same client config ([`Upstream::pool_id`]).
+type Key = (Authority, usize);
+
 struct Pool<B> {
-    /// Idle connections by upstream, each with when it went idle, the oldest first; few
-    /// upstreams, so a list.
-    idle: Mutex<Vec<(Authority, Vec<Idle<B>>)>>,
+    /// Idle HTTP/1.1 connections by upstream, each with when it went idle, the oldest
+    /// first; few upstreams, so a list.
+    idle: Mutex<Vec<(Key, Vec<Idle<B>>)>>,
+    /// The HTTP/2 connection of each `h2c://` upstream, shared by its requests.
+    multiplexed: Mutex<Vec<(Authority, http2::SendRequest<B>)>>,
     /// Timeouts in milliseconds, changed by [`Proxy::set_timeouts`] without a lock.
     connect_ms: AtomicU64,
     idle_ms: AtomicU64,
@@ -135,10 +153,16 @@ fn same(a: &Authority, b: &Authority) -> bool {
     a.as_str() == b.as_str()
 }
 
+/// Whether two pool keys are the same: the transport first (one word), then the text.
+fn same_key(a: &Key, authority: &Authority, tls: usize) -> bool {
+    a.1 == tls && same(&a.0, authority)
+}
+
 /// A pooled connection lent to one request; back to the pool when dropped.
 pub struct Lease<B> {
     sender: Option<SendRequest<B>>,
     authority: Authority,
+    tls: usize,
     pool: Weak<Pool<B>>,
 }
 
@@ -160,10 +184,13 @@ impl<B> Drop for Lease<B> {
         }
         let now = Instant::now();
         let mut idle = pool.idle.lock();
-        match idle.iter_mut().find(|(a, _)| same(a, &self.authority)) {
+        match idle
+            .iter_mut()
+            .find(|(k, _)| same_key(k, &self.authority, self.tls))
+        {
             Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push((sender, now)),
             Some(_) => {}
-            None => idle.push((self.authority.clone(), vec![(sender, now)])),
+            None => idle.push(((self.authority.clone(), self.tls), vec![(sender, now)])),
         }
     }
 }
@@ -178,6 +205,7 @@ where
         Proxy {
             pool: Arc::new(Pool {
                 idle: Mutex::new(Vec::new()),
+                multiplexed: Mutex::new(Vec::new()),
                 connect_ms: AtomicU64::new(millis(DEFAULT_CONNECT_TIMEOUT)),
                 idle_ms: AtomicU64::new(millis(DEFAULT_IDLE_TIMEOUT)),
             }),
@@ -192,6 +220,11 @@ where
             .connect_ms
             .store(millis(connect), Ordering::Relaxed);
         self.pool.idle_ms.store(millis(idle), Ordering::Relaxed);
+    }
+
+    /// How long connecting to an upstream may take.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.pool.connect_ms.load(Ordering::Relaxed))
     }
 
     /// Closes the pooled connections idle for longer than the idle timeout, and returns how
@@ -226,14 +259,22 @@ where
         request: Request<B>,
         route: &Route,
         peer: IpAddr,
-    ) -> Result<(Response<Incoming>, Lease<B>), ProxyError> {
+    ) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
+        let upstream = route.upstream();
+        if upstream.protocol() == Protocol::H2c {
+            return self.forward_h2(request, route, peer).await;
+        }
         let (mut parts, body) = request.into_parts();
         remove_hop_by_hop(&mut parts.headers);
         append_forwarded_for(&mut parts.headers, peer);
-        let upstream = route.upstream();
         let authority = upstream.authority();
         if !parts.headers.contains_key(HOST) {
-            if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+            // An HTTP/2 client names the host in `:authority` (the URI) rather than `Host`.
+            let host = match parts.uri.authority() {
+                Some(a) => HeaderValue::from_str(a.as_str()),
+                None => HeaderValue::from_str(authority.as_str()),
+            };
+            if let Ok(host) = host {
                 parts.headers.insert(HOST, host);
             }
         }
@@ -241,18 +282,21 @@ where
         parts.uri = Uri::from(upstream.path_for(parts.uri.path_and_query()));
         parts.version = Version::HTTP_11;
         let timeout = route.timeout();
+        let tls = upstream.pool_id();
         let exchange = async {
             let mut request = Request::from_parts(parts, body);
             // A pooled connection the upstream closed meanwhile hands the request back
             // unsent: then try a fresh one.
             loop {
-                let (mut sender, reused) = match self.checkout(authority) {
+                let (mut sender, reused) = match self.checkout(authority, tls) {
                     Some(sender) => (sender, true),
                     // Boxed: the cold path's future stays out of every request's.
-                    None => (Box::pin(self.connect(authority)).await?, false),
+                    None => (Box::pin(self.connect(upstream)).await?, false),
                 };
                 match sender.try_send_request(request).await {
-                    Ok(response) => return Ok((response, self.lease(sender, authority))),
+                    Ok(response) => {
+                        return Ok((response, Some(self.lease(sender, authority, tls))))
+                    }
                     Err(mut e) => match e.take_message() {
                         Some(unsent) if reused => request = unsent,
                         _ => return Err(ProxyError::Upstream(e.into_error())),
@@ -270,19 +314,134 @@ where
         }
     }
 
-    fn lease(&self, sender: SendRequest<B>, authority: &Authority) -> Lease<B> {
+    fn lease(&self, sender: SendRequest<B>, authority: &Authority, tls: usize) -> Lease<B> {
         Lease {
             sender: Some(sender),
             authority: authority.clone(),
+            tls,
             pool: Arc::downgrade(&self.pool),
         }
     }
 
+    /// [`Proxy::forward`] to an `h2c://` upstream: HTTP/2 with prior knowledge over the
+    /// upstream's one connection of this proxy (made at the first request, made again once
+    /// it closes). The response body streams, trailers included.
+    async fn forward_h2(
+        &self,
+        request: Request<B>,
+        route: &Route,
+        peer: IpAddr,
+    ) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
+        let upstream = route.upstream();
+        let (mut parts, body) = request.into_parts();
+        // `TE: trailers` is the one `TE` HTTP/2 allows, and gRPC servers require it.
+        let trailers = parts.headers.get_all(TE).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            })
+        });
+        remove_hop_by_hop(&mut parts.headers);
+        if trailers {
+            parts
+                .headers
+                .insert(TE, HeaderValue::from_static("trailers"));
+        }
+        append_forwarded_for(&mut parts.headers, peer);
+        // `:authority` carries the client's host (its `Host`, or its own `:authority`), as
+        // `Host` does for HTTP/1.1 upstreams; HTTP/2 has no `Host` of its own.
+        let host = parts.headers.remove(HOST);
+        let authority = host
+            .as_ref()
+            .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+            .or_else(|| parts.uri.authority().cloned())
+            .unwrap_or_else(|| upstream.authority().clone());
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(upstream.scheme());
+        uri.authority = Some(authority);
+        uri.path_and_query = Some(upstream.path_for(parts.uri.path_and_query()));
+        parts.uri = Uri::from_parts(uri)
+            .map_err(|e| ProxyError::Client(format!("cannot make the upstream URI: {e}").into()))?;
+        parts.version = Version::HTTP_2;
+        let timeout = route.timeout();
+        let exchange = async {
+            let mut request = Request::from_parts(parts, body);
+            loop {
+                let (mut sender, reused) = match self.multiplexed(upstream.authority()) {
+                    Some(sender) => (sender, true),
+                    None => (self.connect_h2(upstream).await?, false),
+                };
+                match sender.try_send_request(request).await {
+                    Ok(response) => return Ok((response, None)),
+                    Err(mut e) => match e.take_message() {
+                        // The connection closed under it: a new one, once.
+                        Some(unsent) if reused => {
+                            self.forget_h2(upstream.authority());
+                            request = unsent;
+                        }
+                        _ => return Err(ProxyError::Upstream(e.into_error())),
+                    },
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok((mut response, lease))) => {
+                remove_hop_by_hop(response.headers_mut());
+                Ok((response, lease))
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ProxyError::Timeout(timeout)),
+        }
+    }
+
+    /// The open HTTP/2 connection to `authority`, if any.
+    fn multiplexed(&self, authority: &Authority) -> Option<http2::SendRequest<B>> {
+        let mut list = self.pool.multiplexed.lock();
+        let at = list.iter().position(|(a, _)| same(a, authority))?;
+        if list[at].1.is_closed() {
+            list.swap_remove(at);
+            return None;
+        }
+        Some(list[at].1.clone())
+    }
+
+    fn forget_h2(&self, authority: &Authority) {
+        self.pool
+            .multiplexed
+            .lock()
+            .retain(|(a, s)| !same(a, authority) && !s.is_closed());
+    }
+
+    /// A new HTTP/2 connection to `upstream`, kept for the next requests.
+    async fn connect_h2(&self, upstream: &Upstream) -> Result<http2::SendRequest<B>, ProxyError> {
+        let stream = self.connect_tcp(upstream).await?;
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            // A dead upstream (no FIN) is noticed rather than holding its streams forever.
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(false);
+        let (sender, connection) = builder
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(ProxyError::Upstream)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "upstream HTTP/2 connection ended with an error");
+            }
+        });
+        let mut list = self.pool.multiplexed.lock();
+        list.retain(|(a, s)| !same(a, upstream.authority()) && !s.is_closed());
+        list.push((upstream.authority().clone(), sender.clone()));
+        Ok(sender)
+    }
+
     /// An idle connection to `authority` that is ready now and has not been idle for longer
     /// than the idle timeout, if any (the most recently used first).
-    fn checkout(&self, authority: &Authority) -> Option<SendRequest<B>> {
+    fn checkout(&self, authority: &Authority, tls: usize) -> Option<SendRequest<B>> {
         let mut idle = self.pool.idle.lock();
-        let (_, list) = idle.iter_mut().find(|(a, _)| same(a, authority))?;
+        let (_, list) = idle.iter_mut().find(|(k, _)| same_key(k, authority, tls))?;
         let mut busy = Vec::new();
         let mut found = None;
         let mut oldest = None;
@@ -311,13 +470,14 @@ where
         found
     }
 
-    async fn connect(&self, authority: &Authority) -> Result<SendRequest<B>, ProxyError> {
-        let port = authority.port_u16().unwrap_or(80);
-        let host = authority
+    /// A TCP connection to `upstream`, within the connect timeout.
+    async fn connect_tcp(&self, upstream: &Upstream) -> Result<TcpStream, ProxyError> {
+        let host = upstream
+            .authority()
             .host()
             .trim_start_matches('[')
             .trim_end_matches(']');
-        let connecting = TcpStream::connect((host, port));
+        let connecting = TcpStream::connect((host, upstream.port()));
         let limit = Duration::from_millis(self.pool.connect_ms.load(Ordering::Relaxed));
         let stream = match tokio::time::timeout(limit, connecting).await {
             Ok(Ok(stream)) => stream,
@@ -325,6 +485,38 @@ where
             Err(_) => return Err(ProxyError::ConnectTimeout(limit)),
         };
         let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    /// A new HTTP/1.1 connection to `upstream`: over TCP, or TLS for `https://` (the TLS
+    /// handshake within the connect timeout too).
+    async fn connect(&self, upstream: &Upstream) -> Result<SendRequest<B>, ProxyError> {
+        let stream = self.connect_tcp(upstream).await?;
+        let Some(tls) = upstream.tls() else {
+            return self.handshake(stream).await;
+        };
+        let host = upstream
+            .authority()
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
+            ProxyError::Tls(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+        })?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
+        let limit = Duration::from_millis(self.pool.connect_ms.load(Ordering::Relaxed));
+        let stream = match tokio::time::timeout(limit, connector.connect(name, stream)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(ProxyError::Tls(e)),
+            Err(_) => return Err(ProxyError::ConnectTimeout(limit)),
+        };
+        self.handshake(stream).await
+    }
+
+    async fn handshake<T>(&self, stream: T) -> Result<SendRequest<B>, ProxyError>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
         let (sender, connection) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await

@@ -1,15 +1,26 @@
-//! The reverse proxy: pooled hyper 1 HTTP/1.1 connections, streaming bodies both ways.
+//! The reverse proxy: pooled hyper 1 HTTP/1.1 connections (over TCP for `http://`, over TLS
+//! for `https://`), one multiplexed HTTP/2 connection per `h2c://` upstream, streaming bodies
+//! (and HTTP/2 trailers) both ways.
 //!
 //! Requests and responses lose their hop-by-hop headers (`Connection` and every header it
-//! names, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`); requests
-//! gain the peer's address at the end of `X-Forwarded-For`. The `Host` header is passed on
-//! unchanged (set to the upstream's when missing). A refused or failed connection is
-//! [`ProxyError::Connect`] or [`ProxyError::Upstream`] (502), no response
-//! head within the route's timeout is [`ProxyError::Timeout`] (504). A request a pooled
-//! connection could not send (the upstream had closed it) is sent again on a new one.
+//! names, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`; `TE:
+//! trailers` is kept towards an HTTP/2 upstream); requests gain the peer's address at the end
+//! of `X-Forwarded-For`. The `Host` header is passed on unchanged (set from an HTTP/2 client's
+//! `:authority`, or to the upstream's, when missing); towards an HTTP/2 upstream it becomes
+//! `:authority`. A refused or failed connection is [`ProxyError::Connect`],
+//! [`ProxyError::Tls`] or [`ProxyError::Upstream`] (502), no response head within the route's
+//! timeout is [`ProxyError::Timeout`] (504). A request a pooled connection could not send
+//! (the upstream had closed it) is sent again on a new one.
+//!
+//! An upgrade request (WebSocket) goes on an HTTP/1.1 connection of its own
+//! ([`forward_upgrade`]), keeping `Upgrade` and `Connection: upgrade`.
 
 mod client;
 mod forward;
+mod tls;
+mod upgrade;
 
 pub use client::{Lease, Proxy, ProxyError};
 pub use forward::{append_forwarded_for, remove_hop_by_hop};
+pub use tls::{client_config, pem_certificates, provider, TlsError};
+pub use upgrade::forward_upgrade;

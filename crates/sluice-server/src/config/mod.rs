@@ -6,6 +6,7 @@
 //! crate's README.
 
 mod browser;
+pub mod tls;
 pub mod units;
 mod walk;
 
@@ -19,12 +20,13 @@ use ipnet::IpNet;
 use sluice_core::{Kind, Quota, Rate};
 use sluice_http::path::{canonical_path, Canonical};
 use sluice_http::policy::{is_valid_name, QueueSpec};
-use sluice_http::{KeySpec, Upstream};
+use sluice_http::{KeySpec, Protocol, Upstream};
 use toml::de::{DeTable, DeValue};
 
 pub use browser::{
     BrowserConfig, FailMode, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX,
 };
+pub use tls::{ServerTls, UpstreamCa};
 pub use walk::ConfigError;
 use walk::{Errors, Fields};
 
@@ -91,6 +93,10 @@ pub struct ServerConfig {
     pub request_id: bool,
     /// The bearer token every admin endpoint but `/healthz` requires, if any.
     pub admin_token: Option<AdminToken>,
+    /// `[server.tls]`: the main listener speaks TLS only, with this certificate.
+    pub tls: Option<ServerTls>,
+    /// Plain-text HTTP/2 with prior knowledge beside HTTP/1.1 on a listener without TLS.
+    pub h2c: bool,
 }
 
 /// `store.backend`.
@@ -301,6 +307,8 @@ pub struct RouteConfig {
     pub upstream_timeout: Duration,
     /// `max_body`: this route's own limit, or `server.max_body`.
     pub max_body: Option<u64>,
+    /// `upstream_ca`: the CA an `https://` upstream is verified against (else the system's).
+    pub upstream_ca: Option<UpstreamCa>,
 }
 
 /// A configuration file that could not be used.
@@ -702,6 +710,10 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         Duration::from_secs(75),
         errors,
     );
+    let h2c = boolean(&mut f, "h2c", true, errors);
+    let tls = f
+        .table("tls", errors)
+        .and_then(|(t, at)| server_tls(t, at, errors));
     f.finish(errors);
     ServerConfig {
         send_timeout,
@@ -711,6 +723,8 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         request_id,
         max_connections,
         admin_token,
+        tls,
+        h2c,
         max_body,
         client_body_timeout,
         listen,
@@ -720,6 +734,56 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         header_read_timeout,
         workers,
         max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(16 * 1024),
+    }
+}
+
+/// `true` or `false`.
+fn boolean(
+    fields: &mut Fields<'_, '_>,
+    key: &'static str,
+    default: bool,
+    errors: &mut Errors<'_>,
+) -> bool {
+    let field = fields.path(key);
+    match fields.get(key) {
+        None => default,
+        Some(value) => match value.get_ref() {
+            DeValue::Boolean(b) => *b,
+            other => {
+                errors.value(
+                    value,
+                    &field,
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                default
+            }
+        },
+    }
+}
+
+/// `[server.tls]`: `cert` and `key`, both required, read and checked now.
+fn server_tls(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> Option<ServerTls> {
+    let mut f = Fields::new(t, "server.tls");
+    let cert = f.str("cert", errors);
+    let key = f.str("key", errors);
+    f.finish(errors);
+    for (name, value) in [("cert", &cert), ("key", &key)] {
+        if value.is_none() && !t.contains_key(name) {
+            errors.at(
+                table_at,
+                &format!("server.tls.{name}"),
+                format!("[server.tls] needs `{name}`: the path of a PEM file"),
+            );
+        }
+    }
+    let ((cert, cert_at), (key, key_at)) = (cert?, key?);
+    match ServerTls::load(Path::new(cert), Path::new(key)) {
+        Ok(tls) => Some(tls),
+        Err((field, message)) => {
+            let at = if field == "cert" { cert_at } else { key_at };
+            errors.at(at, &format!("server.tls.{field}"), message);
+            None
+        }
     }
 }
 
@@ -1128,6 +1192,53 @@ fn route(
             None
         }
     };
+    let upstream_ca = match f.str("upstream_ca", errors) {
+        None => None,
+        Some((path, at)) => match &upstream {
+            Some(UpstreamConfig::Url(u)) if u.protocol() != Protocol::Https => {
+                errors.at(
+                    at,
+                    &f.path("upstream_ca"),
+                    format!(
+                        "`{path}`: upstream_ca applies to https:// upstreams only, and this \
+                         route's upstream is `{u}`"
+                    ),
+                );
+                None
+            }
+            Some(UpstreamConfig::BuiltinDemo) => {
+                errors.at(
+                    at,
+                    &f.path("upstream_ca"),
+                    format!("`{path}`: upstream_ca applies to https:// upstreams only, and this route's upstream is builtin:demo"),
+                );
+                None
+            }
+            _ => match UpstreamCa::load(Path::new(path)) {
+                Ok(ca) => Some(ca),
+                Err(message) => {
+                    errors.at(at, &f.path("upstream_ca"), message);
+                    None
+                }
+            },
+        },
+    };
+    // An https:// upstream gets its TLS config now: a trust store that cannot be made is
+    // an error of this configuration.
+    let upstream = match upstream {
+        Some(UpstreamConfig::Url(u)) if u.protocol() == Protocol::Https => {
+            let roots = upstream_ca.as_ref().map(|ca| ca.certs.as_slice());
+            match sluice_http::proxy::client_config(roots) {
+                Ok(tls) => Some(UpstreamConfig::Url(u.with_tls(tls))),
+                Err(e) => {
+                    let at = t.get("upstream").map_or(table_at, |v| v.span().start);
+                    errors.at(at, &f.path("upstream"), format!("`{u}`: {e}"));
+                    None
+                }
+            }
+        }
+        other => other,
+    };
     let queue_max_body = size(&mut f, "queue_max_body", 64 * 1024, errors);
     let max_body = f
         .get("max_body")
@@ -1155,6 +1266,7 @@ fn route(
             queue_max_body,
             upstream_timeout,
             max_body,
+            upstream_ca,
         },
         at,
     ))
@@ -1217,7 +1329,7 @@ rate = "1/s"
 [[route]]
 path_prefix = "api"
 policies = ["api", "nope"]
-upstream = "https://x"
+upstream = "ftp://x"
 queue_max_body = "64 parsecs"
 "#;
         let errors = parse(text, "t.toml").unwrap_err();

@@ -40,11 +40,13 @@ pub const HOTTEST: usize = 10;
 /// The snapshot of `runtime`, with the counters of `metrics` (Prometheus text).
 pub fn snapshot(runtime: &Runtime, metrics: &str, now_ms: u64) -> Value {
     let samples = prom::parse(metrics);
+    // The sum over the samples that match, so a label left out (`protocol`) is summed over.
     let find = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
         samples
             .iter()
-            .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+            .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
             .map(|s| s.value)
+            .reduce(|a, b| a + b)
     };
     let policies: Vec<Value> = runtime
         .config
@@ -101,11 +103,19 @@ pub fn snapshot(runtime: &Runtime, metrics: &str, now_ms: u64) -> Value {
     let mut routes: Vec<Value> = Vec::new();
     for r in &runtime.config.routes {
         let route = r.path_prefix.as_str();
+        // Summed over the other labels (`protocol`).
         let by = |metric: &str, label: &str| -> Map<String, Value> {
-            samples
+            let mut sums: BTreeMap<&str, f64> = BTreeMap::new();
+            for s in samples
                 .iter()
                 .filter(|s| s.name == metric && s.label("route") == Some(route))
-                .filter_map(|s| Some((s.label(label)?.to_owned(), json!(s.value))))
+            {
+                if let Some(key) = s.label(label) {
+                    *sums.entry(key).or_default() += s.value;
+                }
+            }
+            sums.into_iter()
+                .map(|(k, v)| (k.to_owned(), json!(v)))
                 .collect()
         };
         routes.push(json!({
@@ -213,13 +223,16 @@ mod tests {
         let runtime = crate::serve::dry_run(config).unwrap();
         runtime.policies["api"].check("10.0.0.1", 2).await.unwrap();
         let metrics = "\
-sluice_policy_admitted_total{policy=\"api\"} 7
-sluice_policy_denied_total{policy=\"api\",reason=\"timeout\"} 3
+sluice_policy_admitted_total{policy=\"api\",protocol=\"http1\"} 5
+sluice_policy_admitted_total{policy=\"api\",protocol=\"grpc\"} 2
+sluice_policy_denied_total{policy=\"api\",reason=\"timeout\",protocol=\"http1\"} 1
+sluice_policy_denied_total{policy=\"api\",reason=\"timeout\",protocol=\"ws\"} 2
 sluice_policy_waiting{policy=\"api\"} 1
 sluice_queue_wait_seconds{limiter=\"api\",quantile=\"0.5\"} 0.25
 sluice_queue_wait_seconds{limiter=\"api\",quantile=\"0.99\"} 1.5
 sluice_queue_wait_seconds_count{limiter=\"api\"} 4
-sluice_upstream_responses_total{route=\"/api/\",status=\"2xx\"} 7
+sluice_upstream_responses_total{route=\"/api/\",status=\"2xx\",protocol=\"http1\"} 4
+sluice_upstream_responses_total{route=\"/api/\",status=\"2xx\",protocol=\"h2\"} 3
 sluice_upstream_errors_total{route=\"/api/\",error=\"refused\"} 1
 sluice_browser_admitted_total 12
 sluice_browser_rejected_total{reason=\"limit\"} 3

@@ -163,7 +163,8 @@ pub fn build_with(
         RouteTable::new(routes),
         TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
     )
-    .client_body_timeout(config.server.client_body_timeout);
+    .client_body_timeout(config.server.client_body_timeout)
+    .tunnel_idle_timeout(config.server.keep_alive_timeout);
     let browser = config.browser.as_ref().map(|b| {
         crate::browser::Browser::new(
             b,

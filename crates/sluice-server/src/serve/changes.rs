@@ -56,8 +56,13 @@ pub fn describe(old: &Config, new: &Config) -> String {
             max_connections,
             admin_token,
             client_body_timeout,
+            h2c,
         ]
     );
+    // A certificate re-read from the same files counts when its chain changed.
+    if a.tls != b.tls {
+        out.push("server.tls".to_owned());
+    }
     let (a, b) = (&old.store, &new.store);
     push_changed!(out, "store.", a, b, [backend, path]);
     // The key is `url`, a list or a single address.

@@ -14,13 +14,23 @@
 //! used, and [`EdgeIo`] keeps both clocks. The service tells it where a request starts (its
 //! head is complete) and ends (its response body is dropped) through [`Exchange`].
 //!
+//! A connection upgraded to a tunnel (WebSocket) has no read clock: the tunnel closes after
+//! `keep_alive_timeout` without a byte either way instead. `send_timeout` still applies to
+//! its writes.
+//!
 //! Each timer is allocated the first time it is needed on the connection and reset after;
 //! a write timer exists only on a connection whose writes have stalled.
+//!
+//! On an HTTP/2 connection (TLS or not, the wrapper sits under it) the same clocks run: the
+//! first request (and the TLS handshake before it) within `header_read_timeout` of the
+//! accept; while no stream is open, the connection is idle, and frames that open no stream
+//! (pings, window updates, settings) do not make it busy nor restart a head clock: after
+//! `keep_alive_timeout` with no request it is closed.
 
 use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -53,6 +63,11 @@ pub struct Exchange {
     /// starts there.
     ended_at: AtomicU64,
     origin: Instant,
+    /// The connection was upgraded (a `101` was sent): it is a tunnel now, whose idle limit
+    /// the tunnel keeps (`sluice_http::tunnel`), so the read clocks stop.
+    tunnel: AtomicBool,
+    /// HTTP/2: bytes read while idle are not the start of a request head.
+    multiplexed: AtomicBool,
 }
 
 impl Default for Exchange {
@@ -62,6 +77,8 @@ impl Default for Exchange {
             ended: AtomicU32::new(0),
             ended_at: AtomicU64::new(0),
             origin: Instant::now(),
+            tunnel: AtomicBool::new(false),
+            multiplexed: AtomicBool::new(false),
         }
     }
 }
@@ -70,6 +87,17 @@ impl Exchange {
     /// A request's head is complete: the connection is busy until its response ends.
     pub fn start(self: &Arc<Self>) {
         self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The connection switches protocols after this response: no more request heads.
+    pub fn tunnel(&self) {
+        self.tunnel.store(true, Ordering::Relaxed);
+    }
+
+    /// The connection speaks HTTP/2: between requests, the frames it reads (pings, window
+    /// updates) keep it idle rather than starting a request head.
+    pub fn multiplexed(&self) {
+        self.multiplexed.store(true, Ordering::Relaxed);
     }
 
     fn end(&self) {
@@ -170,6 +198,9 @@ impl<S> EdgeIo<S> {
     /// A read must wait: whether its deadline has passed (setting the timer for the phase
     /// the first time).
     fn read_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.exchange.tunnel.load(Ordering::Relaxed) {
+            return false;
+        }
         let phase = self.current_phase();
         if !self.read_armed {
             self.read_armed = true;
@@ -283,8 +314,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for EdgeIo<S> {
                 if buf.filled().len() > before {
                     if let Phase::Idle(ended) = this.current_phase() {
                         // The first bytes of the next request: its head is timed from here.
-                        this.phase = Phase::Head(ended);
-                        this.read_armed = false;
+                        // HTTP/2 reads frames between requests too: the idle clock runs on
+                        // until a stream opens (the service marks the connection busy).
+                        if !this.exchange.multiplexed.load(Ordering::Relaxed) {
+                            this.phase = Phase::Head(ended);
+                            this.read_armed = false;
+                        }
                     }
                 }
                 Poll::Ready(Ok(()))
@@ -373,8 +408,125 @@ impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for Ending<B>
     }
 }
 
+/// A connection that must speak HTTP/1.1 only (plain text with `h2c = false`, TLS without
+/// ALPN `h2`), served by hyper-util's upgrade-capable builder, which looks for the HTTP/2
+/// preface whatever the builder was told: a connection that opens with it (`PRI `, never the
+/// start of an HTTP/1.1 request) fails its first read instead.
+pub struct Http1Only<T> {
+    io: T,
+    /// How many bytes of `PRI ` the connection's first bytes have matched so far; `None`
+    /// once they cannot be the preface.
+    matched: Option<u8>,
+}
+
+impl<T> Http1Only<T> {
+    /// Wraps `io`.
+    pub fn new(io: T) -> Http1Only<T> {
+        Http1Only {
+            io,
+            matched: Some(0),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Http1Only<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        const PREFACE: &[u8] = b"PRI ";
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let (Some(matched), Poll::Ready(Ok(()))) = (this.matched, &polled) {
+            let read = &buf.filled()[before..];
+            let at = usize::from(matched);
+            let n = read.len().min(PREFACE.len() - at);
+            if read[..n] != PREFACE[at..at + n] {
+                this.matched = None;
+            } else if at + n == PREFACE.len() {
+                // An error reports no bytes read.
+                buf.set_filled(before);
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "an HTTP/2 preface on a connection that speaks HTTP/1.1 only",
+                )));
+            } else {
+                // Fewer than 4 bytes so far, all of the preface: `at + n` is below 4.
+                this.matched = Some(matched + n as u8);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Http1Only<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn first_read(chunks: &[&[u8]]) -> io::Result<Vec<u8>> {
+        let (mut tx, rx) = tokio::io::duplex(1024);
+        for c in chunks {
+            tx.write_all(c).await.unwrap();
+            tx.flush().await.unwrap();
+        }
+        drop(tx);
+        let mut io = Http1Only::new(rx);
+        let mut all = Vec::new();
+        io.read_to_end(&mut all).await?;
+        Ok(all)
+    }
+
+    #[tokio::test]
+    async fn an_http2_preface_fails_and_http1_passes() {
+        let e = first_read(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]).await;
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            first_read(&[b"GET / HTTP/1.1\r\n\r\n"]).await.unwrap(),
+            b"GET / HTTP/1.1\r\n\r\n"
+        );
+        // A request that merely starts like it.
+        assert_eq!(first_read(&[b"PRIX"]).await.unwrap(), b"PRIX");
+        // The preface split over reads.
+        let e = first_read(&[b"P", b"RI", b" * HTTP/2.0"]).await;
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
     use std::convert::Infallible;
 
     use http_body_util::Full;

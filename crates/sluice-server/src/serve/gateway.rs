@@ -1,4 +1,6 @@
-//! The main listener: accept, serve HTTP/1.1 with hyper, hand each request to the
+//! The main listener: accept, serve HTTP/1.1 and HTTP/2 with hyper (over TLS with
+//! `[server.tls]`, the protocol chosen by ALPN; in plain text, HTTP/2 with prior knowledge
+//! beside HTTP/1.1 unless `server.h2c = false`), hand each request to the
 //! [`Gateway`](sluice_http::Gateway) in force, log it; drain on shutdown.
 //!
 //! The browser paths of `[browser]` (the assets under `/sluice/`, `POST /v1/telemetry`) are
@@ -11,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
-use http::{HeaderName, Request, Response};
+use http::{HeaderName, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
@@ -24,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
-use crate::serve::conn::{EdgeIo, Ending, Exchange, Timeouts};
+use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
 use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
@@ -196,6 +198,58 @@ async fn worker(
     }
 }
 
+/// The most streams an HTTP/2 client may have open at once on one connection (nginx's
+/// `http2_max_concurrent_streams`).
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 128;
+
+/// How often an HTTP/2 connection with requests in flight is pinged, and how long the answer
+/// may take before the connection is closed (a peer gone without a FIN).
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// hyper's connection builders for one setting of `max_header_bytes`.
+struct Protocols {
+    /// HTTP/1.1, or HTTP/2 when the connection opens with its preface (prior knowledge).
+    detect: auto::Builder<TokioExecutor>,
+    /// HTTP/1.1 only (TLS with ALPN `http/1.1` or none; plain text with `h2c = false`).
+    http1: auto::Builder<TokioExecutor>,
+    /// HTTP/2 only (TLS with ALPN `h2`).
+    http2: auto::Builder<TokioExecutor>,
+}
+
+impl Protocols {
+    fn new(max_header_bytes: usize) -> Protocols {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // hyper's HTTP/1 header timer also runs while a connection waits for its next
+        // request, so the header and keep-alive timeouts are kept by the socket wrapper
+        // (`conn::EdgeIo`): no timer is given to HTTP/1.
+        builder
+            .http1()
+            .max_buf_size(max_header_bytes)
+            .keep_alive(true);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+            .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX))
+            .keep_alive_interval(H2_PING_INTERVAL)
+            .keep_alive_timeout(H2_PING_TIMEOUT);
+        Protocols {
+            detect: builder.clone(),
+            http1: builder.clone().http1_only(),
+            http2: builder.http2_only(),
+        }
+    }
+}
+
+/// How the listener speaks, from the configuration in force when a connection is accepted.
+enum Listening {
+    /// Plain text: HTTP/1.1, and HTTP/2 with prior knowledge when `h2c`.
+    Plain { h2c: bool },
+    /// TLS with this certificate; ALPN picks HTTP/2 or HTTP/1.1.
+    Tls(tokio_rustls::TlsAcceptor),
+}
+
 /// Accepts connections on `listener` until `stop` turns true, then stops accepting (the
 /// listener is closed, so new connections are refused) and returns the connections in
 /// flight, to be drained.
@@ -207,15 +261,8 @@ async fn accept_loop(
     proxy: &'static Proxy,
 ) -> GracefulShutdown {
     let graceful = GracefulShutdown::new();
-    // hyper's header timer also runs while a connection waits for its next request, so the
-    // header and keep-alive timeouts are kept by the socket wrapper (`conn::EdgeIo`).
-    let connections = |max_header_bytes: usize| {
-        let mut builder = http1::Builder::new();
-        builder.max_buf_size(max_header_bytes).keep_alive(true);
-        builder
-    };
     let mut max_header_bytes = server.max_header_bytes;
-    let mut builder = connections(max_header_bytes);
+    let mut protocols = Arc::new(Protocols::new(max_header_bytes));
     let mut upstream_timeouts = (
         server.upstream_connect_timeout,
         server.upstream_idle_timeout,
@@ -238,9 +285,15 @@ async fn accept_loop(
             }
         };
         // New connections follow the limits of the configuration in force.
-        let (current, max_connections, upstream, timeouts) = {
+        let (current, max_connections, upstream, timeouts, listening) = {
             let runtime = shared.current();
             let server = &runtime.config.server;
+            let listening = match &server.tls {
+                Some(tls) => {
+                    Listening::Tls(tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.config)))
+                }
+                None => Listening::Plain { h2c: server.h2c },
+            };
             (
                 server.max_header_bytes,
                 server.max_connections,
@@ -253,6 +306,7 @@ async fn accept_loop(
                     keep_alive: server.keep_alive_timeout,
                     send: server.send_timeout,
                 },
+                listening,
             )
         };
         if upstream != upstream_timeouts {
@@ -268,22 +322,72 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         if current != max_header_bytes {
             max_header_bytes = current;
-            builder = connections(max_header_bytes);
+            protocols = Arc::new(Protocols::new(max_header_bytes));
         }
         let exchange = Arc::new(Exchange::default());
         let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
         let service = service_fn(move |req: Request<Incoming>| {
             exchange.start();
+            if req.version() == Version::HTTP_2 {
+                exchange.multiplexed();
+            }
             let exchange = Arc::clone(&exchange);
             async move {
                 let response = handle(shared, proxy, req, peer).await;
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    // An upgrade: the connection becomes a tunnel, with its own idle limit.
+                    exchange.tunnel();
+                }
                 Ok::<_, Infallible>(response.map(|body| Ending::new(body, exchange)))
             }
         });
-        let connection = builder.serve_connection(TokioIo::new(io), service);
-        let watched = graceful.watch(connection);
+        // Taken now, so that a shutdown signalled while the connection starts (its TLS
+        // handshake) still reaches it.
+        let watcher = graceful.watcher();
+        let protocols = Arc::clone(&protocols);
         tokio::spawn(async move {
-            if let Err(e) = watched.await {
+            let served = match listening {
+                // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
+                // capable builder detects HTTP/2 whatever it was told, so the connections that
+                // must speak HTTP/1.1 only refuse the preface themselves (`Http1Only`).
+                Listening::Plain { h2c: true } => {
+                    let connection = protocols
+                        .detect
+                        .serve_connection_with_upgrades(TokioIo::new(io), service);
+                    watcher.watch(connection).await
+                }
+                Listening::Plain { h2c: false } => {
+                    let connection = protocols
+                        .http1
+                        .serve_connection_with_upgrades(TokioIo::new(Http1Only::new(io)), service);
+                    watcher.watch(connection).await
+                }
+                Listening::Tls(acceptor) => {
+                    // The handshake reads through EdgeIo in its first phase, so it is bounded
+                    // by header_read_timeout (from the accept) like a first request head.
+                    let stream = match acceptor.accept(io).await {
+                        Ok(stream) => stream,
+                        Err(e) => {
+                            tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                            drop(counted);
+                            return;
+                        }
+                    };
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        let connection = protocols
+                            .http2
+                            .serve_connection(TokioIo::new(stream), service);
+                        watcher.watch(connection).await
+                    } else {
+                        let connection = protocols.http1.serve_connection_with_upgrades(
+                            TokioIo::new(Http1Only::new(stream)),
+                            service,
+                        );
+                        watcher.watch(connection).await
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
             drop(counted);

@@ -1,0 +1,249 @@
+//! WebSocket through the gateway (HTTP/1.1 Upgrade): the `sluice` binary between the Python
+//! `websockets` client and server. An upgrade is admitted or denied like any request (a
+//! denial is a 429, never a 101); once admitted the tunnel holds the route's concurrency
+//! slot until it closes; closing one side closes the other; a silent tunnel closes after
+//! `keep_alive_timeout`, a busy one does not.
+
+mod common;
+mod pyenv;
+
+use std::time::Duration;
+
+use common::Gateway;
+use pyenv::{python, run, Server};
+
+/// `/ws/` limited to 100 open sockets; `/limited/` to one upgrade a minute.
+fn config(upstream_port: u16) -> String {
+    format!(
+        r#"
+[[policy]]
+name = "sockets"
+capacity = 100000
+rate = "100000/s"
+concurrency = 100
+
+[[policy]]
+name = "upgrades"
+capacity = 1
+rate = "1/min"
+
+[[route]]
+path_prefix = "/ws/"
+policies = ["sockets"]
+upstream = "http://127.0.0.1:{upstream_port}"
+
+[[route]]
+path_prefix = "/limited/"
+policies = ["upgrades"]
+upstream = "http://127.0.0.1:{upstream_port}"
+"#
+    )
+}
+
+fn ws_url(gw: &Gateway, path: &str) -> String {
+    format!("ws://127.0.0.1:{}{path}", gw.port)
+}
+
+async fn metric(gw: &Gateway, series: &str) -> f64 {
+    let text = common::get(&gw.admin("/metrics")).await.unwrap().body;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_echo_through_the_tunnel() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let url = ws_url(&gw, "/ws/echo");
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &py,
+            "ws_client.py",
+            &["echo", &url, "50"],
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["echoed"], 50, "{out}");
+    let admitted = metric(
+        &gw,
+        r#"sluice_policy_admitted_total{policy="sockets",protocol="ws"}"#,
+    )
+    .await;
+    assert_eq!(admitted, 1.0);
+    let upgraded = metric(
+        &gw,
+        r#"sluice_upstream_responses_total{route="/ws/",status="1xx",protocol="ws"}"#,
+    )
+    .await;
+    assert_eq!(upgraded, 1.0);
+
+    // The same on a listener that speaks HTTP/1.1 only.
+    let gw = Gateway::start("h2c = false", &config(upstream.port)).await;
+    let url = ws_url(&gw, "/ws/echo");
+    let py = python().unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &py,
+            "ws_client.py",
+            &["echo", &url, "3"],
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["ok"], true, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_101st_socket_on_a_route_of_concurrency_100_is_refused() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let url = ws_url(&gw, "/ws/many");
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &py,
+            "ws_client.py",
+            &["many", &url, "101"],
+            Duration::from_secs(120),
+        )
+    })
+    .await
+    .unwrap();
+    // 100 open; the 101st refused with 429 and the RateLimit fields; once one closes, a new
+    // one gets its slot.
+    let refused = out["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{out}");
+    assert_eq!(refused[0]["status"], 429, "{out}");
+    assert_eq!(
+        refused[0]["headers"]["ratelimit-policy"], r#""sockets";q=100000;w=1"#,
+        "{out}"
+    );
+    assert_eq!(out["again"], true, "{out}");
+    assert_eq!(out["opened"], 100, "{out}");
+    // All closed by the client: the gauge goes back to 0.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = metric(&gw, r#"sluice_tunnels_open{route="/ws/"}"#).await;
+        if open == 0.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tunnels still open: {open}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_client_closes_the_upstream_socket() {
+    let Some(py) = python() else { return };
+    let mut upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let url = ws_url(&gw, "/ws/abort");
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &py,
+            "ws_client.py",
+            &["abort", &url],
+            Duration::from_secs(30),
+        )
+    })
+    .await
+    .unwrap();
+    let closed_at = out["closed_at"].as_f64().unwrap();
+    upstream.wait_line("OPEN /ws/abort", Duration::from_secs(5));
+    let line = upstream.wait_line("CLOSED /ws/abort", Duration::from_secs(5));
+    let seen: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    // Both stamps are the same machine's monotonic clock.
+    assert!(
+        seen - closed_at < 2.0,
+        "the upstream saw the close {:.3} s after the client closed",
+        seen - closed_at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_upgrade_gets_429_never_101() {
+    let Some(py) = python() else { return };
+    let mut upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let url = ws_url(&gw, "/limited/x");
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        (
+            run(
+                &py,
+                "ws_client.py",
+                &["denied", &url],
+                Duration::from_secs(30),
+            ),
+            run(
+                &py,
+                "ws_client.py",
+                &["denied", &url],
+                Duration::from_secs(30),
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(first["upgraded"], true, "{first}");
+    assert_eq!(second["upgraded"], false, "{second}");
+    assert_eq!(second["status"], 429, "{second}");
+    let h = &second["headers"];
+    assert_eq!(h["ratelimit-policy"], r#""upgrades";q=1;w=60"#, "{second}");
+    assert!(h["retry-after"].as_str().is_some(), "{second}");
+    upstream.wait_line("OPEN /limited/x", Duration::from_secs(5));
+    let denied = metric(
+        &gw,
+        r#"sluice_policy_denied_total{policy="upgrades",reason="limit",protocol="ws"}"#,
+    )
+    .await;
+    assert_eq!(denied, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tunnel_closes_after_keep_alive_timeout_and_a_busy_one_stays() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"1s\"\nheader_read_timeout = \"1s\"",
+        &config(upstream.port),
+    )
+    .await;
+    let idle_url = ws_url(&gw, "/ws/idle");
+    let busy_url = ws_url(&gw, "/ws/busy");
+    let py2 = py.clone();
+    let busy = tokio::task::spawn_blocking(move || {
+        run(
+            &py2,
+            "ws_client.py",
+            &["busy", &busy_url, "3"],
+            Duration::from_secs(30),
+        )
+    });
+    let idle = tokio::task::spawn_blocking(move || {
+        run(
+            &py,
+            "ws_client.py",
+            &["idle", &idle_url, "10"],
+            Duration::from_secs(30),
+        )
+    });
+    let (busy, idle) = (busy.await.unwrap(), idle.await.unwrap());
+    assert_eq!(
+        busy["ok"], true,
+        "a busy tunnel outlives the timeouts: {busy}"
+    );
+    let after = idle["closed_after"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the silent tunnel stayed open: {idle}"));
+    assert!((0.9..3.0).contains(&after), "closed after {after:.3} s");
+}
