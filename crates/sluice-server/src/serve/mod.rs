@@ -105,6 +105,8 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
             ServeError::Config(e.to_string())
         }
     })?;
+    // Before any listener accepts: connections never meet the lower limit.
+    make_room_for_connections(server.max_connections);
     let admin_listener = TcpListener::bind(server.admin_listen)
         .await
         .with_context(|| format!("binding server.admin_listen {}", server.admin_listen))?;
@@ -122,7 +124,6 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .with_context(|| format!("binding server.listen {}", server.listen))?;
     let admin = tokio::spawn(admin::serve(admin_listener, shared, stop_rx.clone()));
     drop(stop_rx);
-    make_room_for_connections(server.max_connections);
     tracing::info!(
         listen = %server.listen,
         admin_listen = %server.admin_listen,
