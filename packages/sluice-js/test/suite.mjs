@@ -341,4 +341,15 @@ test('CircuitBreaker: closed, open, half-open, closed again; CircuitOpenError', 
   deepEqual(changes, ['open', 'half-open', 'closed', 'open', 'half-open', 'open']);
 });
 
+test('the default clock and timers: real time, spaced at the rate', async () => {
+  const l = new RateLimiter({ capacity: 1, rate: '20/s', queue: { maxWait: '5s' } });
+  const t0 = performance.now();
+  const at = await Promise.all([0, 1, 2, 3].map(() => l.schedule(() => performance.now() - t0)));
+  // One at once, then one every 50 ms: the last at 150 ms at the earliest (timers fire late on
+  // a loaded machine, never early).
+  ok(at[0] < 50, `first at ${at[0]} ms`);
+  ok(at[3] >= 149 && at[3] < 3000, `last at ${at[3]} ms`);
+  l.close();
+});
+
 export { tests };
