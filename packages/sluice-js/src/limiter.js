@@ -12,6 +12,7 @@ import {
 import { monotonicNow, durationNs, nsToMsCeil } from './time.js';
 
 const PRIORITY = { high: 0, normal: 1, low: 2 };
+const MAX_TIMER_MS = 2147483647;
 const defaultTimers = {
   setTimeout: (fn, ms) => globalThis.setTimeout(fn, ms),
   clearTimeout: (t) => globalThis.clearTimeout(t),
@@ -170,7 +171,8 @@ export class RateLimiter {
       this.#timers.clearTimeout(this.#timer);
     }
     this.#wakeAt = at;
-    const delayMs = at > now ? nsToMsCeil(at - now) : 0;
+    // Timers take at most 2^31 - 1 ms (about 24.8 days); a later wake polls early and re-arms.
+    const delayMs = at > now ? Math.min(nsToMsCeil(at - now), MAX_TIMER_MS) : 0;
     this.#timer = this.#timers.setTimeout(() => {
       this.#timer = null;
       this.#pump();

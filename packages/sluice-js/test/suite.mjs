@@ -92,6 +92,24 @@ test('the queue is FIFO, each task at its turn, with one timer', async () => {
   equal(time.armed, 0);
 });
 
+test('a wait longer than a timer can take is armed in steps, not fired at once', async () => {
+  const time = fakeTime();
+  const delays = [];
+  const timers = { setTimeout: (fn, ms) => { delays.push(ms); return time.timers.setTimeout(fn, ms); }, clearTimeout: time.timers.clearTimeout };
+  const l = new RateLimiter({ capacity: 1, rate: '1 per 40d', now: time.now, timers });
+  l.tryAcquire();
+  let ran = false;
+  const p = l.schedule(() => { ran = true; });
+  await time.advance(1);
+  equal(delays[0], 2147483647, 'the first timer:');
+  await time.advance(2147483647);
+  equal(ran, false, 'not before its turn:');
+  await time.advance(40 * 86400000);
+  await p;
+  equal(ran, true);
+  ok(delays.length <= 4, `timers armed: ${delays.length}`);
+});
+
 test('tryAcquire does not jump the queue', async () => {
   const time = fakeTime();
   const l = limiter(time, { capacity: 1, rate: '10/s' });
