@@ -134,6 +134,13 @@ test('interop: sluice serve and two Node processes share one bucket in Redis', {
     assert.ok(gatewayAdmitted > 0 && results.every((r) => r.admitted > 0), 'every party was admitted some');
     // One bucket, kept busy: close to the bound (three buckets would be about three times it).
     assert.ok(total >= bound * 0.6, `${total} admitted, far below the bound ${bound}`);
+    // The very key the Rust store names, written by all three.
+    const client = await createClient({ url: redis.url }).connect();
+    try {
+      assert.equal(await client.exists('interop:api:gcra:{shared}'), 1);
+    } finally {
+      await client.quit();
+    }
   } finally {
     gateway.kill('SIGTERM');
     await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
