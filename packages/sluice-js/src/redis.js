@@ -143,14 +143,18 @@ export class RedisStore {
     tail.then(() => {
       if (this.#tails.get(k) === tail) this.#tails.delete(k);
     });
-    const aborted = signal
-      ? new Promise((_, reject) => {
-          if (signal.aborted) reject(abortError(signal));
-          signal.addEventListener('abort', () => reject(abortError(signal)), { once: true });
-        })
-      : null;
-    const ready = aborted ? Promise.race([admitted, aborted]) : admitted;
-    return ready.then(() => fn());
+    if (!signal) return admitted.then(() => fn());
+    // The signal rejects at once, even while earlier tasks of the key still go first; its
+    // listener goes once this task is admitted or refused.
+    let onAbort;
+    const aborted = new Promise((_, reject) => {
+      onAbort = () => reject(abortError(signal));
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    });
+    const done = () => signal.removeEventListener('abort', onAbort);
+    admitted.then(done, done);
+    return Promise.race([admitted, aborted]).then(() => fn());
   }
 
   async #acquire(key, cost, maxWaitNs, signal) {
