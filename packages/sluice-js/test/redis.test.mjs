@@ -52,6 +52,28 @@ test('RedisStore: the Rust crate\'s key layout, exact denials, waits, aborts and
   }
 });
 
+test('RedisStore with an ioredis client: the same decisions and key', async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const redis = await startRedis();
+  const { Redis } = await import('ioredis');
+  const client = new Redis(redis.port, '127.0.0.1', { lazyConnect: true });
+  await client.connect();
+  try {
+    const store = new RedisStore({ client, prefix: 'io:api', capacity: 2, rate: '1/s' });
+    assert.equal(await store.tryAcquire('k'), true);
+    assert.equal(await store.tryAcquire('k'), true);
+    const denied = await store.check('k');
+    assert.equal(denied.allowed, false);
+    assert.ok(denied.retryAfterMs > 900 && denied.retryAfterMs <= 1000, `retry after ${denied.retryAfterMs}`);
+    assert.deepEqual(await client.keys('*'), ['io:api:gcra:{k}']);
+    await client.call('SCRIPT', 'FLUSH');
+    assert.equal((await store.check('other')).allowed, true, 'EVAL after NOSCRIPT');
+  } finally {
+    client.disconnect();
+    await redis.close();
+  }
+});
+
 function run(cmd, args) {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
