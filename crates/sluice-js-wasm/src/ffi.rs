@@ -1,0 +1,325 @@
+//! The `extern "C"` exports: numbers in, numbers out, over the instance's [`Bank`].
+//!
+//! Compiled for wasm32 only. Times and durations are `i64` nanoseconds (JavaScript `BigInt`);
+//! negative times count as 0. Single results go to `out`, [`OUT_SLOTS`] `f64` at a fixed
+//! address (`sj_out`); poll outcomes to `list` (`sj_list`, `sj_list_len`; its address may
+//! change on every call); text arguments are written into `input` (`sj_input`) first; the
+//! last error's UTF-8 message is at `sj_error_ptr` / `sj_error_len`. The table is in
+//! `packages/sluice-js/README.md` (section "The core").
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::fmt::Write;
+
+use sluice_core::queue::{Priority, QueueConfig};
+use sluice_core::{Kind, Quota, Rate};
+
+use crate::bank::{Bank, Delivery, Reason, Verdict};
+
+#[cfg(target_feature = "atomics")]
+compile_error!(
+    "sluice-js-wasm keeps its state in a single-threaded global; build without `atomics`"
+);
+
+/// The version of this ABI; the JavaScript side refuses a module of another version.
+pub const ABI_VERSION: u32 = 1;
+
+/// Slots in the `out` area.
+pub const OUT_SLOTS: usize = 4;
+
+/// Floats per outcome in `list`: `ticket, code (0 admitted, 1 timed out, 2 closed),
+/// retry_after_ns`.
+pub const OUTCOME_STRIDE: usize = 3;
+
+struct Globals {
+    bank: Option<Bank>,
+    out: [f64; OUT_SLOTS],
+    list: Vec<f64>,
+    input: Vec<u8>,
+    error: String,
+}
+
+struct Shared(UnsafeCell<Globals>);
+
+// Safety: wasm32 without the `atomics` target feature (refused above) has exactly one thread,
+// so the cell is never reached from two threads.
+unsafe impl Sync for Shared {}
+
+static GLOBALS: Shared = Shared(UnsafeCell::new(Globals {
+    bank: None,
+    out: [0.0; OUT_SLOTS],
+    list: Vec::new(),
+    input: Vec::new(),
+    error: String::new(),
+}));
+
+fn with<R>(f: impl FnOnce(&mut Globals) -> R) -> R {
+    // Safety: one thread (see `Shared`), and no export calls another export or back into
+    // JavaScript (the module imports nothing), so this is the only reference for `f`'s duration.
+    let globals = unsafe { &mut *GLOBALS.0.get() };
+    f(globals)
+}
+
+impl Globals {
+    fn fail(&mut self, message: impl core::fmt::Display) {
+        self.error.clear();
+        let _ = write!(self.error, "{message}");
+    }
+
+    fn input_str(&self, len: u32) -> Option<&str> {
+        core::str::from_utf8(self.input.get(..len as usize)?).ok()
+    }
+
+    fn bank(&mut self) -> &mut Bank {
+        self.bank.get_or_insert_with(Bank::default)
+    }
+}
+
+/// Nanoseconds from JavaScript: negatives are 0.
+fn ns(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The priority of a code: 0 high, 1 normal, 2 low; anything else is normal.
+fn priority(code: u32) -> Priority {
+    match code {
+        0 => Priority::High,
+        2 => Priority::Low,
+        _ => Priority::Normal,
+    }
+}
+
+/// The ABI version, [`ABI_VERSION`].
+#[no_mangle]
+pub extern "C" fn sj_abi_version() -> u32 {
+    ABI_VERSION
+}
+
+/// The address of the `out` area; it never moves.
+#[no_mangle]
+pub extern "C" fn sj_out() -> *const f64 {
+    with(|g| g.out.as_ptr())
+}
+
+/// The address of the `list` (valid until the next call).
+#[no_mangle]
+pub extern "C" fn sj_list() -> *const f64 {
+    with(|g| g.list.as_ptr())
+}
+
+/// Floats in the `list`.
+#[no_mangle]
+pub extern "C" fn sj_list_len() -> u32 {
+    with(|g| g.list.len() as u32)
+}
+
+/// Makes room for `len` input bytes and returns their address.
+#[no_mangle]
+pub extern "C" fn sj_input(len: u32) -> *mut u8 {
+    with(|g| {
+        g.input.clear();
+        g.input.resize(len as usize, 0);
+        g.input.as_mut_ptr()
+    })
+}
+
+/// The address of the last error message.
+#[no_mangle]
+pub extern "C" fn sj_error_ptr() -> *const u8 {
+    with(|g| g.error.as_ptr())
+}
+
+/// The length in bytes of the last error message.
+#[no_mangle]
+pub extern "C" fn sj_error_len() -> u32 {
+    with(|g| g.error.len() as u32)
+}
+
+/// The input as an algorithm name (`token_bucket`, `gcra`, ...): its index in the core's
+/// `Kind::ALL`, or -1 (message in `error`).
+#[no_mangle]
+pub extern "C" fn sj_parse_kind(len: u32) -> i32 {
+    with(|g| match g.input_str(len).map(str::parse::<Kind>) {
+        Some(Ok(kind)) => Kind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .map_or(-1, |i| i as i32),
+        Some(Err(e)) => {
+            g.fail(e);
+            -1
+        }
+        None => {
+            g.fail("algorithm name is not UTF-8");
+            -1
+        }
+    })
+}
+
+/// The input as a rate (`"5/s"`, `"10 per 90s"`), parsed as the gateway parses it: the
+/// interval between tokens in ns, or -1 (message in `error`).
+#[no_mangle]
+pub extern "C" fn sj_parse_rate(len: u32) -> i64 {
+    with(|g| match g.input_str(len).map(str::parse::<Rate>) {
+        Some(Ok(rate)) => i64::try_from(rate.interval_ns()).unwrap_or(i64::MAX),
+        Some(Err(e)) => {
+            g.fail(e);
+            -1
+        }
+        None => {
+            g.fail("rate is not UTF-8");
+            -1
+        }
+    })
+}
+
+/// A new limiter: algorithm code, capacity, one token every `interval_ns`, queue depth (0: no
+/// queue) and maximum wait. Its handle, or -1 (message in `error`).
+#[no_mangle]
+pub extern "C" fn sj_create(
+    kind: u32,
+    capacity: i64,
+    interval_ns: i64,
+    depth: u32,
+    max_wait_ns: i64,
+) -> i32 {
+    with(|g| {
+        let Some(kind) = Kind::ALL.get(kind as usize).copied() else {
+            g.fail(format_args!("unknown algorithm code {kind}"));
+            return -1;
+        };
+        let quota =
+            Rate::from_interval_ns(ns(interval_ns)).and_then(|rate| Quota::new(ns(capacity), rate));
+        match quota {
+            Ok(quota) => {
+                let queue = QueueConfig {
+                    depth: depth as usize,
+                    max_wait_ns: ns(max_wait_ns),
+                };
+                g.bank().create(kind, quota, queue) as i32
+            }
+            Err(e) => {
+                g.fail(e);
+                -1
+            }
+        }
+    })
+}
+
+/// Removes a limiter: 1 if it existed.
+#[no_mangle]
+pub extern "C" fn sj_drop(handle: u32) -> i32 {
+    with(|g| i32::from(g.bank().drop_limiter(handle)))
+}
+
+/// Offers `cost` at `now_ns` and `priority` (0 high, 1 normal, 2 low). `max_wait_ns` below
+/// zero means the queue's own; 0 means never queue. Returns 0 admitted, 1 queued, 2 limited,
+/// 3 queue full, 4 timeout, 5 cost above capacity, 6 closed, -1 no such limiter. `out[0]`
+/// ticket, `out[1]` predicted wait (queued) or retry after (denied) in ns, `out[2]` tokens
+/// left (admitted).
+#[no_mangle]
+pub extern "C" fn sj_offer(
+    handle: u32,
+    now_ns: i64,
+    cost: i64,
+    priority_code: u32,
+    max_wait_ns: i64,
+) -> i32 {
+    with(|g| {
+        let Some(limiter) = g.bank().get_mut(handle) else {
+            return -1;
+        };
+        let max_wait = (max_wait_ns >= 0).then_some(max_wait_ns as u64);
+        let verdict = limiter.offer(ns(now_ns), ns(cost), priority(priority_code), max_wait);
+        let (code, out) = match verdict {
+            Verdict::Admitted { remaining } => (0, [0.0, 0.0, remaining as f64, 0.0]),
+            Verdict::Queued { ticket, wait_ns } => (1, [ticket as f64, wait_ns as f64, 0.0, 0.0]),
+            Verdict::Rejected {
+                reason,
+                retry_after_ns,
+            } => {
+                let code = match reason {
+                    Reason::Limited => 2,
+                    Reason::QueueFull => 3,
+                    Reason::Timeout => 4,
+                    Reason::TooCostly => 5,
+                    Reason::Closed => 6,
+                };
+                (code, [0.0, retry_after_ns as f64, 0.0, 0.0])
+            }
+        };
+        g.out = out;
+        code
+    })
+}
+
+fn write_outcomes(g: &mut Globals, handle: u32) {
+    let mut list = core::mem::take(&mut g.list);
+    list.clear();
+    if let Some(limiter) = g.bank().get_mut(handle) {
+        for d in limiter.outcomes() {
+            let (code, retry) = match d.delivery {
+                Delivery::Admitted => (0.0, 0),
+                Delivery::TimedOut { retry_after_ns } => (1.0, retry_after_ns),
+                Delivery::Closed => (2.0, 0),
+            };
+            list.extend([d.ticket as f64, code, retry as f64]);
+        }
+    }
+    g.list = list;
+}
+
+/// Admits and times out waiters as of `now_ns`. Returns when to poll next (ns), or -1 when
+/// nobody waits. Outcomes in `list`, [`OUTCOME_STRIDE`] floats each.
+#[no_mangle]
+pub extern "C" fn sj_poll(handle: u32, now_ns: i64) -> i64 {
+    with(|g| {
+        let wake = match g.bank().get_mut(handle) {
+            Some(limiter) => limiter.poll(ns(now_ns)),
+            None => None,
+        };
+        write_outcomes(g, handle);
+        wake.map_or(-1, |w| i64::try_from(w).unwrap_or(i64::MAX))
+    })
+}
+
+/// Withdraws a waiting request (it spent nothing): 1 if it was waiting.
+#[no_mangle]
+pub extern "C" fn sj_cancel(handle: u32, ticket: f64) -> i32 {
+    with(|g| match g.bank().get_mut(handle) {
+        Some(limiter) if ticket >= 0.0 => i32::from(limiter.cancel(ticket as u64)),
+        _ => 0,
+    })
+}
+
+/// Turns every waiter away (outcomes in `list`) and refuses new offers. The number of
+/// outcomes.
+#[no_mangle]
+pub extern "C" fn sj_close(handle: u32) -> u32 {
+    with(|g| {
+        if let Some(limiter) = g.bank().get_mut(handle) {
+            limiter.close();
+        }
+        write_outcomes(g, handle);
+        (g.list.len() / OUTCOME_STRIDE) as u32
+    })
+}
+
+/// The bucket as of `now_ns` into `out`: `[0]` whole tokens, `[1]` capacity, `[2]` waiting,
+/// `[3]` ns until full (0: full). 0, or -1 without such a limiter.
+#[no_mangle]
+pub extern "C" fn sj_status(handle: u32, now_ns: i64) -> i32 {
+    with(|g| {
+        let Some(limiter) = g.bank().get_mut(handle) else {
+            return -1;
+        };
+        let st = limiter.status(ns(now_ns));
+        g.out = [
+            st.remaining as f64,
+            st.limit as f64,
+            st.queued as f64,
+            st.reset_after_ns as f64,
+        ];
+        0
+    })
+}

@@ -1,0 +1,45 @@
+//! # sluice-js-wasm
+//!
+//! sluice-core compiled to WebAssembly for the npm package `sluice-limits`
+//! (`packages/sluice-js`): the same exact algorithms and wait queue as the Rust crates, driven
+//! from JavaScript with integer nanoseconds.
+//!
+//! Unlike `sluice-wasm` (one limiter per Service Worker, milliseconds as `f64`), one instance
+//! holds any number of limiters in a [`Bank`], addressed by a small integer handle, and every
+//! time crosses the boundary as an `i64` count of nanoseconds (a JavaScript `BigInt`), so no
+//! float ever accumulates time. The `extern "C"` layer (`ffi`, wasm32 only) converts numbers;
+//! everything it calls is safe Rust, tested natively here.
+//!
+//! ```
+//! use sluice_core::queue::{Priority, QueueConfig};
+//! use sluice_core::{Kind, Quota};
+//! use sluice_js_wasm::{Bank, Delivery, Verdict};
+//!
+//! let mut bank = Bank::default();
+//! let queue = QueueConfig { depth: 10, max_wait_ns: 5_000_000_000 };
+//! let h = bank.create(Kind::TokenBucket, Quota::parse(1, "1/s").unwrap(), queue);
+//! let l = bank.get_mut(h).unwrap();
+//! assert!(matches!(l.offer(0, 1, Priority::Normal, None), Verdict::Admitted { .. }));
+//! let Verdict::Queued { ticket, wait_ns } = l.offer(0, 1, Priority::Normal, None) else {
+//!     panic!("expected to wait");
+//! };
+//! assert_eq!(wait_ns, 1_000_000_000);
+//! assert_eq!(l.poll(0), Some(1_000_000_000));
+//! assert_eq!(l.poll(1_000_000_000), None);
+//! assert_eq!(l.outcomes()[0].ticket, ticket);
+//! assert_eq!(l.outcomes()[0].delivery, Delivery::Admitted);
+//! ```
+#![no_std]
+
+extern crate alloc;
+#[cfg(not(target_arch = "wasm32"))]
+extern crate std;
+
+mod bank;
+
+#[cfg(target_arch = "wasm32")]
+pub mod ffi;
+#[cfg(target_arch = "wasm32")]
+mod rt;
+
+pub use bank::{Bank, Delivered, Delivery, Limiter, Reason, Status, Verdict};

@@ -1,0 +1,13 @@
+// sluice-limits: exact rate limiting for Node and browsers on sluice's Rust core.
+
+export { RateLimiter } from './limiter.js';
+export { PromisePool } from './pool.js';
+export { limit } from './limit.js';
+export { keyed, Keyed } from './keyed.js';
+export { retry, rateLimitHints } from './retry.js';
+export { CircuitBreaker } from './breaker.js';
+export {
+  SluiceError, QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, ClosedError,
+  CircuitOpenError,
+} from './errors.js';
+export { ALGORITHMS } from './core.js';
