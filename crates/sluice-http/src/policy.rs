@@ -203,6 +203,18 @@ impl Policy {
         self.backend.peek(&self.stored_key(key)).await
     }
 
+    /// Counts an admission decided outside [`crate::admit::admit`] (by Envoy's rate limit
+    /// service, say) in `sluice_policy_admitted_total`.
+    pub fn count_admitted(&self) {
+        self.metrics.admitted.increment(1);
+    }
+
+    /// Counts a denial decided outside [`crate::admit::admit`] in
+    /// `sluice_policy_denied_total{reason}`.
+    pub fn count_denied(&self, reason: crate::admit::Reason) {
+        self.metrics.denied(reason);
+    }
+
     /// Whether `other`'s buckets can be carried over into a policy configured like this one:
     /// same name, algorithm, quota, key, key cap, queue and store kind. A reload keeps the
     /// state of such a policy (see [`PolicyBuilder::reuse`]).

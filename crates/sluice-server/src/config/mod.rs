@@ -6,6 +6,7 @@
 //! crate's README.
 
 mod browser;
+mod rls;
 pub mod units;
 mod walk;
 
@@ -25,6 +26,7 @@ use toml::de::{DeTable, DeValue};
 pub use browser::{
     BrowserConfig, FailMode, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX,
 };
+pub use rls::{RlsEntry, RlsRule};
 pub use walk::ConfigError;
 use walk::{Errors, Fields};
 
@@ -52,6 +54,8 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `[browser]`: the browser limiter the gateway serves, if any.
     pub browser: Option<BrowserConfig>,
+    /// `[[rls]]`: Envoy rate-limit descriptors to policies, in file order.
+    pub rls: Vec<RlsRule>,
 }
 
 /// `[server]`.
@@ -91,6 +95,8 @@ pub struct ServerConfig {
     pub request_id: bool,
     /// The bearer token every admin endpoint but `/healthz` requires, if any.
     pub admin_token: Option<AdminToken>,
+    /// `rls_listen`: Envoy's rate limit service (gRPC, h2c), off when `None`.
+    pub rls_listen: Option<SocketAddr>,
 }
 
 /// `store.backend`.
@@ -476,6 +482,10 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
     let browser = top
         .table("browser", &mut errors)
         .map(|(t, _)| browser::parse(t, &mut errors));
+    let rls = top
+        .array("rls", &mut errors)
+        .map(|items| rls::parse(items, &names, &mut errors))
+        .unwrap_or_default();
     top.finish(&mut errors);
     if errors.list.is_empty() {
         Ok(Config {
@@ -485,6 +495,7 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
             policies,
             routes: routes.into_iter().map(|(r, _)| r).collect(),
             browser,
+            rls,
         })
     } else {
         errors.list.sort_by_key(|e| (e.line, e.column));
@@ -599,6 +610,20 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
             format!("`{admin_listen}` would take the same port as server.listen (`{listen}`): give one of them another port, or port 0 for any free one"),
         );
     }
+    let rls_listen = f.str("rls_listen", errors).and_then(|(text, at)| {
+        let parsed = text.parse::<SocketAddr>().ok();
+        match parsed {
+            None => errors.at(at, "server.rls_listen", format!("cannot read `{text}` as an address: expected IP:PORT such as `127.0.0.1:8081`")),
+            Some(rls) => {
+                for (other, name) in [(listen, "server.listen"), (admin_listen, "server.admin_listen")] {
+                    if listeners_collide(rls, other) {
+                        errors.at(at, "server.rls_listen", format!("`{rls}` would take the same port as {name} (`{other}`): give one of them another port, or port 0 for any free one"));
+                    }
+                }
+            }
+        }
+        parsed
+    });
     let mut trusted_proxies = Vec::new();
     for (text, at) in f.strings("trusted_proxies", errors).unwrap_or_default() {
         let net = text
@@ -704,6 +729,7 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
     );
     f.finish(errors);
     ServerConfig {
+        rls_listen,
         send_timeout,
         keep_alive_timeout,
         upstream_connect_timeout,

@@ -33,6 +33,8 @@ pub struct Runtime {
     pub carried: Vec<String>,
     /// `[browser]`: the browser assets and telemetry, answered before the routes.
     pub browser: Option<crate::browser::Browser>,
+    /// `[[rls]]`: the descriptors Envoy's rate limit service decides, over these policies.
+    pub rls: crate::rls::RlsTable,
     /// What to do once this runtime is in use (see [`Runtime::take_over`]).
     handovers: std::sync::Mutex<Vec<Handover>>,
 }
@@ -170,7 +172,9 @@ pub fn build_with(
             TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
         )
     });
+    let rls = crate::rls::RlsTable::new(&config.rls, &policies);
     Ok(Runtime {
+        rls,
         config,
         gateway,
         policies,
