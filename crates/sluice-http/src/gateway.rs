@@ -21,6 +21,14 @@ use crate::route::{Lookup, Route, RouteTable};
 pub enum Outcome<'a> {
     /// Admitted (or unlimited) and answered by the upstream.
     Admitted,
+    /// Answered by the upstream, though `policy`, in shadow mode, would have denied it for
+    /// `reason` (the first such policy).
+    ShadowDenied {
+        /// The policy's name.
+        policy: &'a str,
+        /// Why it would have denied.
+        reason: Reason,
+    },
     /// Denied by `policy` for `reason`.
     Denied {
         /// The policy's name.
@@ -50,6 +58,7 @@ impl fmt::Display for Outcome<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Admitted => f.write_str("admitted"),
+            Outcome::ShadowDenied { .. } => f.write_str("shadow-denied"),
             Outcome::Denied { reason, .. } => write!(f, "denied:{reason}"),
             Outcome::NoRoute => f.write_str("no_route"),
             Outcome::MethodNotAllowed => f.write_str("method_not_allowed"),
@@ -234,9 +243,16 @@ impl Gateway {
         let (response, outcome) = match forwarded {
             Ok((response, lease)) => {
                 route.metrics.status(response.status());
+                let outcome = match admission.shadow_denied.first() {
+                    None => Outcome::Admitted,
+                    Some(&(i, reason)) => Outcome::ShadowDenied {
+                        policy: route.policy_list()[i].name(),
+                        reason,
+                    },
+                };
                 let response =
                     response.map(|body| Body::upstream(body, admission.permits, Some(lease)));
-                (response, Outcome::Admitted)
+                (response, outcome)
             }
             Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
                 route.metrics.timeout.increment(1);

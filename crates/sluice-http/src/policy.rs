@@ -57,6 +57,7 @@ pub struct Policy {
     /// Keys of a header, cookie or query parameter go to the store hashed.
     hasher: Option<KeyHasher>,
     item: String,
+    shadow: bool,
     pub(crate) metrics: PolicyMetrics,
 }
 
@@ -87,6 +88,7 @@ pub struct PolicyBuilder {
     pool: Option<Pool>,
     backend: Option<Backend>,
     hasher: Option<KeyHasher>,
+    shadow: bool,
 }
 
 impl Policy {
@@ -103,6 +105,7 @@ impl Policy {
             pool: None,
             backend: None,
             hasher: None,
+            shadow: false,
         }
     }
 
@@ -139,6 +142,19 @@ impl Policy {
     /// The concurrency limit, if any.
     pub fn concurrency(&self) -> Option<&Pool> {
         self.concurrency.as_ref()
+    }
+
+    /// Whether the policy is in shadow mode: it decides and counts as usual, and its
+    /// headers show its real numbers, but it never denies and never queues (see
+    /// [`PolicyBuilder::shadow`]).
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// Counts a request this policy, in shadow mode, would have denied and let through, in
+    /// `sluice_shadow_denied_total`.
+    pub fn count_shadow_denied(&self) {
+        self.metrics.shadow_denied.increment(1);
     }
 
     /// The store.
@@ -253,6 +269,14 @@ impl PolicyBuilder {
         self
     }
 
+    /// Shadow mode: the policy decides, spends and counts as usual, but a request it would
+    /// deny (or make wait) goes on at once, counted in `sluice_shadow_denied_total`: a way to
+    /// try a limit on real traffic before it applies (default: off).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
     /// Uses `backend` instead of a new memory store. It must have been built for the same
     /// algorithm, key cap and queue.
     pub fn backend(mut self, backend: Backend) -> Self {
@@ -342,6 +366,7 @@ impl PolicyBuilder {
             )
         });
         Ok(Policy {
+            shadow: self.shadow,
             hasher,
             metrics: PolicyMetrics::new(&self.name),
             name: self.name.into(),

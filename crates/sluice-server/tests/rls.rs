@@ -336,6 +336,54 @@ async fn rls_and_http_share_one_bucket() {
     assert_eq!(up.count(), 2);
 }
 
+/// A shadow policy answers OK with its real remaining where it would be over the limit,
+/// counting the would-be denials; its log line says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_policy_answers_ok_with_the_real_remaining() {
+    let Some(py) = python() else { return };
+    let up = Upstream::start().await;
+    let rest = SEARCH
+        .replace("key = \"ip\"", "key = \"ip\"\nshadow = true")
+        .replace("UPSTREAM", &up.url());
+    let (gw, port) = start(&rest).await;
+    let answers = rls(
+        &py,
+        port,
+        &json!([{"domain": "edge", "descriptors": [search("10.0.0.1")], "repeat": 8}]),
+    );
+    assert_eq!(codes(&answers), ["OK"; 8]);
+    let remaining: Vec<u64> = answers
+        .iter()
+        .map(|a| a["statuses"][0]["remaining"].as_u64().unwrap())
+        .collect();
+    assert_eq!(remaining, [4, 3, 2, 1, 0, 0, 0, 0]);
+    assert!(answers[7]["headers"].get("retry-after").is_none());
+    assert_eq!(
+        answers[7]["headers"]["ratelimit"]
+            .as_str()
+            .unwrap()
+            .split(';')
+            .nth(1),
+        Some("r=0")
+    );
+    let m = metrics(&gw).await;
+    assert_eq!(
+        metric(&m, "sluice_shadow_denied_total{policy=\"search\"}"),
+        3.0
+    );
+    assert_eq!(
+        metric(&m, "sluice_policy_admitted_total{policy=\"search\"}"),
+        5.0
+    );
+    assert_eq!(metric(&m, "sluice_rls_requests_total{code=\"ok\"}"), 8.0);
+    assert_eq!(
+        gw.log_text().matches("decision=\"shadow-denied\"").count(),
+        3,
+        "{}",
+        gw.log_text()
+    );
+}
+
 /// `[[rls]]` and `rls_listen` errors name the file, line, field and value; `check-config`
 /// lists them all.
 #[test]

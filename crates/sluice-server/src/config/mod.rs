@@ -277,6 +277,8 @@ pub struct PolicyConfig {
     pub queue: Option<QueueSpec>,
     /// `concurrency`.
     pub concurrency: Option<usize>,
+    /// `shadow`: decide, count, log and send headers as usual, never deny or queue.
+    pub shadow: bool,
     /// The line of its `name`, for errors found when it is built.
     pub line: usize,
 }
@@ -996,6 +998,20 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
         }
         Some((n, _)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
     };
+    let shadow = match f.get("shadow") {
+        None => false,
+        Some(value) => match value.get_ref() {
+            DeValue::Boolean(b) => *b,
+            other => {
+                errors.value(
+                    value,
+                    &f.path("shadow"),
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                false
+            }
+        },
+    };
     let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
     if name.is_none() {
         errors.at(table_at, &f.path("name"), "a policy needs a name");
@@ -1024,6 +1040,7 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
             max_keys,
             queue,
             concurrency,
+            shadow,
             line: errors.line_of(at),
         },
         at,

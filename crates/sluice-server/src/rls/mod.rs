@@ -9,5 +9,5 @@
 pub mod service;
 pub mod table;
 
-pub use service::{describe_metrics, serve, RlsService};
+pub use service::{describe_metrics, serve, RlsService, RlsVerdict};
 pub use table::{RlsTable, Unit};

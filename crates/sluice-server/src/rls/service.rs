@@ -9,6 +9,10 @@
 //! in `sluice_rls_descriptors_unmatched_total`. A descriptor with `is_negative_hits` gives its
 //! `hits_addend` back (never beyond a full bucket) and is `OK`.
 //!
+//! A policy in shadow mode answers `OK` where it would answer `OVER_LIMIT`, with its real
+//! `limit_remaining`, counting the would-be denial in `sluice_shadow_denied_total` (the
+//! access log says `decision=shadow-denied` when no other policy denied).
+//!
 //! Every matched descriptor's status carries `current_limit` (the policy's rate, see
 //! [`Unit::of_interval`]), `limit_remaining` (whole tokens left) and `duration_until_reset`
 //! (until the bucket is full again); `response_headers_to_add` carries `RateLimit-Policy` and
@@ -105,14 +109,19 @@ impl RateLimitService for RlsService {
         let runtime = self.shared.current();
         let started = Instant::now();
         let request = request.into_inner();
-        let (response, denied_by) = decide(&runtime.rls, &request, &self.metrics).await;
+        let (response, verdict) = decide(&runtime.rls, &request, &self.metrics).await;
         if tracing::enabled!(target: "sluice::access", tracing::Level::INFO) {
+            let (decision, policy) = match &verdict {
+                RlsVerdict::Ok => ("ok", ""),
+                RlsVerdict::OverLimit(p) => ("over_limit", p.as_str()),
+                RlsVerdict::ShadowDenied(p) => ("shadow-denied", p.as_str()),
+            };
             tracing::info!(
                 target: "sluice::access",
                 rls_domain = %request.domain.chars().take(64).collect::<String>(),
                 descriptors = request.descriptors.len(),
-                decision = if response.overall_code == Code::OverLimit as i32 { "over_limit" } else { "ok" },
-                policy = denied_by.as_deref().unwrap_or(""),
+                decision,
+                policy,
                 ms = started.elapsed().as_secs_f64() * 1000.0,
             );
         }
@@ -128,12 +137,12 @@ struct Ask<'a> {
     refill: bool,
 }
 
-/// Decides `request` on `table`'s policies; also the name of a policy that denied, if any.
+/// Decides `request` on `table`'s policies; also how, for the access log.
 pub async fn decide(
     table: &RlsTable,
     request: &RateLimitRequest,
     metrics: &RlsMetrics,
-) -> (RateLimitResponse, Option<String>) {
+) -> (RateLimitResponse, RlsVerdict) {
     let base = u64::from(request.hits_addend.max(1));
     let asks: Vec<Option<Ask<'_>>> = request
         .descriptors
@@ -169,6 +178,9 @@ pub async fn decide(
     let mut over = false;
     let mut retry_after = Duration::ZERO;
     let mut denied_by = None;
+    let mut shadow_denied = None;
+    // The positions of the descriptors a shadow policy would have denied.
+    let mut shadowed: Vec<usize> = Vec::new();
     for (ask, result) in asks.iter().zip(results) {
         let (Some(ask), Some(result)) = (ask, result) else {
             metrics.unmatched.increment(1);
@@ -180,17 +192,22 @@ pub async fn decide(
         };
         let (code, decision) = match result {
             Ok(decision) => (Code::Ok, decision),
+            Err(e) if ask.policy.shadow() => {
+                let (_, wait, decision) = classify(e);
+                ask.policy.count_shadow_denied();
+                shadowed.push(statuses.len());
+                shadow_denied.get_or_insert_with(|| ask.policy.name().to_owned());
+                let decision = match decision {
+                    Some(d) => d,
+                    None => fallback(ask, wait).await,
+                };
+                (Code::Ok, decision)
+            }
             Err(e) => {
                 let (reason, wait, decision) = classify(e);
                 let decision = match decision {
                     Some(d) => d,
-                    None => ask.policy.peek(&ask.key).await.unwrap_or(Decision {
-                        allowed: false,
-                        limit: ask.policy.quota().capacity(),
-                        remaining: 0,
-                        retry_after_ns: duration_ns(wait),
-                        reset_after_ns: duration_ns(wait),
-                    }),
+                    None => fallback(ask, wait).await,
                 };
                 ask.policy.count_denied(reason);
                 over = true;
@@ -210,8 +227,9 @@ pub async fn decide(
     if over {
         // As on the HTTP path: a denial spends nothing anywhere.
         let ago = started.elapsed();
-        for (ask, status) in asks.iter().zip(&statuses) {
-            if let Some(ask) = ask.as_ref().filter(|a| !a.refill) {
+        for (i, (ask, status)) in asks.iter().zip(&statuses).enumerate() {
+            // A shadow policy's would-be denial took nothing.
+            if let Some(ask) = ask.as_ref().filter(|a| !a.refill && !shadowed.contains(&i)) {
                 if status.code == Code::Ok as i32 {
                     ask.policy.refund(&ask.key, ask.cost, ago).await;
                 }
@@ -219,8 +237,11 @@ pub async fn decide(
         }
         metrics.over_limit.increment(1);
     } else {
-        for ask in asks.iter().flatten().filter(|a| !a.refill) {
-            ask.policy.count_admitted();
+        for (i, ask) in asks.iter().enumerate() {
+            // A shadow policy's would-be denial is counted as that, not as an admission.
+            if let Some(ask) = ask.as_ref().filter(|a| !a.refill && !shadowed.contains(&i)) {
+                ask.policy.count_admitted();
+            }
         }
         metrics.ok.increment(1);
     }
@@ -251,7 +272,34 @@ pub async fn decide(
         response_headers_to_add,
         ..Default::default()
     };
-    (response, denied_by)
+    let verdict = match (denied_by, shadow_denied) {
+        (Some(policy), _) => RlsVerdict::OverLimit(policy),
+        (None, Some(policy)) => RlsVerdict::ShadowDenied(policy),
+        (None, None) => RlsVerdict::Ok,
+    };
+    (response, verdict)
+}
+
+/// How a call was decided, for the access log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RlsVerdict {
+    /// Every descriptor was within its limit.
+    Ok,
+    /// This policy (the first) was over its limit.
+    OverLimit(String),
+    /// Within every limit but this shadow policy's (the first), which let it through.
+    ShadowDenied(String),
+}
+
+/// The bucket of a descriptor whose store gave no decision with its refusal.
+async fn fallback(ask: &Ask<'_>, wait: Duration) -> Decision {
+    ask.policy.peek(&ask.key).await.unwrap_or(Decision {
+        allowed: false,
+        limit: ask.policy.quota().capacity(),
+        remaining: 0,
+        retry_after_ns: duration_ns(wait),
+        reset_after_ns: duration_ns(wait),
+    })
 }
 
 /// Why a check failed, how long until it could pass, and the bucket when the store said.

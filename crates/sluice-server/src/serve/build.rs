@@ -295,6 +295,7 @@ fn build_policy(
     let fail = |message: String| error(message, false);
     let algorithm = AnyAlgorithm::new(p.algorithm, p.quota);
     let mut builder = Policy::builder(p.name.clone(), algorithm)
+        .shadow(p.shadow)
         .key(p.key.clone())
         .max_keys(p.max_keys);
     if let Some(q) = p.queue {

@@ -122,6 +122,12 @@ fn policy_changes(o: &PolicyConfig, p: &PolicyConfig) -> Vec<String> {
     if o.quota.rate() != p.quota.rate() {
         fields.push(format!("rate {} -> {}", o.quota.rate(), p.quota.rate()));
     }
-    push_changed!(fields, "", o, p, [key, max_keys, queue, concurrency]);
+    push_changed!(
+        fields,
+        "",
+        o,
+        p,
+        [key, max_keys, queue, concurrency, shadow]
+    );
     fields
 }

@@ -330,7 +330,9 @@ pub async fn handle(
     }
     if let Some((method, path)) = head {
         let (policy, reason) = match &handled.outcome {
-            Outcome::Denied { policy, reason } => (Some(*policy), Some(reason.as_str())),
+            Outcome::Denied { policy, reason } | Outcome::ShadowDenied { policy, reason } => {
+                (Some(*policy), Some(reason.as_str()))
+            }
             _ => (None, None),
         };
         tracing::info!(
