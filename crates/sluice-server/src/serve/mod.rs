@@ -17,6 +17,7 @@ pub mod changes;
 pub mod conn;
 pub mod demo;
 pub mod gateway;
+pub mod policies;
 pub mod state;
 
 use std::path::PathBuf;
@@ -122,6 +123,8 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         runtime: ArcSwap::from_pointee(runtime),
         prometheus,
         ids: RequestIds,
+        demo,
+        reconfigure: tokio::sync::Mutex::new(()),
     }));
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
@@ -174,6 +177,7 @@ async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::
         tracing::warn!("SIGHUP: running on the embedded defaults, nothing to reload");
         return;
     };
+    let _one_at_a_time = shared.reconfigure.lock().await;
     let config = match config::load(path) {
         Ok(c) => c,
         Err(e) => {
