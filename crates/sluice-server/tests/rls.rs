@@ -578,3 +578,39 @@ policy = "search"
         "the pair admitted {admitted}, far below the limit: {a} {b}"
     );
 }
+
+/// A store that does not answer follows `store.on_error`: `deny` makes the descriptor
+/// OVER_LIMIT (counted as `unavailable`), `allow` answers OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_follows_on_error() {
+    let Some(py) = python() else { return };
+    let Some(mut redis) = redis_support::RedisServer::start() else {
+        return;
+    };
+    let up = Upstream::start().await;
+    let config = |on_error: &str| {
+        format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\non_error = \"{on_error}\"\ntimeout = \"50ms\"\n{}",
+            redis.url(),
+            SEARCH.replace("UPSTREAM", &up.url())
+        )
+    };
+    let (deny, deny_port) = start(&config("deny")).await;
+    let (_allow, allow_port) = start(&config("allow")).await;
+    let plan = json!([{"domain": "edge", "descriptors": [search("10.0.0.1")]}]);
+    assert_eq!(codes(&rls(&py, deny_port, &plan)), ["OK"]);
+    redis.kill();
+    let denied = rls(&py, deny_port, &plan);
+    assert_eq!(codes(&denied), ["OVER_LIMIT"], "{denied:?}");
+    assert_eq!(denied[0]["statuses"][0]["remaining"], 0);
+    assert!(denied[0]["headers"].get("retry-after").is_some());
+    assert_eq!(codes(&rls(&py, allow_port, &plan)), ["OK"]);
+    let m = metrics(&deny).await;
+    assert_eq!(
+        metric(
+            &m,
+            "sluice_policy_denied_total{policy=\"search\",reason=\"unavailable\"}"
+        ),
+        1.0
+    );
+}
