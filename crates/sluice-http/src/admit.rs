@@ -13,6 +13,13 @@
 //! route of several policies costs one store call per policy. Between a take and its refund,
 //! another request may find that bucket one request emptier. A request dropped while it waits
 //! (its client went away) gives its tokens back the same way, from a task of its own.
+//!
+//! # Shadow policies
+//!
+//! A policy in shadow mode ([`Policy::shadow`]) never waits and never denies: where it would
+//! deny, the request goes on, the would-be denial is counted (`sluice_shadow_denied_total`)
+//! and listed in [`Admission::shadow_denied`], and its verdict carries the bucket's real state.
+//! Nothing is spent in it then (the store refused the take).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -125,6 +132,9 @@ pub struct Admission {
     pub verdicts: Verdicts,
     /// Concurrency slots, freed on drop.
     pub permits: Vec<PoolPermit>,
+    /// The shadow policies that would have denied it (their position and why), in the order
+    /// they were asked; empty otherwise.
+    pub shadow_denied: SmallVec<[(usize, Reason); 1]>,
 }
 
 /// A request some policy denied.
@@ -187,7 +197,7 @@ impl Ask<'_> {
     }
 
     fn waits(&self, policy: &Policy) -> bool {
-        self.may_wait && policy.queue().is_some()
+        self.may_wait && policy.queue().is_some() && !policy.shadow()
     }
 }
 
@@ -220,10 +230,7 @@ pub async fn admit_as(
     ask: &Ask<'_>,
     protocol: Protocol,
 ) -> Result<Admission, Denial> {
-    let mut admission = Admission {
-        verdicts: Verdicts::new(),
-        permits: Vec::new(),
-    };
+    let mut admission = Admission::default();
     // What a later refusal must give back; not kept when nothing can refuse after a take.
     let keep = policies.len() > 1 || policies.iter().any(|p| p.concurrency().is_some());
     let mut taken = Taken {
@@ -237,6 +244,11 @@ pub async fn admit_as(
                 continue;
             }
             let Ok(key) = ask.key(policy) else {
+                if policy.shadow() {
+                    policy.count_shadow_denied();
+                    admission.shadow_denied.push((i, Reason::AmbiguousKey));
+                    continue;
+                }
                 taken.give_back().await;
                 policy.metrics.denied(Reason::AmbiguousKey, protocol);
                 return Err(Denial {
@@ -252,6 +264,12 @@ pub async fn admit_as(
                     if keep {
                         taken.entries.push((i, key, Instant::now()));
                     }
+                }
+                Err(e) if policy.shadow() => {
+                    let (reason, _, verdict) = judge(i, policy, &key, e).await;
+                    admission.verdicts.push(verdict);
+                    policy.count_shadow_denied();
+                    admission.shadow_denied.push((i, reason));
                 }
                 Err(e) => {
                     taken.give_back().await;
@@ -273,6 +291,10 @@ pub async fn admit_as(
         };
         match permit {
             Ok(permit) => admission.permits.push(permit),
+            Err(_) if policy.shadow() => {
+                policy.count_shadow_denied();
+                admission.shadow_denied.push((i, Reason::Limit));
+            }
             Err(e) => {
                 // Without a queue, a full pool is the limit itself, not a full queue.
                 let (reason, retry_after) = match e {
@@ -295,7 +317,14 @@ pub async fn admit_as(
     }
     taken.entries.clear();
     for verdict in &admission.verdicts {
-        policies[verdict.index].metrics.admitted(protocol);
+        if admission.shadow_denied.is_empty()
+            || !admission
+                .shadow_denied
+                .iter()
+                .any(|(i, _)| *i == verdict.index)
+        {
+            policies[verdict.index].metrics.admitted(protocol);
+        }
     }
     Ok(admission)
 }
@@ -357,6 +386,24 @@ async fn deny(
     mut verdicts: Verdicts,
     protocol: Protocol,
 ) -> Denial {
+    let (reason, retry_after, verdict) = judge(index, policy, key, error).await;
+    verdicts.push(verdict);
+    policy.metrics.denied(reason, protocol);
+    Denial {
+        index,
+        reason,
+        retry_after,
+        verdicts,
+    }
+}
+
+/// Why policy `index` refused `key`, when to retry, and its verdict (the bucket's state).
+async fn judge(
+    index: usize,
+    policy: &Policy,
+    key: &str,
+    error: Error,
+) -> (Reason, Duration, Verdict) {
     let (reason, retry_after, decision) = match error {
         Error::Limited {
             retry_after,
@@ -380,14 +427,7 @@ async fn deny(
             reset_after_ns: u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX),
         },
     };
-    verdicts.push(verdict);
-    policy.metrics.denied(reason, protocol);
-    Denial {
-        index,
-        reason,
-        retry_after,
-        verdicts,
-    }
+    (reason, retry_after, verdict)
 }
 
 /// Counts a request in its policy's `sluice_policy_waiting` gauge while it waits.
@@ -444,6 +484,44 @@ mod tests {
             9,
             "denials spent nothing"
         );
+    }
+
+    /// A shadow policy never denies and never waits, though it has a queue: its would-be
+    /// denials are listed with its real state, and the other policies still decide.
+    #[tokio::test(start_paused = true)]
+    async fn a_shadow_policy_never_denies_or_waits() {
+        let (headers, uri) = (HeaderMap::new(), Uri::from_static("/"));
+        let alg = AnyAlgorithm::new(Kind::TokenBucket, Quota::parse(2, "1/min").unwrap());
+        let shadow = Arc::new(
+            Policy::builder("shadow", alg)
+                .shadow(true)
+                .queue(10, Duration::from_secs(600))
+                .concurrency(1)
+                .build()
+                .unwrap(),
+        );
+        let wide = policy("wide", 4, "1/min");
+        let route = [Arc::clone(&shadow), Arc::clone(&wide)];
+        let mut held = Vec::new();
+        for i in 0..4u64 {
+            let started = Instant::now();
+            let admission = admit(&route, &ask(&headers, &uri)).await.unwrap();
+            assert_eq!(started.elapsed(), Duration::ZERO, "never waits");
+            let shadow_verdict = admission.verdicts.iter().find(|v| v.index == 0).unwrap();
+            assert_eq!(shadow_verdict.remaining, 1u64.saturating_sub(i));
+            // The first request holds the only slot: every later one would be refused (by the
+            // pool), the third and fourth by the bucket too.
+            let expected: &[(usize, Reason)] = match i {
+                0 => &[],
+                1 => &[(0, Reason::Limit)],
+                _ => &[(0, Reason::Limit), (0, Reason::Limit)],
+            };
+            assert_eq!(&admission.shadow_denied[..], expected, "request {i}");
+            held.push(admission);
+        }
+        // The real policy still denies.
+        let denial = admit(&route, &ask(&headers, &uri)).await.unwrap_err();
+        assert_eq!(denial.policy(&route).name(), "wide");
     }
 
     fn queued(name: &str, capacity: u64, rate: &str, max_wait_ms: u64) -> Arc<Policy> {

@@ -24,6 +24,14 @@ use crate::tunnel;
 pub enum Outcome<'a> {
     /// Admitted (or unlimited) and answered by the upstream.
     Admitted,
+    /// Answered by the upstream, though `policy`, in shadow mode, would have denied it for
+    /// `reason` (the first such policy).
+    ShadowDenied {
+        /// The policy's name.
+        policy: &'a str,
+        /// Why it would have denied.
+        reason: Reason,
+    },
     /// Denied by `policy` for `reason`.
     Denied {
         /// The policy's name.
@@ -53,6 +61,7 @@ impl fmt::Display for Outcome<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Admitted => f.write_str("admitted"),
+            Outcome::ShadowDenied { .. } => f.write_str("shadow-denied"),
             Outcome::Denied { reason, .. } => write!(f, "denied:{reason}"),
             Outcome::NoRoute => f.write_str("no_route"),
             Outcome::MethodNotAllowed => f.write_str("method_not_allowed"),
@@ -265,7 +274,14 @@ impl Gateway {
         let (response, outcome) = match forwarded {
             Ok(response) => {
                 route.metrics.status(response.status(), protocol);
-                (response, Outcome::Admitted)
+                let outcome = match admission.shadow_denied.first() {
+                    None => Outcome::Admitted,
+                    Some(&(i, reason)) => Outcome::ShadowDenied {
+                        policy: route.policy_list()[i].name(),
+                        reason,
+                    },
+                };
+                (response, outcome)
             }
             Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
                 route.metrics.timeout[protocol as usize].increment(1);

@@ -192,6 +192,41 @@ impl KeySpec {
     }
 }
 
+impl KeySpec {
+    /// The key of a request whose key part (its address, header, cookie or decoded query
+    /// parameter, as the spec says) is `value`: what [`KeySpec::extract`] gives such a request.
+    /// For `ip`, a `value` that is an address gives that address's key (an IPv6 address its
+    /// /64); one that is not is kept as text (normalized), so it matches no HTTP client. For
+    /// `global`, the value is not looked at: everyone's key is the empty one. Used by
+    /// decisions that arrive without an HTTP request (Envoy's rate limit service), so that
+    /// they spend the same buckets as the requests they describe.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sluice_http::KeySpec;
+    ///
+    /// assert_eq!(&*KeySpec::Ip.key_of_value("1.2.3.4"), "1.2.3.4");
+    /// assert_eq!(&*KeySpec::Ip.key_of_value("2001:db8:1:2::a"), "2001:db8:1:2::/64");
+    /// let by_header: KeySpec = "header:x-api-key".parse()?;
+    /// assert_eq!(&*by_header.key_of_value("user-42"), "user-42");
+    /// assert_eq!(&*KeySpec::Global.key_of_value("anything"), "");
+    /// # Ok::<(), sluice_http::key::InvalidKeySpec>(())
+    /// ```
+    pub fn key_of_value<'a>(&self, value: &'a str) -> Key<'a> {
+        match self {
+            KeySpec::Global => Key::from(""),
+            KeySpec::Ip => match value.parse::<IpAddr>() {
+                Ok(ip) => Key::ip(ip),
+                Err(_) => normalize(value.as_bytes()).into(),
+            },
+            KeySpec::Header(_) | KeySpec::Cookie(_) | KeySpec::Query(_) => {
+                normalize(value.as_bytes()).into()
+            }
+        }
+    }
+}
+
 /// An extracted key: borrowed from the request, an IP address written in place, or a digest.
 #[derive(Debug, Clone)]
 pub enum Key<'a> {

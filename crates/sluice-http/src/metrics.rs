@@ -6,6 +6,7 @@
 //! | `sluice_policy_admitted_total` | counter | `policy`, `protocol` |
 //! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`, `ambiguous_key`), `protocol` |
 //! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
+//! | `sluice_shadow_denied_total` | counter | `policy`: requests a `shadow` policy would have denied |
 //! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`), `protocol` |
 //! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`), `protocol` |
 //! | `sluice_request_body_refused_total` | counter | `route`, `reason` (`too_large`: 413, `timeout`: 408), `protocol` |
@@ -32,6 +33,7 @@ pub(crate) struct PolicyMetrics {
     admitted: PerProtocol,
     denied: [PerProtocol; Reason::ALL.len()],
     pub(crate) waiting: Gauge,
+    pub(crate) shadow_denied: Counter,
 }
 
 impl PolicyMetrics {
@@ -46,7 +48,8 @@ impl PolicyMetrics {
                     metrics::counter!("sluice_policy_denied_total", "policy" => name.clone(), "reason" => reason.as_str(), "protocol" => p)
                 })
             }),
-            waiting: metrics::gauge!("sluice_policy_waiting", "policy" => name),
+            waiting: metrics::gauge!("sluice_policy_waiting", "policy" => name.clone()),
+            shadow_denied: metrics::counter!("sluice_shadow_denied_total", "policy" => name),
         }
     }
 
@@ -121,6 +124,12 @@ pub fn describe() {
          `timeout` (429), `capacity` (422: the cost exceeds the capacity), `unavailable` (503: \
          the store could not answer and on_error denies), `ambiguous_key` (400: the key appears \
          twice with different values); and by `protocol` (`http1`, `h2`, `grpc`, `ws`)."
+    );
+    describe_counter!(
+        "sluice_shadow_denied_total",
+        Unit::Count,
+        "Requests a `shadow = true` policy would have denied (for any reason) and let through, \
+         by `policy`."
     );
     describe_gauge!(
         "sluice_policy_waiting",

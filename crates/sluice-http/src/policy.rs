@@ -57,6 +57,7 @@ pub struct Policy {
     /// Keys of a header, cookie or query parameter go to the store hashed.
     hasher: Option<KeyHasher>,
     item: String,
+    shadow: bool,
     pub(crate) metrics: PolicyMetrics,
 }
 
@@ -87,6 +88,7 @@ pub struct PolicyBuilder {
     pool: Option<Pool>,
     backend: Option<Backend>,
     hasher: Option<KeyHasher>,
+    shadow: bool,
 }
 
 impl Policy {
@@ -103,6 +105,7 @@ impl Policy {
             pool: None,
             backend: None,
             hasher: None,
+            shadow: false,
         }
     }
 
@@ -139,6 +142,19 @@ impl Policy {
     /// The concurrency limit, if any.
     pub fn concurrency(&self) -> Option<&Pool> {
         self.concurrency.as_ref()
+    }
+
+    /// Whether the policy is in shadow mode: it decides and counts as usual, and its
+    /// headers show its real numbers, but it never denies and never queues (see
+    /// [`PolicyBuilder::shadow`]).
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// Counts a request this policy, in shadow mode, would have denied and let through, in
+    /// `sluice_shadow_denied_total`.
+    pub fn count_shadow_denied(&self) {
+        self.metrics.shadow_denied.increment(1);
     }
 
     /// The store.
@@ -203,6 +219,18 @@ impl Policy {
         self.backend.peek(&self.stored_key(key)).await
     }
 
+    /// Counts an admission decided outside [`crate::admit::admit`] (by Envoy's rate limit
+    /// service, say: `protocol` is then `grpc`) in `sluice_policy_admitted_total`.
+    pub fn count_admitted(&self, protocol: crate::protocol::Protocol) {
+        self.metrics.admitted(protocol);
+    }
+
+    /// Counts a denial decided outside [`crate::admit::admit`] in
+    /// `sluice_policy_denied_total{reason}`.
+    pub fn count_denied(&self, reason: crate::admit::Reason, protocol: crate::protocol::Protocol) {
+        self.metrics.denied(reason, protocol);
+    }
+
     /// Whether `other`'s buckets can be carried over into a policy configured like this one:
     /// same name, algorithm, quota, key, key cap, queue and store kind. A reload keeps the
     /// state of such a policy (see [`PolicyBuilder::reuse`]).
@@ -238,6 +266,14 @@ impl PolicyBuilder {
     /// At most `n` admitted requests in flight at once (until their response is sent).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = Some(n);
+        self
+    }
+
+    /// Shadow mode: the policy decides, spends and counts as usual, but a request it would
+    /// deny (or make wait) goes on at once, counted in `sluice_shadow_denied_total`: a way to
+    /// try a limit on real traffic before it applies (default: off).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
         self
     }
 
@@ -330,6 +366,7 @@ impl PolicyBuilder {
             )
         });
         Ok(Policy {
+            shadow: self.shadow,
             hasher,
             metrics: PolicyMetrics::new(&self.name),
             name: self.name.into(),

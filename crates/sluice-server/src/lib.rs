@@ -10,7 +10,8 @@
 //!
 //! `serve`, `simulate`, `stress` and `bundle` (the browser files for any web host, [`bundle`])
 //! live in modules of their own, [`dashboard`] serves
-//! `/dashboard` and `/v1/stats` on the admin listener, and the two small subcommands,
+//! `/dashboard` and `/v1/stats` on the admin listener, [`rls`] answers Envoy's rate limit
+//! service on `server.rls_listen`, and the two small subcommands,
 //! `check-config` and `default-config`, are in [`cli`]. All of them read [`config`].
 //!
 //! ```
@@ -40,6 +41,7 @@ pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
+pub mod rls;
 pub mod serve;
 pub mod simulate;
 pub mod stress;

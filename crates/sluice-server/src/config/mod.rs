@@ -6,6 +6,7 @@
 //! crate's README.
 
 mod browser;
+mod rls;
 pub mod tls;
 pub mod units;
 mod walk;
@@ -26,6 +27,7 @@ use toml::de::{DeTable, DeValue};
 pub use browser::{
     BrowserConfig, FailMode, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX,
 };
+pub use rls::{RlsEntry, RlsRule};
 pub use tls::{ServerTls, UpstreamCa};
 pub use walk::ConfigError;
 use walk::{Errors, Fields};
@@ -54,6 +56,8 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `[browser]`: the browser limiter the gateway serves, if any.
     pub browser: Option<BrowserConfig>,
+    /// `[[rls]]`: Envoy rate-limit descriptors to policies, in file order.
+    pub rls: Vec<RlsRule>,
 }
 
 /// `[server]`.
@@ -97,6 +101,8 @@ pub struct ServerConfig {
     pub tls: Option<ServerTls>,
     /// Plain-text HTTP/2 with prior knowledge beside HTTP/1.1 on a listener without TLS.
     pub h2c: bool,
+    /// `rls_listen`: Envoy's rate limit service (gRPC, h2c), off when `None`.
+    pub rls_listen: Option<SocketAddr>,
 }
 
 /// `store.backend`.
@@ -277,6 +283,8 @@ pub struct PolicyConfig {
     pub queue: Option<QueueSpec>,
     /// `concurrency`.
     pub concurrency: Option<usize>,
+    /// `shadow`: decide, count, log and send headers as usual, never deny or queue.
+    pub shadow: bool,
     /// The line of its `name`, for errors found when it is built.
     pub line: usize,
 }
@@ -484,6 +492,10 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
     let browser = top
         .table("browser", &mut errors)
         .map(|(t, _)| browser::parse(t, &mut errors));
+    let rls = top
+        .array("rls", &mut errors)
+        .map(|items| rls::parse(items, &names, &mut errors))
+        .unwrap_or_default();
     top.finish(&mut errors);
     if errors.list.is_empty() {
         Ok(Config {
@@ -493,6 +505,7 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
             policies,
             routes: routes.into_iter().map(|(r, _)| r).collect(),
             browser,
+            rls,
         })
     } else {
         errors.list.sort_by_key(|e| (e.line, e.column));
@@ -607,6 +620,20 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
             format!("`{admin_listen}` would take the same port as server.listen (`{listen}`): give one of them another port, or port 0 for any free one"),
         );
     }
+    let rls_listen = f.str("rls_listen", errors).and_then(|(text, at)| {
+        let parsed = text.parse::<SocketAddr>().ok();
+        match parsed {
+            None => errors.at(at, "server.rls_listen", format!("cannot read `{text}` as an address: expected IP:PORT such as `127.0.0.1:8081`")),
+            Some(rls) => {
+                for (other, name) in [(listen, "server.listen"), (admin_listen, "server.admin_listen")] {
+                    if listeners_collide(rls, other) {
+                        errors.at(at, "server.rls_listen", format!("`{rls}` would take the same port as {name} (`{other}`): give one of them another port, or port 0 for any free one"));
+                    }
+                }
+            }
+        }
+        parsed
+    });
     let mut trusted_proxies = Vec::new();
     for (text, at) in f.strings("trusted_proxies", errors).unwrap_or_default() {
         let net = text
@@ -716,6 +743,7 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         .and_then(|(t, at)| server_tls(t, at, errors));
     f.finish(errors);
     ServerConfig {
+        rls_listen,
         send_timeout,
         keep_alive_timeout,
         upstream_connect_timeout,
@@ -1034,6 +1062,20 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
         }
         Some((n, _)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
     };
+    let shadow = match f.get("shadow") {
+        None => false,
+        Some(value) => match value.get_ref() {
+            DeValue::Boolean(b) => *b,
+            other => {
+                errors.value(
+                    value,
+                    &f.path("shadow"),
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                false
+            }
+        },
+    };
     let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
     if name.is_none() {
         errors.at(table_at, &f.path("name"), "a policy needs a name");
@@ -1062,6 +1104,7 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
             max_keys,
             queue,
             concurrency,
+            shadow,
             line: errors.line_of(at),
         },
         at,

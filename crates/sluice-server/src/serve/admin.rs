@@ -6,6 +6,7 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | 200 `ok` |
 //! | `GET /dashboard`, `GET /v1/stats` | the dashboard and its data |
+//! | `GET /v1/policies`, `PUT /v1/policies/NAME` | the policies in force; a live change of one (see [`crate::serve::policies`]) |
 //!
 //! With `server.admin_token`, every endpoint but `/healthz` answers 401 unless the request
 //! carries `Authorization: Bearer <token>`. The listener has the main listener's
@@ -44,6 +45,11 @@ pub fn router(shared: &'static Shared) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/dashboard", get(crate::dashboard::page::page))
         .route("/v1/stats", get(crate::dashboard::page::stats))
+        .route("/v1/policies", get(crate::serve::policies::list))
+        .route(
+            "/v1/policies/{name}",
+            axum::routing::put(crate::serve::policies::update),
+        )
         .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such admin endpoint") })
         .layer(DefaultBodyLimit::max(MAX_CHECK_BODY))
         .layer(axum::middleware::from_fn_with_state(shared, authorize))

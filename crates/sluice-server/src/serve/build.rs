@@ -33,6 +33,8 @@ pub struct Runtime {
     pub carried: Vec<String>,
     /// `[browser]`: the browser assets and telemetry, answered before the routes.
     pub browser: Option<crate::browser::Browser>,
+    /// `[[rls]]`: the descriptors Envoy's rate limit service decides, over these policies.
+    pub rls: crate::rls::RlsTable,
     /// What to do once this runtime is in use (see [`Runtime::take_over`]).
     handovers: std::sync::Mutex<Vec<Handover>>,
 }
@@ -171,7 +173,9 @@ pub fn build_with(
             TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
         )
     });
+    let rls = crate::rls::RlsTable::new(&config.rls, &policies);
     Ok(Runtime {
+        rls,
         config,
         gateway,
         policies,
@@ -186,8 +190,29 @@ impl Runtime {
     /// Before this runtime is swapped in: converts the Redis keys that are safe to convert
     /// while the old runtime still reads them (see [`before_swap`]), so that the new runtime
     /// finds them converted.
+    ///
+    /// First waits (at most 2 s) until each of its Redis stores answers: a new store connects
+    /// in the background, and until then `on_error` decides (a 503 with `deny`, a bucket of
+    /// this process with `local`), which a swap should not bring on while Redis is up.
     pub async fn prepare(&self) {
+        self.wait_for_redis().await;
         self.convert_redis(true).await;
+    }
+
+    async fn wait_for_redis(&self) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+        for (name, policy) in &self.policies {
+            let Backend::Redis(store) = policy.backend() else {
+                continue;
+            };
+            while !store.is_using_redis() {
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::warn!(policy = %name, "redis: the new store is not connected yet; store.on_error decides until it is");
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        }
     }
 
     /// Once this runtime is the one in use: the file stores it succeeds stop writing and
@@ -292,6 +317,7 @@ fn build_policy(
     let fail = |message: String| error(message, false);
     let algorithm = AnyAlgorithm::new(p.algorithm, p.quota);
     let mut builder = Policy::builder(p.name.clone(), algorithm)
+        .shadow(p.shadow)
         .key(p.key.clone())
         .max_keys(p.max_keys);
     if let Some(q) = p.queue {

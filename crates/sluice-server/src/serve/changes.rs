@@ -11,6 +11,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
         Some("server.listen")
     } else if a.admin_listen != b.admin_listen {
         Some("server.admin_listen")
+    } else if a.rls_listen != b.rls_listen {
+        Some("server.rls_listen")
     } else if a.workers != b.workers {
         Some("server.workers")
     } else if old.store.key_salt != new.store.key_salt {
@@ -93,6 +95,13 @@ pub fn describe(old: &Config, new: &Config) -> String {
             new.routes.len()
         ));
     }
+    if old.rls != new.rls {
+        out.push(format!(
+            "rls ({} -> {} rules)",
+            old.rls.len(),
+            new.rls.len()
+        ));
+    }
     if old.browser != new.browser {
         out.push(String::from("browser"));
     }
@@ -118,6 +127,12 @@ fn policy_changes(o: &PolicyConfig, p: &PolicyConfig) -> Vec<String> {
     if o.quota.rate() != p.quota.rate() {
         fields.push(format!("rate {} -> {}", o.quota.rate(), p.quota.rate()));
     }
-    push_changed!(fields, "", o, p, [key, max_keys, queue, concurrency]);
+    push_changed!(
+        fields,
+        "",
+        o,
+        p,
+        [key, max_keys, queue, concurrency, shadow]
+    );
     fields
 }

@@ -424,7 +424,13 @@ pub async fn handle(
     } else {
         None
     };
-    let head = log.then(|| (req.method().clone(), req.uri().path().to_owned()));
+    let head = log.then(|| {
+        (
+            req.method().clone(),
+            req.uri().path().to_owned(),
+            trace_id(req.headers()),
+        )
+    });
     let handled = runtime.gateway.handle(proxy, req, peer).await;
     let mut response = handled.response;
     if let (true, Some(id)) = (ids, id.as_ref()) {
@@ -432,9 +438,11 @@ pub async fn handle(
             .headers_mut()
             .insert(X_REQUEST_ID.clone(), id.clone());
     }
-    if let Some((method, path)) = head {
+    if let Some((method, path, trace)) = head {
         let (policy, reason) = match &handled.outcome {
-            Outcome::Denied { policy, reason } => (Some(*policy), Some(reason.as_str())),
+            Outcome::Denied { policy, reason } | Outcome::ShadowDenied { policy, reason } => {
+                (Some(*policy), Some(reason.as_str()))
+            }
             _ => (None, None),
         };
         tracing::info!(
@@ -448,10 +456,25 @@ pub async fn handle(
             decision = %handled.outcome,
             policy,
             reason,
+            trace_id = trace.as_ref().and_then(|t| t.to_str().ok()),
             ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
         );
     }
     response
+}
+
+/// The trace id of a well-formed W3C `traceparent` (`VERSION-TRACEID-PARENTID-FLAGS`, the
+/// trace id 32 lowercase hex digits, not all zero), for the access log; `None` without one.
+/// The header itself (and `tracestate`) goes upstream untouched either way.
+fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
+    let value = headers.get("traceparent")?.as_bytes();
+    let id = value.get(3..35)?;
+    let well_formed = value.len() >= 55
+        && value[2] == b'-'
+        && value[35] == b'-'
+        && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && id.iter().any(|&b| b != b'0');
+    well_formed.then(|| HeaderValue::from_bytes(id).ok())?
 }
 
 /// The request's id: a well-formed incoming `X-Request-Id` (visible ASCII, at most 64

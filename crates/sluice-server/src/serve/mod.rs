@@ -7,8 +7,8 @@
 //!   or store settings changed keeps each key's state, converted so that no key gains
 //!   tokens (tokens left after = min(before, new capacity)). A config that is invalid, that
 //!   cannot be built (a store that cannot open), or that changes `server.listen`,
-//!   `server.admin_listen` or `server.workers` (they need a restart) is refused, and the old
-//!   configuration keeps serving untouched. Each reload logs one line saying what changed
+//!   `server.admin_listen`, `server.rls_listen` or `server.workers` (they need a restart) is
+//!   refused, and the old configuration keeps serving untouched. Each reload logs one line saying what changed
 //!   and counts itself in `sluice_reloads_total{result="ok"|"refused"}`.
 
 pub mod admin;
@@ -17,6 +17,7 @@ pub mod changes;
 pub mod conn;
 pub mod demo;
 pub mod gateway;
+pub mod policies;
 pub mod state;
 
 use std::path::PathBuf;
@@ -72,6 +73,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     crate::browser::telemetry::describe();
     gateway::describe_metrics();
     conn::describe_metrics();
+    crate::rls::describe_metrics();
     metrics::describe_counter!(
         "sluice_reloads_total",
         metrics::Unit::Count,
@@ -110,11 +112,21 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     let admin_listener = TcpListener::bind(server.admin_listen)
         .await
         .with_context(|| format!("binding server.admin_listen {}", server.admin_listen))?;
+    let rls_listener = match server.rls_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding server.rls_listen {addr}"))?,
+        ),
+        None => None,
+    };
     // Lives as long as the process: every request borrows it instead of counting references.
     let shared: &'static Shared = Box::leak(Box::new(Shared {
         runtime: ArcSwap::from_pointee(runtime),
         prometheus,
         ids: RequestIds,
+        demo,
+        reconfigure: tokio::sync::Mutex::new(()),
     }));
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
@@ -123,10 +135,12 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     let workers = gateway::Workers::start(&server, shared, &stop_rx)
         .with_context(|| format!("binding server.listen {}", server.listen))?;
     let admin = tokio::spawn(admin::serve(admin_listener, shared, stop_rx.clone()));
+    let rls = rls_listener.map(|l| tokio::spawn(crate::rls::serve(l, shared, stop_rx.clone())));
     drop(stop_rx);
     tracing::info!(
         listen = %server.listen,
         admin_listen = %server.admin_listen,
+        rls_listen = ?server.rls_listen,
         workers = server.workers,
         config = %source,
         "sluice serving"
@@ -146,6 +160,9 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     tracing::info!("drained");
     build::close_stores(&shared.current());
     let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
+    if let Some(rls) = rls {
+        let _ = tokio::time::timeout(Duration::from_secs(1), rls).await;
+    }
     Ok(())
 }
 
@@ -161,6 +178,7 @@ async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::
         tracing::warn!("SIGHUP: running on the embedded defaults, nothing to reload");
         return;
     };
+    let _one_at_a_time = shared.reconfigure.lock().await;
     let config = match config::load(path) {
         Ok(c) => c,
         Err(e) => {

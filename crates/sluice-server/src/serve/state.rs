@@ -17,6 +17,11 @@ pub struct Shared {
     pub prometheus: PrometheusHandle,
     /// Request ids.
     pub ids: RequestIds,
+    /// The built-in demo upstream, if started (a rebuilt runtime needs its address).
+    pub demo: Option<std::net::SocketAddr>,
+    /// Held while a new runtime is built and swapped in (a reload, a live policy change), so
+    /// that two changes never build on the same runtime and one undo the other.
+    pub reconfigure: tokio::sync::Mutex<()>,
 }
 
 impl Shared {

@@ -87,6 +87,13 @@ impl DenialCache {
         shard.insert(key.to_owned(), denial);
     }
 
+    /// Forgets every denial (they were answered under state that has since been rewritten).
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().clear();
+        }
+    }
+
     /// Keys denied now, with their decisions as of `now`.
     pub(crate) fn denied(&self, now: u64) -> Vec<(String, Decision)> {
         let mut out = Vec::new();

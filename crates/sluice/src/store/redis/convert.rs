@@ -146,7 +146,17 @@ impl RedisStore {
     ///
     /// [`RedisStoreError::Connect`] when Redis cannot be reached or fails mid-way (keys not
     /// reached yet keep the old form). On a Cluster every master is walked in turn.
+    ///
+    /// Afterwards this store forgets the denials it remembers: answered while keys were still
+    /// in the old form (read as more debt than they hold once converted), they would go on
+    /// refusing, without asking Redis, keys that conversion emptied or relieved.
     pub async fn convert_from(&self, from: &AnyAlgorithm) -> Result<usize, RedisStoreError> {
+        let converted = self.convert_keys(from).await;
+        self.forget_denials();
+        converted
+    }
+
+    async fn convert_keys(&self, from: &AnyAlgorithm) -> Result<usize, RedisStoreError> {
         let to = *self.algorithm();
         let config = self.config().clone();
         let (Some(family), Some(new_family)) = (family(from.kind()), family(to.kind())) else {

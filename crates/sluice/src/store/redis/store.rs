@@ -179,6 +179,11 @@ impl RedisStore {
         &self.inner.config
     }
 
+    /// Forgets the denials this store remembers (see [`RedisStore::convert_from`]).
+    pub(crate) fn forget_denials(&self) {
+        self.inner.denials.clear();
+    }
+
     /// Whether decisions come from Redis right now (`false` while the policy decides).
     pub fn is_using_redis(&self) -> bool {
         self.inner.health.is_up()
