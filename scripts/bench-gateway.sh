@@ -24,6 +24,10 @@
 # the result. Then the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
 # count is compared with burst + rate x duration.
 #
+# With SLUICE_BASE=<commit>, that commit's gateway is built too (in a worktree under
+# target/bench-ab/) and runs as sluice-base, with the configuration of the sluice run, in the
+# same rounds: the table then shows what the commits since cost or saved, side by side.
+#
 # Then (unless TLS=0) the TLS and HTTP/2 section, ROUNDS interleaved rounds of DURATION each,
 # sluice and nginx doing the same work (nginx with the nginx-same header work: X-Forwarded-For
 # and X-Request-Id both ways), both with the same self-signed P-256 certificate (openssl):
@@ -100,15 +104,15 @@ CONF
   MASTER[$name]=$!
 }
 
-start_sluice() { # name config-body port admin
-  local name=$1 body=$2 port=$3 admin=$4
+start_sluice() { # name config-body port admin [binary]
+  local name=$1 body=$2 port=$3 admin=$4 bin=${5:-$ROOT/target/release/sluice}
   cat > "$WORK/$name.toml" <<CONF
 [server]
 listen = "127.0.0.1:$port"
 admin_listen = "127.0.0.1:$admin"
 $body
 CONF
-  SLUICE_LOG=warn "$ROOT/target/release/sluice" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+  SLUICE_LOG=warn "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
   PIDS+=($!)
   MASTER[$name]=$!
   wait_port "$port"
@@ -176,6 +180,16 @@ to_ms() { # wrk latency (e.g. 812.00us, 1.20ms, 2.00s) -> milliseconds
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "building sluice (release)..." >&2
 (cd "$ROOT" && cargo build --release -q -p sluice-server && cargo build --release -q -p sluice-benches --example plain_hyper_proxy)
+BASE_BIN=
+if [ -n "${SLUICE_BASE:-}" ]; then
+  base=$(cd "$ROOT" && git rev-parse --verify --short=12 "$SLUICE_BASE^{commit}") ||
+    { echo "SLUICE_BASE: no commit \`$SLUICE_BASE\`" >&2; exit 2; }
+  tree="$ROOT/target/bench-ab/$base"
+  [ -d "$tree" ] || (cd "$ROOT" && git worktree add --detach -f "$tree" "$base" >/dev/null)
+  echo "building sluice at $base (release)..." >&2
+  (cd "$tree" && CARGO_TARGET_DIR="$ROOT/target/bench-ab/target" cargo build --release -q -p sluice-server --bin sluice)
+  BASE_BIN="$ROOT/target/bench-ab/target/release/sluice"
+fi
 
 UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
 SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
@@ -210,6 +224,10 @@ route() { printf '[[route]]\npath_prefix = "/"\npolicies = ["%s"]\nupstream = "h
 start_sluice open "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SL" "$SLA"
 start_sluice shut "$(printf '[[policy]]\nname = "shut"\nalgorithm = "gcra"\ncapacity = 1\nrate = "1/h"\nkey = "ip"\n'; route shut)" "$SL429" "$SL429A"
 start_sluice noid "$(printf 'request_id = false\n[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SLNOID" "$SLNOIDA"
+if [ -n "$BASE_BIN" ]; then
+  SLBASE=$(free_port); SLBASEA=$(free_port)
+  start_sluice base "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SLBASE" "$SLBASEA" "$BASE_BIN"
+fi
 start_sluice acc "$(printf '[[policy]]\nname = "acc"\nalgorithm = "gcra"\ncapacity = 20\nrate = "100/s"\nkey = "ip"\n'; route acc)" "$SLACC" "$SLACCA"
 
 "$ROOT/target/release/examples/plain_hyper_proxy" "127.0.0.1:$HY" "127.0.0.1:$UP" &
@@ -218,11 +236,12 @@ MASTER[hyper]=$!
 wait_port "$HY"
 
 # Warm up every path once (connections, pools, caches).
-for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429 $SLNOID; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429 $SLNOID ${SLBASE:-}; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
 # label:port:server of each run, in the order they are interleaved.
 RUNS=("direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "nginx-same:$NGSAME:proxysame"
   "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429" "sluice-noid:$SLNOID:noid")
+[ -n "$BASE_BIN" ] && RUNS+=("sluice-base:$SLBASE:base")
 declare -A SAMPLES
 # Runs each label:port:server given ROUNDS times, the runs interleaved, into SAMPLES.
 run_rounds() {
@@ -338,6 +357,7 @@ $(row nginx-429)
 $(row sluice-noid)
 $(row sluice-idle)
 $(row nginx-idle)
+$([ -n "$BASE_BIN" ] && row sluice-base)
 
 Server CPU: the user and kernel time of the processes answering wrk (sluice, the plain hyper proxy, or nginx's workers; for
 direct, the upstream's workers), divided by the requests of the run (median of the rounds). Upstream and wrk CPU: the same for
@@ -360,6 +380,7 @@ machine spends on a request, which sets the throughput while all three processes
 - With $IDLE idle keep-alive connections open to each ($IDLE_OPEN): sluice-idle / nginx-idle throughput =
   **$(ratio "$(field sluice-idle 1)" "$(field nginx-idle 1)")**; p99 sluice $(field sluice-idle 3) ms, nginx $(field nginx-idle 3) ms
   (sluice - nginx = $(minus "$(field sluice-idle 3)" "$(field nginx-idle 3)") ms).
+$([ -n "$BASE_BIN" ] && printf -- '- sluice at %s (sluice-base, same configuration, same rounds): sluice / sluice-base = **%s**; p99 sluice-base %s ms.\n' "$base" "$(ratio "$(field sluice 1)" "$(field sluice-base 1)")" "$(field sluice-base 3)")
 
 Low rate: 100/s with a burst of 20, flooded for 10 s (wrk -c$CONNS). Expected admitted = burst + 100 x measured duration
 (nginx's burst admits burst + 1 at once: its first request does not count against the burst).

@@ -285,7 +285,8 @@ where
             loop {
                 let (mut sender, reused) = match self.checkout(authority, tls) {
                     Some(sender) => (sender, true),
-                    None => (self.connect(upstream).await?, false),
+                    // Boxed: the cold path's future stays out of every request's.
+                    None => (Box::pin(self.connect(upstream)).await?, false),
                 };
                 match sender.try_send_request(request).await {
                     Ok(response) => {

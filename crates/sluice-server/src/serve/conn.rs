@@ -26,13 +26,12 @@
 use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::task::AtomicWaker;
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -50,17 +49,30 @@ pub struct Timeouts {
 }
 
 /// Where the connection's requests stand, shared by the socket wrapper and the service.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Exchange {
     /// Requests whose head was complete (the service was called).
     started: AtomicU32,
     /// Requests whose response body has been dropped (sent, or abandoned).
     ended: AtomicU32,
-    /// The connection's task, while a read waits during a request: woken when the request
-    /// ends, so that the keep-alive clock starts then (hyper may not read again by itself).
-    reader: AtomicWaker,
+    /// When the last request ended, in nanoseconds since `origin`: the keep-alive clock
+    /// starts there.
+    ended_at: AtomicU64,
+    origin: Instant,
     /// HTTP/2: bytes read while idle are not the start of a request head.
     multiplexed: AtomicBool,
+}
+
+impl Default for Exchange {
+    fn default() -> Self {
+        Exchange {
+            started: AtomicU32::new(0),
+            ended: AtomicU32::new(0),
+            ended_at: AtomicU64::new(0),
+            origin: Instant::now(),
+            multiplexed: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Exchange {
@@ -75,16 +87,30 @@ impl Exchange {
         self.multiplexed.store(true, Ordering::Relaxed);
     }
 
+    fn end(&self) {
+        let since = Instant::now().saturating_duration_since(self.origin);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        self.ended_at.store(nanos, Ordering::Relaxed);
+        // Release: whoever sees the count sees the time.
+        self.ended.fetch_add(1, Ordering::Release);
+    }
+
     fn busy(&self) -> bool {
-        self.started.load(Ordering::Relaxed) != self.ended.load(Ordering::Relaxed)
+        self.started.load(Ordering::Relaxed) != self.ended.load(Ordering::Acquire)
+    }
+
+    /// When the connection went idle: the end of its last request.
+    fn idle_since(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.ended_at.load(Ordering::Relaxed))
     }
 }
 
 /// What the read clock is timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// A request head (from the accept, or from its first byte).
-    Head,
+    /// A request head (from the accept, or from its first byte), entered when `ended`
+    /// requests had ended.
+    Head(u32),
     /// Between requests, since the response that ended as `ended` was counted.
     Idle(u32),
     /// A request in flight: the body has its own timeout, the response is being made.
@@ -92,8 +118,14 @@ enum Phase {
 }
 
 /// The client socket, with the connection's timeouts.
-pub struct EdgeIo {
-    stream: TcpStream,
+///
+/// No task wake-up is spent per request. While a request is in flight, a read that waits
+/// sets the read timer to `keep_alive_timeout` from then (re-set whenever it fires while
+/// the request lasts): when the request ends, that deadline is never later than the
+/// keep-alive deadline, so the timer wakes the connection in time, and the read then
+/// waits on to the exact deadline, `keep_alive_timeout` after the request's end.
+pub struct EdgeIo<S = TcpStream> {
+    stream: S,
     exchange: Arc<Exchange>,
     timeouts: Timeouts,
     phase: Phase,
@@ -104,14 +136,14 @@ pub struct EdgeIo {
     write_timer: Option<Pin<Box<Sleep>>>,
 }
 
-impl EdgeIo {
+impl<S> EdgeIo<S> {
     /// Wraps `stream`; `exchange` is shared with the connection's service.
-    pub fn new(stream: TcpStream, exchange: Arc<Exchange>, timeouts: Timeouts) -> EdgeIo {
+    pub fn new(stream: S, exchange: Arc<Exchange>, timeouts: Timeouts) -> EdgeIo<S> {
         EdgeIo {
             stream,
             exchange,
             timeouts,
-            phase: Phase::Head,
+            phase: Phase::Head(0),
             read_armed: false,
             read_timer: None,
             write_armed: false,
@@ -122,39 +154,72 @@ impl EdgeIo {
     /// The phase now, from what the service reported.
     fn current_phase(&mut self) -> Phase {
         if self.exchange.busy() {
-            self.phase = Phase::Busy;
-            self.read_armed = false;
-        } else if self.phase == Phase::Busy {
-            self.phase = Phase::Idle(self.exchange.ended.load(Ordering::Relaxed));
-            self.read_armed = false;
+            if self.phase != Phase::Busy {
+                self.phase = Phase::Busy;
+                self.read_armed = false;
+            }
+        } else {
+            let ended = self.exchange.ended.load(Ordering::Acquire);
+            match self.phase {
+                // A timer set while the request was in flight is due no later than the
+                // keep-alive deadline: it stays, and the read waits on when it fires.
+                Phase::Busy => self.phase = Phase::Idle(ended),
+                // A request began and ended between two reads: idle again, from its end.
+                Phase::Idle(seen) | Phase::Head(seen) if seen != ended => {
+                    self.phase = Phase::Idle(ended);
+                    self.read_armed = false;
+                }
+                Phase::Idle(_) | Phase::Head(_) => {}
+            }
         }
         self.phase
+    }
+
+    fn set_read_timer(&mut self, deadline: Instant) {
+        match &mut self.read_timer {
+            Some(timer) => timer.as_mut().reset(deadline),
+            None => self.read_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
     }
 
     /// A read must wait: whether its deadline has passed (setting the timer for the phase
     /// the first time).
     fn read_expired(&mut self, cx: &mut Context<'_>) -> bool {
-        let limit = match self.current_phase() {
-            Phase::Busy => {
-                self.exchange.reader.register(cx.waker());
-                return false;
-            }
-            Phase::Head => self.timeouts.header,
-            Phase::Idle(_) => self.timeouts.keep_alive,
-        };
+        let phase = self.current_phase();
         if !self.read_armed {
             self.read_armed = true;
-            let deadline = Instant::now() + limit;
-            match &mut self.read_timer {
-                Some(timer) => timer.as_mut().reset(deadline),
-                None => self.read_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            let deadline = match phase {
+                Phase::Head(_) => Instant::now() + self.timeouts.header,
+                Phase::Idle(_) => self.exchange.idle_since() + self.timeouts.keep_alive,
+                Phase::Busy => Instant::now() + self.timeouts.keep_alive,
+            };
+            self.set_read_timer(deadline);
+        }
+        loop {
+            let fired = self
+                .read_timer
+                .as_mut()
+                .is_some_and(|t| t.as_mut().poll(cx).is_ready());
+            if !fired {
+                return false;
+            }
+            match self.current_phase() {
+                Phase::Head(_) => return true,
+                Phase::Busy => {
+                    // A long request: look again a keep-alive later.
+                    let next = Instant::now() + self.timeouts.keep_alive;
+                    self.set_read_timer(next);
+                }
+                Phase::Idle(_) => {
+                    let deadline = self.exchange.idle_since() + self.timeouts.keep_alive;
+                    if Instant::now() >= deadline {
+                        return true;
+                    }
+                    self.set_read_timer(deadline);
+                }
             }
         }
-        self.read_timer
-            .as_mut()
-            .is_some_and(|t| t.as_mut().poll(cx).is_ready())
     }
-
     /// A write must wait: whether it has stalled for `send_timeout`.
     fn write_expired(&mut self, cx: &mut Context<'_>) -> bool {
         if !self.write_armed {
@@ -209,7 +274,7 @@ pub fn describe_metrics() {
     );
 }
 
-impl AsyncRead for EdgeIo {
+impl<S: AsyncRead + Unpin> AsyncRead for EdgeIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -231,12 +296,12 @@ impl AsyncRead for EdgeIo {
             }
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    if let Phase::Idle(_) = this.current_phase() {
+                    if let Phase::Idle(ended) = this.current_phase() {
                         // The first bytes of the next request: its head is timed from here.
                         // HTTP/2 reads frames between requests too: the idle clock runs on
                         // until a stream opens (the service marks the connection busy).
                         if !this.exchange.multiplexed.load(Ordering::Relaxed) {
-                            this.phase = Phase::Head;
+                            this.phase = Phase::Head(ended);
                             this.read_armed = false;
                         }
                     }
@@ -248,7 +313,7 @@ impl AsyncRead for EdgeIo {
     }
 }
 
-impl AsyncWrite for EdgeIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -295,8 +360,7 @@ pub struct Ending<B> {
 
 impl<B> Drop for Ending<B> {
     fn drop(&mut self) {
-        self.exchange.ended.fetch_add(1, Ordering::Relaxed);
-        self.exchange.reader.wake();
+        self.exchange.end();
     }
 }
 
@@ -325,5 +389,156 @@ impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for Ending<B>
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body_util::Full;
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+
+    const TIMEOUTS: Timeouts = Timeouts {
+        header: Duration::from_secs(1),
+        keep_alive: Duration::from_secs(3),
+        send: Duration::from_secs(60),
+    };
+
+    /// A connection served as the gateway serves its own: the service marks each request's
+    /// start, its response body its end. Each response takes `think` to begin.
+    fn serve(think: Duration) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let exchange = Arc::new(Exchange::default());
+        let io = EdgeIo::new(server, Arc::clone(&exchange), TIMEOUTS);
+        let service = service_fn(move |_req| {
+            exchange.start();
+            let exchange = Arc::clone(&exchange);
+            async move {
+                tokio::time::sleep(think).await;
+                let body = Ending::new(Full::new(Bytes::from_static(b"ok")), exchange);
+                Ok::<_, Infallible>(hyper::Response::new(body))
+            }
+        });
+        tokio::spawn(async move {
+            let _ = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(io), service)
+                .await;
+        });
+        client
+    }
+
+    /// Reads one whole response (ending in the 2-byte body) or the close.
+    async fn response(client: &mut DuplexStream) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"ok") {
+            let n = client.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    /// How long until the server closes the connection, from now.
+    async fn closed_after(client: &mut DuplexStream) -> Duration {
+        let from = Instant::now();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            client.read(&mut buf).await.unwrap(),
+            0,
+            "a close, not bytes"
+        );
+        from.elapsed()
+    }
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+
+    fn near(got: Duration, want: Duration) -> bool {
+        got.abs_diff(want) <= Duration::from_millis(5)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_clock_starts_when_a_response_ends() {
+        let mut client = serve(Duration::ZERO);
+        for round in 0..3 {
+            // Idle for less than the keep-alive (but more than the header timeout) between
+            // requests; the first comes at once (its head is timed from the accept).
+            if round > 0 {
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+            }
+            client.write_all(GET).await.unwrap();
+            assert!(response(&mut client).await.starts_with("HTTP/1.1 200"));
+        }
+        let idle = closed_after(&mut client).await;
+        assert!(
+            near(idle, TIMEOUTS.keep_alive),
+            "closed after {idle:?} idle"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_longer_than_the_keep_alive_keeps_its_connection() {
+        let mut client = serve(Duration::from_secs(10));
+        client.write_all(GET).await.unwrap();
+        let from = Instant::now();
+        let answer = response(&mut client).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        assert!(near(from.elapsed(), Duration::from_secs(10)));
+        let idle = closed_after(&mut client).await;
+        assert!(
+            near(idle, TIMEOUTS.keep_alive),
+            "closed after {idle:?} idle"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_is_timed_from_its_first_byte_and_the_first_from_the_accept() {
+        let mut client = serve(Duration::ZERO);
+        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let slow = closed_after(&mut client).await;
+        assert!(near(slow, TIMEOUTS.header), "closed after {slow:?}");
+
+        let mut client = serve(Duration::ZERO);
+        client.write_all(GET).await.unwrap();
+        assert!(response(&mut client).await.starts_with("HTTP/1.1 200"));
+        // Idle for 2 s (within the keep-alive), then a head that stalls: the header
+        // timeout runs from its first byte.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let slow = closed_after(&mut client).await;
+        assert!(near(slow, TIMEOUTS.header), "closed after {slow:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pipelined_requests_are_each_timed_from_their_own_end() {
+        let mut client = serve(Duration::from_secs(2));
+        let two = [GET, GET].concat();
+        client.write_all(&two).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while got.windows(2).filter(|w| w == b"ok").count() < 2 {
+            let n = client.read(&mut buf).await.unwrap();
+            assert_ne!(
+                n,
+                0,
+                "closed before both answers: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        let idle = closed_after(&mut client).await;
+        assert!(
+            near(idle, TIMEOUTS.keep_alive),
+            "closed after {idle:?} idle"
+        );
     }
 }
