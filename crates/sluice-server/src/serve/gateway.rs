@@ -341,18 +341,24 @@ async fn accept_loop(
         // handshake) still reaches it.
         let watcher = graceful.watcher();
         let protocols = Arc::clone(&protocols);
-        tokio::spawn(async move {
-            let served = match listening {
-                Listening::Plain { h2c } => {
+        // One task type per transport: a plain connection's task holds no TLS state.
+        match listening {
+            Listening::Plain { h2c } => {
+                tokio::spawn(async move {
                     let builder = if h2c {
                         &protocols.detect
                     } else {
                         &protocols.http1
                     };
                     let connection = builder.serve_connection(TokioIo::new(io), service);
-                    watcher.watch(connection).await
-                }
-                Listening::Tls(acceptor) => {
+                    if let Err(e) = watcher.watch(connection).await {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
+                    drop(counted);
+                });
+            }
+            Listening::Tls(acceptor) => {
+                tokio::spawn(async move {
                     // The handshake reads through EdgeIo in its first phase, so it is bounded
                     // by header_read_timeout (from the accept) like a first request head.
                     let stream = match acceptor.accept(io).await {
@@ -369,14 +375,13 @@ async fn accept_loop(
                         &protocols.http1
                     };
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(connection).await
-                }
-            };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    if let Err(e) = watcher.watch(connection).await {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
+                    drop(counted);
+                });
             }
-            drop(counted);
-        });
+        }
     }
     drop(listener);
     graceful
