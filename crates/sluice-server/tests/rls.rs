@@ -183,7 +183,10 @@ async fn one_descriptor_counts_exactly_with_every_field() {
         3.0
     );
     assert_eq!(
-        metric(&m, "sluice_policy_admitted_total{policy=\"search\",protocol=\"grpc\"}"),
+        metric(
+            &m,
+            "sluice_policy_admitted_total{policy=\"search\",protocol=\"grpc\"}"
+        ),
         6.0
     );
     assert_eq!(
@@ -372,7 +375,10 @@ async fn a_shadow_policy_answers_ok_with_the_real_remaining() {
         3.0
     );
     assert_eq!(
-        metric(&m, "sluice_policy_admitted_total{policy=\"search\",protocol=\"grpc\"}"),
+        metric(
+            &m,
+            "sluice_policy_admitted_total{policy=\"search\",protocol=\"grpc\"}"
+        ),
         5.0
     );
     assert_eq!(metric(&m, "sluice_rls_requests_total{code=\"ok\"}"), 8.0);

@@ -262,7 +262,8 @@ where
     ) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
         let upstream = route.upstream();
         if upstream.protocol() == Protocol::H2c {
-            return self.forward_h2(request, route, peer).await;
+            // Boxed: the HTTP/2 exchange's future stays out of every HTTP/1.1 request's.
+            return Box::pin(self.forward_h2(request, route, peer)).await;
         }
         let (mut parts, body) = request.into_parts();
         remove_hop_by_hop(&mut parts.headers);
@@ -369,7 +370,7 @@ where
             loop {
                 let (mut sender, reused) = match self.multiplexed(upstream.authority()) {
                     Some(sender) => (sender, true),
-                    None => (self.connect_h2(upstream).await?, false),
+                    None => (Box::pin(self.connect_h2(upstream)).await?, false),
                 };
                 match sender.try_send_request(request).await {
                     Ok(response) => return Ok((response, None)),

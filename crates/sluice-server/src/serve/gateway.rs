@@ -345,24 +345,33 @@ async fn accept_loop(
         // handshake) still reaches it.
         let watcher = graceful.watcher();
         let protocols = Arc::clone(&protocols);
-        tokio::spawn(async move {
-            let served = match listening {
-                // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
-                // capable builder detects HTTP/2 whatever it was told, so the connections that
-                // must speak HTTP/1.1 only refuse the preface themselves (`Http1Only`).
-                Listening::Plain { h2c: true } => {
-                    let connection = protocols
-                        .detect
-                        .serve_connection_with_upgrades(TokioIo::new(io), service);
-                    watcher.watch(connection).await
-                }
-                Listening::Plain { h2c: false } => {
-                    let connection = protocols
-                        .http1
-                        .serve_connection_with_upgrades(TokioIo::new(Http1Only::new(io)), service);
-                    watcher.watch(connection).await
-                }
-                Listening::Tls(acceptor) => {
+        // One task type per transport: a plain connection's task holds no TLS state.
+        match listening {
+            Listening::Plain { h2c } => {
+                tokio::spawn(async move {
+                    // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
+                    // capable builder detects HTTP/2 whatever it was told, so the connections
+                    // that must speak HTTP/1.1 only refuse the preface themselves (`Http1Only`).
+                    let served = if h2c {
+                        let connection = protocols
+                            .detect
+                            .serve_connection_with_upgrades(TokioIo::new(io), service);
+                        watcher.watch(connection).await
+                    } else {
+                        let connection = protocols.http1.serve_connection_with_upgrades(
+                            TokioIo::new(Http1Only::new(io)),
+                            service,
+                        );
+                        watcher.watch(connection).await
+                    };
+                    if let Err(e) = served {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    }
+                    drop(counted);
+                });
+            }
+            Listening::Tls(acceptor) => {
+                tokio::spawn(async move {
                     // The handshake reads through EdgeIo in its first phase, so it is bounded
                     // by header_read_timeout (from the accept) like a first request head.
                     let stream = match acceptor.accept(io).await {
@@ -373,7 +382,7 @@ async fn accept_loop(
                             return;
                         }
                     };
-                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    let served = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                         let connection = protocols
                             .http2
                             .serve_connection(TokioIo::new(stream), service);
@@ -384,14 +393,14 @@ async fn accept_loop(
                             service,
                         );
                         watcher.watch(connection).await
+                    };
+                    if let Err(e) = served {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
                     }
-                }
-            };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    drop(counted);
+                });
             }
-            drop(counted);
-        });
+        }
     }
     drop(listener);
     graceful

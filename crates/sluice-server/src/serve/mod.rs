@@ -8,8 +8,11 @@
 //!   tokens (tokens left after = min(before, new capacity)). A config that is invalid, that
 //!   cannot be built (a store that cannot open), or that changes `server.listen`,
 //!   `server.admin_listen`, `server.rls_listen` or `server.workers` (they need a restart) is
-//!   refused, and the old configuration keeps serving untouched. Each reload logs one line saying what changed
-//!   and counts itself in `sluice_reloads_total{result="ok"|"refused"}`.
+//!   refused, and the old configuration keeps serving untouched. Each reload logs one line
+//!   saying what changed and counts itself in `sluice_reloads_total{result="ok"|"refused"}`.
+//!   The files of `[server.tls]` and every `upstream_ca` are read again too: new connections
+//!   get the new certificate, those open keep theirs; a pair that does not load refuses the
+//!   reload.
 
 pub mod admin;
 pub mod build;
