@@ -248,7 +248,11 @@ impl Gateway {
             let mut request =
                 request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
             let body = request.body_mut();
-            let checked = if !http_body::Body::is_end_stream(body)
+            // A gRPC call's request body is a stream of messages whose sender may wait for
+            // answers before it sends more (client and bidirectional streaming): it goes
+            // upstream as it comes, still cut at max_body and timed between reads.
+            let checked = if protocol != Protocol::Grpc
+                && !http_body::Body::is_end_stream(body)
                 && http_body::Body::size_hint(body).exact().is_none()
             {
                 // Unknown length: read what a small body needs before the upstream sees it.

@@ -188,6 +188,24 @@ async fn unary_and_streaming_calls_pass_with_their_trailers() {
     assert!(text.contains(line), "no {line} in\n{text}");
 }
 
+/// A bidirectional call whose client waits for each answer before it sends the next message
+/// (a chat): every message reaches the server as it is sent, though the request body's length
+/// is unknown and it stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bidirectional_call_streams_both_ways() {
+    let Some(py) = python() else { return };
+    let server = Server::start(&py, "grpc_server.py", &[]);
+    let gw = Gateway::start("h2c = true", &h2c_config(server.port, None)).await;
+    let target = format!("127.0.0.1:{}", gw.port);
+    let chat = grpc_client(&py, &["chat", &target, "4"]).await;
+    assert_eq!(chat["code"], "OK", "{chat}");
+    assert_eq!(
+        chat["answers"],
+        serde_json::json!(["echo m0", "echo m1", "echo m2", "echo m3"]),
+        "{chat}"
+    );
+}
+
 /// A denied call fails in the client with RESOURCE_EXHAUSTED, sluice's message and the
 /// pushback; an upstream that is down is UNAVAILABLE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,8 @@
     grpc_client.py unary TARGET          one unary call: the reply and the trailing metadata
     grpc_client.py stream TARGET N       a server-streaming call of N messages: when each
                                          arrived (seconds since the call) and the trailers
+    grpc_client.py chat TARGET N         a bidirectional call that sends message i only once the
+                                         answer to message i-1 is back: the answers, the code
     grpc_client.py call TARGET           one unary call: its status code, details and the
                                          metadata of a failure
     grpc_client.py retry TARGET          a probe call that is refused (its pushback), then a
@@ -12,6 +14,7 @@
 """
 
 import json
+import queue
 import sys
 import time
 
@@ -65,6 +68,29 @@ def main():
                 got.append([message.decode(), time.monotonic() - start])
             out(messages=got, trailers=metadata(call.trailing_metadata()),
                 code=call.code().name)
+    elif mode == "chat":
+        n = int(sys.argv[3])
+        outbox = queue.Queue()
+
+        def requests():
+            while True:
+                message = outbox.get()
+                if message is None:
+                    return
+                yield message
+
+        with grpc.insecure_channel(target, options=[("grpc.enable_retries", 0)]) as ch:
+            call = ch.stream_stream("/test.Echo/Chat")(requests(), timeout=10)
+            got = []
+            try:
+                outbox.put(b"m0")
+                for answer in call:
+                    got.append(answer.decode())
+                    outbox.put(f"m{len(got)}".encode() if len(got) < n else None)
+                out(answers=got, code=call.code().name)
+            except grpc.RpcError as e:
+                outbox.put(None)
+                out(answers=got, code=e.code().name, details=e.details())
     elif mode == "call":
         with grpc.insecure_channel(target, options=[("grpc.enable_retries", 0)]) as ch:
             try:

@@ -7,6 +7,8 @@ stdin closes.
   `x-trailer: unary-done`.
 - /test.Echo/Stream: the request is a count N; answers `msg 0` .. `msg N-1`, 0.3 s apart,
   then the trailing metadata `x-trailer: stream-done`.
+- /test.Echo/Chat: bidirectional; answers each request message with `echo <message>` as
+  soon as it arrives.
 """
 
 import sys
@@ -29,12 +31,19 @@ def stream(request, context):
     context.set_trailing_metadata((("x-trailer", "stream-done"),))
 
 
+def chat(requests, context):
+    for message in requests:
+        yield b"echo " + message
+
+
 class Handler(grpc.GenericRpcHandler):
     def service(self, details):
         if details.method == "/test.Echo/Unary":
             return grpc.unary_unary_rpc_method_handler(unary)
         if details.method == "/test.Echo/Stream":
             return grpc.unary_stream_rpc_method_handler(stream)
+        if details.method == "/test.Echo/Chat":
+            return grpc.stream_stream_rpc_method_handler(chat)
         return None
 
 
