@@ -412,3 +412,28 @@ async fn a_plain_connect_is_405_and_another_protocol_501() {
     assert_eq!(out["plain"]["status"], 405, "{out}");
     assert_eq!(out["other"]["status"], 501, "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_tunnel_keeps_its_connection_past_keep_alive_timeout_and_a_silent_one_closes() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"1s\"\nheader_read_timeout = \"1s\"",
+        &config(upstream.port),
+    )
+    .await;
+    let (busy, idle) = tokio::join!(
+        h2_client("busy", gw.url("/ws/h2busy"), "-", &["3"]),
+        h2_client("idle", gw.url("/ws/h2idle"), "-", &["10"]),
+    );
+    // Its only stream is a tunnel: the connection is not idle while the tunnel is open.
+    assert_eq!(
+        busy["ok"], true,
+        "a busy tunnel outlives the timeouts: {busy}"
+    );
+    assert_eq!(idle["status"], 200, "{idle}");
+    let after = idle["closed_after"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the silent tunnel stayed open: {idle}"));
+    assert!((0.9..3.0).contains(&after), "closed after {after:.3} s");
+}

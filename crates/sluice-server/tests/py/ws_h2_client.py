@@ -12,6 +12,9 @@ verified against the CA file given as CAFILE, for the name `localhost`).
     ws_h2_client.py denied URL CAFILE      two streams: how each was answered
     ws_h2_client.py abort URL CAFILE       open, echo one message, reset the stream (the
                                            connection stays); the monotonic time of the reset
+    ws_h2_client.py busy URL CAFILE SECS   one stream, a message every 0.2 s for SECS seconds
+    ws_h2_client.py idle URL CAFILE SECS   one silent stream: how long until the gateway ends
+                                           it (the stream, or the whole connection)
     ws_h2_client.py other URL CAFILE       a plain CONNECT and an extended CONNECT for another
                                            protocol: their statuses
 
@@ -214,6 +217,25 @@ def main():
         # The connection stays open while the upstream is watched.
         time.sleep(3)
         out(ok=ok, closed_at=t)
+    elif mode == "busy":
+        secs = float(sys.argv[4])
+        sid, s = c.open(path)
+        start, n = time.monotonic(), 0
+        while s.status == 200 and time.monotonic() - start < secs:
+            if not c.echo(sid, f"{n}"):
+                out(ok=False, messages=n, after=time.monotonic() - start, **answer(s))
+                return
+            n += 1
+            time.sleep(0.2)
+        out(ok=s.status == 200, messages=n)
+    elif mode == "idle":
+        secs = float(sys.argv[4])
+        sid, s = c.open(path)
+        start = time.monotonic()
+        ended = c.pump(lambda: s.ended or s.reset is not None, timeout=secs)
+        # A connection closed under the stream ends it too (pump returns False early).
+        after = time.monotonic() - start
+        out(status=s.status, closed_after=after if ended or after < secs else None)
     elif mode == "other":
         plain = answer(c.open(None, protocol=None)[1])
         other = answer(c.open(path, protocol="connect-udp")[1])
