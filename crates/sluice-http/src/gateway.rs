@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, CONNECTION, CONTENT_LENGTH, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS,
-    SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, TRANSFER_ENCODING, UPGRADE,
+    HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SEC_WEBSOCKET_ACCEPT,
+    SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION,
+    TRANSFER_ENCODING, UPGRADE,
 };
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 
@@ -148,9 +149,39 @@ impl Gateway {
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
         // Decided once: the metrics' label, and whether refusals are gRPC statuses.
         let protocol = Protocol::of(&request);
+        if protocol != Protocol::Grpc {
+            return self.handle_as(proxy, request, peer, protocol).await;
+        }
+        // A gRPC-Web client reads the gateway's Trailers-Only answer in its own content
+        // type family (`application/grpc-web…`, `application/grpc-web-text…`).
+        let web = request
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|ct| grpc::web_content_type(ct.as_bytes()));
+        let mut handled = self.handle_as(proxy, request, peer, protocol).await;
+        if let Some(web) = web {
+            if handled.outcome != Outcome::Admitted {
+                handled.response.headers_mut().insert(CONTENT_TYPE, web);
+            }
+        }
+        handled
+    }
+
+    /// [`Gateway::handle`] for a request of `protocol`.
+    async fn handle_as<B>(
+        &self,
+        proxy: &Proxy<RequestBody<B>>,
+        request: Request<B>,
+        peer: SocketAddr,
+        protocol: Protocol,
+    ) -> Handled<'_, B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
         let mut request = request;
         if request.method() == Method::CONNECT {
             // The gateway is no forward proxy: it tunnels WebSocket only (RFC 8441), which it
