@@ -437,3 +437,13 @@ async fn an_h2_tunnel_keeps_its_connection_past_keep_alive_timeout_and_a_silent_
         .unwrap_or_else(|| panic!("the silent tunnel stayed open: {idle}"));
     assert!((0.9..3.0).contains(&after), "closed after {after:.3} s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_websocket_negotiates_its_subprotocol_with_the_upstream() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &["chat"]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("echo", gw.url("/ws/sub"), "-", &["2", "superchat, chat"]).await;
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["headers"]["sec-websocket-protocol"], "chat", "{out}");
+}

@@ -5,7 +5,8 @@ client masks its frames). Prints one JSON line with what it saw.
 URL is http://HOST:PORT/PATH (h2c, prior knowledge) or https://HOST:PORT/PATH (TLS, ALPN h2,
 verified against the CA file given as CAFILE, for the name `localhost`).
 
-    ws_h2_client.py echo URL CAFILE N      one stream, N messages, each echoed
+    ws_h2_client.py echo URL CAFILE N [P]  one stream, N messages, each echoed (offering
+                                           the subprotocols P, comma-separated)
     ws_h2_client.py many URL CAFILE N      N streams on ONE connection, one after another,
                                            all kept open; then every open one echoes again
                                            (a refusal did not harm them)
@@ -116,7 +117,7 @@ class Client:
     def connect_protocol_enabled(self):
         return self.conn.remote_settings.enable_connect_protocol == 1
 
-    def open(self, path, protocol="websocket"):
+    def open(self, path, protocol="websocket", subprotocols=None):
         """Sends an extended CONNECT; returns (stream id, Stream) once answered."""
         sid = self.conn.get_next_available_stream_id()
         headers = [(":method", "CONNECT")]
@@ -129,6 +130,8 @@ class Client:
         headers += [(":authority", self.authority)]
         if protocol == "websocket":
             headers += [("sec-websocket-version", "13")]
+        if subprotocols:
+            headers += [("sec-websocket-protocol", subprotocols)]
         s = self.streams[sid] = Stream()
         self.conn.send_headers(sid, headers)
         self.flush()
@@ -185,7 +188,7 @@ def main():
         return
     if mode == "echo":
         n = int(sys.argv[4])
-        sid, s = c.open(path)
+        sid, s = c.open(path, subprotocols=sys.argv[5] if len(sys.argv) > 5 else None)
         if s.status != 200:
             out(ok=False, **answer(s))
             return
