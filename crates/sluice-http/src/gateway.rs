@@ -5,8 +5,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::header::{
+    HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SEC_WEBSOCKET_ACCEPT,
+    SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION,
+    TRANSFER_ENCODING, UPGRADE,
+};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 
 use crate::admit::{admit_as, Ask, Reason};
 use crate::body::{Body, BodyError, RequestBody};
@@ -14,10 +18,11 @@ use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::grpc;
 use crate::headers;
 use crate::path::canonical_uri;
-use crate::protocol::Protocol;
+use crate::protocol::{Connect, Protocol};
 use crate::proxy::{self, Proxy, ProxyError};
 use crate::route::{Lookup, Route, RouteTable};
 use crate::tunnel;
+use crate::websocket;
 
 /// What happened to a request, for the access log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,11 +158,67 @@ impl Gateway {
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
         // Decided once: the metrics' label, and whether refusals are gRPC statuses.
         let protocol = Protocol::of(&request);
-        // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
+        if protocol != Protocol::Grpc {
+            return self.handle_as(proxy, request, peer, protocol).await;
+        }
+        // A gRPC-Web client reads the gateway's Trailers-Only answer in its own content
+        // type family (`application/grpc-web…`, `application/grpc-web-text…`).
+        let web = request
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|ct| grpc::web_content_type(ct.as_bytes()));
+        let mut handled = self.handle_as(proxy, request, peer, protocol).await;
+        if let Some(web) = web {
+            if handled.outcome != Outcome::Admitted {
+                handled.response.headers_mut().insert(CONTENT_TYPE, web);
+            }
+        }
+        handled
+    }
+
+    /// [`Gateway::handle`] for a request of `protocol`.
+    async fn handle_as<B>(
+        &self,
+        proxy: &Proxy<RequestBody<B>>,
+        request: Request<B>,
+        peer: SocketAddr,
+        protocol: Protocol,
+    ) -> Handled<'_, B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
         let mut request = request;
+        if request.method() == Method::CONNECT {
+            // The gateway is no forward proxy: it tunnels WebSocket only (RFC 8441), which it
+            // routes and forwards as the HTTP/1.1 upgrade's GET.
+            let (status, detail) = match Connect::of(&request) {
+                Connect::WebSocket => {
+                    *request.method_mut() = Method::GET;
+                    (StatusCode::OK, "")
+                }
+                Connect::OtherProtocol => (
+                    StatusCode::NOT_IMPLEMENTED,
+                    "extended CONNECT is supported for the websocket protocol only",
+                ),
+                Connect::Plain => (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "CONNECT is not allowed: this is a reverse proxy",
+                ),
+            };
+            if status != StatusCode::OK {
+                return Handled {
+                    response: refusal(protocol, status, detail),
+                    route: None,
+                    client_ip,
+                    outcome: Outcome::MethodNotAllowed,
+                };
+            }
+        }
+        // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
         match canonical_uri(request.uri()) {
             Ok(None) => {}
             Ok(Some(uri)) => *request.uri_mut() = uri,
@@ -370,6 +431,12 @@ impl Gateway {
     /// between the two upgraded connections ([`crate::tunnel`]), which holds `permits` until
     /// it closes, and answers the client's upgrade with the `101`. Any other answer is passed
     /// on as a plain response.
+    ///
+    /// An HTTP/2 extended `CONNECT` (RFC 8441, routed as a `GET`) is sent to the upstream as
+    /// an HTTP/1.1 upgrade with a key of the gateway's, whose `Sec-WebSocket-Accept` is
+    /// checked (a wrong one is a 502); the stream is answered `200` with the upstream's
+    /// `Sec-WebSocket-Protocol` and `Sec-WebSocket-Extensions`, and becomes the client's side
+    /// of the tunnel.
     async fn upgrade<B, X>(
         &self,
         proxy: &Proxy<X>,
@@ -384,10 +451,35 @@ impl Gateway {
     {
         let (mut parts, _body) = request.into_parts();
         let client = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+        let hold = parts.extensions.remove::<tunnel::Hold>();
+        let key = (parts.version == Version::HTTP_2).then(|| {
+            let key = websocket::new_key();
+            let h = &mut parts.headers;
+            h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+            h.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+            h.insert(SEC_WEBSOCKET_KEY, key.clone());
+            h.insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+            parts.extensions.remove::<hyper::ext::Protocol>();
+            key
+        });
         let mut response =
             proxy::forward_upgrade(parts, route, peer.ip(), proxy.connect_timeout()).await?;
         match client {
             Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                if let Some(key) = &key {
+                    let expected = websocket::accept(key.as_bytes());
+                    if response
+                        .headers()
+                        .get(SEC_WEBSOCKET_ACCEPT)
+                        .map(|v| v.as_bytes())
+                        != Some(expected.as_bytes())
+                    {
+                        return Err(ProxyError::Connect(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the upstream's Sec-WebSocket-Accept does not answer its key",
+                        )));
+                    }
+                }
                 let upstream = hyper::upgrade::on(&mut response);
                 tokio::spawn(tunnel::run(
                     client,
@@ -395,8 +487,18 @@ impl Gateway {
                     permits,
                     self.tunnel_idle,
                     route.metrics.tunnels.clone(),
+                    hold,
                 ));
-                Ok(response.map(|_| Body::empty()))
+                if key.is_none() {
+                    return Ok(response.map(|_| Body::empty()));
+                }
+                let mut ok = Response::new(Body::empty());
+                for name in [SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_EXTENSIONS] {
+                    for value in response.headers().get_all(&name) {
+                        ok.headers_mut().append(name.clone(), value.clone());
+                    }
+                }
+                Ok(ok)
             }
             _ => Ok(response.map(|body| Body::upstream(body, permits, None))),
         }

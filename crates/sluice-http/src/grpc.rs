@@ -111,6 +111,32 @@ impl Pushback {
     }
 }
 
+/// The `content-type` of the gateway's answers to a gRPC-Web request whose `content-type` is
+/// `value`: the request's own (`application/grpc-web+proto`, `application/grpc-web-text`,
+/// ...), without parameters; `None` for native gRPC. gRPC-Web clients read a Trailers-Only
+/// answer's status from its headers, in their own content type.
+///
+/// # Examples
+///
+/// ```
+/// use sluice_http::grpc::web_content_type;
+///
+/// assert_eq!(web_content_type(b"application/grpc-web-text+proto; charset=x").unwrap(), "application/grpc-web-text+proto");
+/// assert_eq!(web_content_type(b"application/grpc+proto"), None);
+/// ```
+pub fn web_content_type(value: &[u8]) -> Option<HeaderValue> {
+    const WEB: &[u8] = b"application/grpc-web";
+    if value.len() < WEB.len() || !value[..WEB.len()].eq_ignore_ascii_case(WEB) {
+        return None;
+    }
+    let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+    let kind = value[..end].trim_ascii();
+    if !matches!(kind.get(WEB.len()), None | Some(b'+' | b'-')) {
+        return None;
+    }
+    HeaderValue::from_bytes(&kind.to_ascii_lowercase()).ok()
+}
+
 /// A Trailers-Only response: 200, `content-type: application/grpc`, an empty body, and the
 /// status in the headers.
 ///

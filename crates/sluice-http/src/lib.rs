@@ -56,6 +56,7 @@ pub mod proxy;
 pub mod retry;
 pub mod route;
 pub mod tunnel;
+pub mod websocket;
 
 pub use admit::{Admission, Denial, Reason};
 pub use backend::Backend;

@@ -3,7 +3,7 @@
 //! statuses ([`crate::grpc`]) and its upgrade is tunnelled.
 
 use http::header::{CONNECTION, CONTENT_TYPE, UPGRADE};
-use http::{Request, Version};
+use http::{Method, Request, Version};
 
 /// The protocol of a request, as the gateway's metrics label it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,7 +15,8 @@ pub enum Protocol {
     /// gRPC, over either (`grpc`): a `content-type` of `application/grpc` or
     /// `application/grpc+…` / `application/grpc-web…`.
     Grpc = 2,
-    /// A WebSocket upgrade: HTTP/1.1 `Upgrade: websocket` with `Connection: upgrade` (`ws`).
+    /// A WebSocket: an HTTP/1.1 upgrade (`Upgrade: websocket` with `Connection: upgrade`),
+    /// or an HTTP/2 extended `CONNECT` with `:protocol` `websocket` (RFC 8441) (`ws`).
     Ws = 3,
 }
 
@@ -58,6 +59,12 @@ impl Protocol {
             }
         }
         match request.version() {
+            // RFC 8441: hyper gives an extended CONNECT's `:protocol` as an extension.
+            Version::HTTP_2
+                if request.method() == Method::CONNECT && is_websocket_connect(request) =>
+            {
+                Protocol::Ws
+            }
             Version::HTTP_2 | Version::HTTP_3 => Protocol::H2,
             // hyper marks an HTTP/1.1 request with an `Upgrade` field with an `OnUpgrade`
             // extension: other requests have none, and the look is a null check. An upgrade
@@ -72,6 +79,39 @@ impl Protocol {
                 Protocol::Ws
             }
             _ => Protocol::Http1,
+        }
+    }
+}
+
+/// Whether `request` carries the `:protocol` `websocket` of an extended `CONNECT` (RFC 8441
+/// §4), in any case.
+fn is_websocket_connect<B>(request: &Request<B>) -> bool {
+    request
+        .extensions()
+        .get::<hyper::ext::Protocol>()
+        .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// What a `CONNECT` request is to the gateway, which tunnels WebSocket only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    /// An extended `CONNECT` (RFC 8441) for WebSocket: tunnelled.
+    WebSocket,
+    /// An extended `CONNECT` for another protocol (501).
+    OtherProtocol,
+    /// A plain `CONNECT` (a forward proxy's tunnel to `host:port`; 405).
+    Plain,
+}
+
+impl Connect {
+    /// What `request`, a `CONNECT`, asks for.
+    pub fn of<B>(request: &Request<B>) -> Connect {
+        if is_websocket_connect(request) {
+            Connect::WebSocket
+        } else if request.extensions().get::<hyper::ext::Protocol>().is_some() {
+            Connect::OtherProtocol
+        } else {
+            Connect::Plain
         }
     }
 }
@@ -142,6 +182,20 @@ mod tests {
             .body(())
             .unwrap();
         assert_eq!(Protocol::of(&fake), Protocol::Http1);
+        let mut ws = Request::connect("https://example.com/chat")
+            .version(Version::HTTP_2)
+            .body(())
+            .unwrap();
+        assert_eq!(Protocol::of(&ws), Protocol::H2);
+        assert_eq!(Connect::of(&ws), Connect::Plain);
+        ws.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static("WebSocket"));
+        assert_eq!(Protocol::of(&ws), Protocol::Ws);
+        assert_eq!(Connect::of(&ws), Connect::WebSocket);
+        ws.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static("connect-udp"));
+        assert_eq!(Protocol::of(&ws), Protocol::H2);
+        assert_eq!(Connect::of(&ws), Connect::OtherProtocol);
         let labels: Vec<_> = Protocol::ALL.iter().map(|p| p.as_str()).collect();
         assert_eq!(labels, ["http1", "h2", "grpc", "ws"]);
     }

@@ -1,4 +1,5 @@
-//! Upgraded connections (WebSocket over HTTP/1.1): once the route's policies admitted the
+//! Upgraded connections (WebSocket over HTTP/1.1, or over an HTTP/2 stream opened with an
+//! extended `CONNECT`, RFC 8441): once the route's policies admitted the
 //! upgrade request and the upstream answered `101 Switching Protocols`, the bytes of both
 //! sides are copied both ways ([`tokio::io::copy_bidirectional`]) on a task of their own,
 //! which holds the request's concurrency permits for as long as the tunnel is open (so a
@@ -20,9 +21,33 @@ use sluice::PoolPermit;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+/// Something the server wants kept while a tunnel it handed over is open (such as the mark
+/// that keeps an HTTP/2 connection busy while one of its streams is a tunnel): put in the
+/// request's extensions, it is dropped when the tunnel closes, or with the request when no
+/// tunnel opens (shared by its clones, it goes when the last one does).
+#[derive(Clone)]
+pub struct Hold {
+    _value: Arc<dyn Send + Sync>,
+}
+
+impl Hold {
+    /// Holds `value` until the tunnel closes.
+    pub fn new(value: impl Send + Sync + 'static) -> Hold {
+        Hold {
+            _value: Arc::new(value),
+        }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hold")
+    }
+}
+
 /// Runs the tunnel between the client's upgrade and the upstream's until either side closes
 /// or `idle` passes without a byte either way (`None`: no idle limit). `open` counts it
-/// while it runs; `permits` are given back when it ends.
+/// while it runs; `permits` (and `hold`) are given back when it ends.
 ///
 /// # Cancel safety
 ///
@@ -33,8 +58,10 @@ pub async fn run(
     permits: Vec<PoolPermit>,
     idle: Option<Duration>,
     open: metrics::Gauge,
+    hold: Option<Hold>,
 ) {
     let _permits = permits;
+    let _hold = hold;
     let _open = Open::new(open);
     let (client, upstream) = match tokio::try_join!(client, upstream) {
         Ok(both) => both,

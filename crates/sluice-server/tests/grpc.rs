@@ -88,6 +88,25 @@ async fn grpc_refusals_are_trailers_only_statuses() {
     assert_eq!(denied.header("retry-after"), None);
     assert!(denied.body.is_empty());
 
+    // A gRPC-Web client gets its refusal in its own content type family.
+    for ct in ["application/grpc-web+proto", "application/grpc-web-text"] {
+        let web = send(
+            &c,
+            Request::post(gw.url("/test.Echo/Unary"))
+                .header("content-type", ct)
+                .header("x-grpc-web", "1")
+                .body(Full::new(Bytes::from_static(b"\0\0\0\0\x05hello")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(web.status, 200, "{web:?}");
+        assert_eq!(web.header("content-type"), Some(ct), "{web:?}");
+        assert_eq!(web.header("grpc-status"), Some("8"), "{web:?}");
+        assert!(web.header("ratelimit").is_some(), "{web:?}");
+        assert!(web.body.is_empty());
+    }
+
     // The same route without gRPC's content-type: the HTTP answer.
     let plain = send(
         &c,
@@ -116,7 +135,7 @@ async fn grpc_refusals_are_trailers_only_statuses() {
     for line in [
         r#"sluice_policy_admitted_total{policy="rpc",protocol="grpc"} 1"#,
         r#"sluice_policy_admitted_total{policy="rpc",protocol="http1"} 0"#,
-        r#"sluice_policy_denied_total{policy="rpc",reason="limit",protocol="grpc"} 1"#,
+        r#"sluice_policy_denied_total{policy="rpc",reason="limit",protocol="grpc"} 3"#,
         r#"sluice_policy_denied_total{policy="rpc",reason="limit",protocol="http1"} 1"#,
         r#"sluice_upstream_errors_total{route="/down/",error="refused",protocol="grpc"} 1"#,
         r#"sluice_upstream_responses_total{route="/test.Echo/",status="2xx",protocol="grpc"} 1"#,

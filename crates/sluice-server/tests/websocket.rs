@@ -3,6 +3,10 @@
 //! denial is a 429, never a 101); once admitted the tunnel holds the route's concurrency
 //! slot until it closes; closing one side closes the other; a silent tunnel closes after
 //! `keep_alive_timeout`, a busy one does not.
+//!
+//! WebSocket over HTTP/2 (RFC 8441 extended `CONNECT`), over h2c and TLS, is driven by the
+//! `h2` Python package (`tests/py/ws_h2_client.py`) against the same upstream: the same
+//! admission, concurrency and closing, several tunnels on one connection.
 
 mod common;
 mod pyenv;
@@ -12,7 +16,8 @@ use std::time::Duration;
 use common::Gateway;
 use pyenv::{python, run, Server};
 
-/// `/ws/` limited to 100 open sockets; `/limited/` to one upgrade a minute.
+/// `/ws/` limited to 100 open sockets; `/limited/` to one upgrade a minute; `/few/` to 3
+/// open sockets.
 fn config(upstream_port: u16) -> String {
     format!(
         r#"
@@ -35,6 +40,17 @@ upstream = "http://127.0.0.1:{upstream_port}"
 [[route]]
 path_prefix = "/limited/"
 policies = ["upgrades"]
+upstream = "http://127.0.0.1:{upstream_port}"
+
+[[policy]]
+name = "three"
+capacity = 100000
+rate = "100000/s"
+concurrency = 3
+
+[[route]]
+path_prefix = "/few/"
+policies = ["three"]
 upstream = "http://127.0.0.1:{upstream_port}"
 "#
     )
@@ -246,4 +262,188 @@ async fn a_silent_tunnel_closes_after_keep_alive_timeout_and_a_busy_one_stays() 
         .as_f64()
         .unwrap_or_else(|| panic!("the silent tunnel stayed open: {idle}"));
     assert!((0.9..3.0).contains(&after), "closed after {after:.3} s");
+}
+
+// === WebSocket over HTTP/2 (RFC 8441) ===
+
+/// Runs `ws_h2_client.py MODE URL CAFILE ARGS...` (`-`: h2c).
+async fn h2_client(mode: &str, url: String, cafile: &str, args: &[&str]) -> serde_json::Value {
+    let py = python().unwrap();
+    let mut all = vec![mode.to_owned(), url, cafile.to_owned()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        run(&py, "ws_h2_client.py", &args, Duration::from_secs(60))
+    })
+    .await
+    .unwrap()
+}
+
+/// A CA (written to `ca.pem`) and a certificate it signed for `localhost` (the `[server.tls]`
+/// table that serves it).
+fn tls_files(dir: &std::path::Path) -> (String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "test ca");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = params.self_signed(&ca_key).unwrap();
+    let params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let (ca_path, cert_path, key_path) =
+        (dir.join("ca.pem"), dir.join("gw.crt"), dir.join("gw.key"));
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let table = format!(
+        "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        cert_path.display(),
+        key_path.display()
+    );
+    (ca_path.display().to_string(), table)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_extended_connect_echoes_over_h2c_and_tls() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("echo", gw.url("/ws/h2c"), "-", &["20"]).await;
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["echoed"], 20, "{out}");
+    assert_eq!(out["status"], 200, "{out}");
+    let admitted = metric(
+        &gw,
+        r#"sluice_policy_admitted_total{policy="sockets",protocol="ws"}"#,
+    )
+    .await;
+    assert_eq!(admitted, 1.0);
+
+    let dir = common::TempDir::new();
+    let (ca, table) = tls_files(&dir.0);
+    // The `[server.tls]` table goes after the `[server]` keys.
+    let gw = Gateway::start(&table, &config(upstream.port)).await;
+    let url = format!("https://127.0.0.1:{}/ws/tls", gw.port);
+    let out = h2_client("echo", url, &ca, &["20"]).await;
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["echoed"], 20, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_extended_connect_gets_429_with_ratelimit_headers() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("denied", gw.url("/limited/h2"), "-", &[]).await;
+    let answers = out["answers"].as_array().unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(answers[0]["status"], 200, "{out}");
+    assert_eq!(answers[1]["status"], 429, "{out}");
+    let h = &answers[1]["headers"];
+    assert_eq!(h["ratelimit-policy"], r#""upgrades";q=1;w=60"#, "{out}");
+    assert!(h["ratelimit"].as_str().is_some(), "{out}");
+    assert!(h["retry-after"].as_str().is_some(), "{out}");
+    let denied = metric(
+        &gw,
+        r#"sluice_policy_denied_total{policy="upgrades",reason="limit",protocol="ws"}"#,
+    )
+    .await;
+    assert_eq!(denied, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fourth_h2_stream_on_a_route_of_concurrency_3_is_refused_and_the_others_go_on() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("many", gw.url("/few/h2"), "-", &["4"]).await;
+    assert_eq!(out["opened"], 3, "{out}");
+    let refused = out["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{out}");
+    assert_eq!(refused[0]["status"], 429, "{out}");
+    assert_eq!(
+        refused[0]["headers"]["ratelimit-policy"], r#""three";q=100000;w=1"#,
+        "{out}"
+    );
+    // The three tunnels on the same connection still echo after the refusal.
+    assert_eq!(out["still_echo"], true, "{out}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = metric(&gw, r#"sluice_tunnels_open{route="/few/"}"#).await;
+        if open == 0.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tunnels still open: {open}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resetting_the_h2_stream_closes_the_upstream_socket() {
+    let Some(py) = python() else { return };
+    let mut upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("abort", gw.url("/ws/h2abort"), "-", &[]).await;
+    assert_eq!(out["ok"], true, "{out}");
+    let closed_at = out["closed_at"].as_f64().unwrap();
+    upstream.wait_line("OPEN /ws/h2abort", Duration::from_secs(5));
+    let line = upstream.wait_line("CLOSED /ws/h2abort", Duration::from_secs(5));
+    let seen: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    // The client kept its connection open for 3 s after the reset: the upstream's close
+    // comes from the stream's reset, not from the connection's end.
+    assert!(
+        seen - closed_at < 2.0,
+        "the upstream saw the close {:.3} s after the client reset its stream",
+        seen - closed_at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_connect_is_405_and_another_protocol_501() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("other", gw.url("/ws/x"), "-", &[]).await;
+    assert_eq!(out["plain"]["status"], 405, "{out}");
+    assert_eq!(out["other"]["status"], 501, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_tunnel_keeps_its_connection_past_keep_alive_timeout_and_a_silent_one_closes() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &[]);
+    let gw = Gateway::start(
+        "keep_alive_timeout = \"1s\"\nheader_read_timeout = \"1s\"",
+        &config(upstream.port),
+    )
+    .await;
+    let (busy, idle) = tokio::join!(
+        h2_client("busy", gw.url("/ws/h2busy"), "-", &["3"]),
+        h2_client("idle", gw.url("/ws/h2idle"), "-", &["10"]),
+    );
+    // Its only stream is a tunnel: the connection is not idle while the tunnel is open.
+    assert_eq!(
+        busy["ok"], true,
+        "a busy tunnel outlives the timeouts: {busy}"
+    );
+    assert_eq!(idle["status"], 200, "{idle}");
+    let after = idle["closed_after"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the silent tunnel stayed open: {idle}"));
+    assert!((0.9..3.0).contains(&after), "closed after {after:.3} s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_websocket_negotiates_its_subprotocol_with_the_upstream() {
+    let Some(py) = python() else { return };
+    let upstream = Server::start(&py, "ws_server.py", &["chat"]);
+    let gw = Gateway::start("", &config(upstream.port)).await;
+    let out = h2_client("echo", gw.url("/ws/sub"), "-", &["2", "superchat, chat"]).await;
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["headers"]["sec-websocket-protocol"], "chat", "{out}");
 }

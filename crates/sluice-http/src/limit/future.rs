@@ -7,14 +7,18 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
 use http::Response;
 use http_body_util::{Either, Full};
 
 use crate::admit::{Admission, Denial};
+use crate::grpc;
 use crate::headers;
 use crate::limit::layer::Shared;
 
-type Admitting<F> = Pin<Box<dyn Future<Output = Result<(Admission, F), Denial>> + Send>>;
+/// The admission, or the denial with, for a gRPC request, the `content-type` of its answer.
+type Admitting<F> =
+    Pin<Box<dyn Future<Output = Result<(Admission, F), (Denial, Option<HeaderValue>)>> + Send>>;
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): first the admission, then the
@@ -70,13 +74,18 @@ where
                         future,
                         admission: Some(admission),
                     }),
-                    Err(denial) => {
+                    Err((denial, grpc)) => {
                         this.state.set(State::Done);
-                        let response = headers::denied(
-                            &denial,
-                            &this.shared.policies,
-                            this.shared.policy_header.as_ref(),
-                        );
+                        let (policies, header) =
+                            (&this.shared.policies, this.shared.policy_header.as_ref());
+                        let response = match grpc {
+                            None => headers::denied(&denial, policies, header),
+                            Some(content_type) => {
+                                let mut r = grpc::denied(&denial, policies, header);
+                                r.headers_mut().insert(CONTENT_TYPE, content_type);
+                                r
+                            }
+                        };
                         return Poll::Ready(Ok(response.map(Either::Right)));
                     }
                 },

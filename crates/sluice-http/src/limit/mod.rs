@@ -1,5 +1,8 @@
 //! The server-side tower middleware: [`RateLimitLayer`] runs every request through a set of
-//! [`Policy`](crate::Policy)s with the same keys, headers and 429s as `sluice serve`.
+//! [`Policy`](crate::Policy)s with the same keys, headers and 429s as `sluice serve`. A
+//! gRPC request (`application/grpc…`, `application/grpc-web…`) is refused as the gateway
+//! refuses it: a Trailers-Only gRPC status ([`crate::grpc`]), in the request's content type
+//! family.
 //!
 //! Unlike `tower::limit::RateLimit`, whose state lives in each clone of the service (so that
 //! axum, which clones the service per connection or per request, ends up with one bucket per

@@ -74,10 +74,74 @@ where
                 let protocol = crate::protocol::Protocol::of(&request);
                 match admit_as(&shared.policies, &ask, protocol).await {
                     Ok(admission) => Ok((admission, inner.call(request))),
-                    Err(denial) => Err(denial),
+                    Err(denial) => {
+                        // A gRPC request is refused as the gateway refuses it: a gRPC
+                        // status, in the request's content type family.
+                        let grpc = (protocol == crate::protocol::Protocol::Grpc).then(|| {
+                            request
+                                .headers()
+                                .get(http::header::CONTENT_TYPE)
+                                .and_then(|ct| crate::grpc::web_content_type(ct.as_bytes()))
+                                .unwrap_or_else(|| crate::grpc::APPLICATION_GRPC.clone())
+                        });
+                        Err((denial, grpc))
+                    }
                 }
             }),
             Arc::clone(&self.shared),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use sluice_core::{AnyAlgorithm, Kind, Quota};
+    use tower::{service_fn, Layer as _, ServiceExt as _};
+
+    use crate::{Policy, RateLimitLayer};
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn grpc_requests_are_refused_with_a_grpc_status() {
+        let quota = Quota::parse(1, "1/min").unwrap();
+        let policy = Policy::builder("rpc", AnyAlgorithm::new(Kind::Gcra, quota))
+            .build()
+            .unwrap();
+        let svc = RateLimitLayer::new(Arc::new(policy)).layer(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::from("hi")))
+        }));
+        let call = |ct: &str| {
+            Request::post("/pkg.Svc/Call")
+                .header("content-type", ct)
+                .body(())
+                .unwrap()
+        };
+        let first = svc.clone().oneshot(call("application/grpc")).await.unwrap();
+        assert_eq!(first.status(), 200);
+        assert_eq!(first.headers().get("grpc-status"), None);
+        for (ct, answer) in [
+            ("application/grpc", "application/grpc"),
+            ("application/grpc+proto", "application/grpc"),
+            (
+                "application/grpc-web-text+proto",
+                "application/grpc-web-text+proto",
+            ),
+        ] {
+            let denied = svc.clone().oneshot(call(ct)).await.unwrap();
+            let h = denied.headers();
+            assert_eq!(denied.status(), 200, "{ct}");
+            assert_eq!(h["content-type"], answer);
+            assert_eq!(h["grpc-status"], "8");
+            assert!(h.contains_key("grpc-retry-pushback-ms"), "{ct}");
+            assert_eq!(h["ratelimit-policy"], r#""rpc";q=1;w=60"#);
+            assert!(!h.contains_key("retry-after"), "{ct}");
+        }
+        // Anything else gets the HTTP answer.
+        let plain = svc.clone().oneshot(call("application/json")).await.unwrap();
+        assert_eq!(plain.status(), 429);
+        assert_eq!(plain.headers()["content-type"], "application/problem+json");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::HeaderValue;
-use http::{HeaderName, Request, Response, StatusCode, Version};
+use http::{HeaderName, Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -22,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
 use sluice_http::proxy::Proxy;
+use sluice_http::tunnel::Hold;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -231,6 +232,8 @@ impl Protocols {
             .http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+            // RFC 8441: WebSocket over HTTP/2 streams (extended CONNECT).
+            .enable_connect_protocol()
             .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX))
             .keep_alive_interval(H2_PING_INTERVAL)
             .keep_alive_timeout(H2_PING_TIMEOUT);
@@ -326,10 +329,17 @@ async fn accept_loop(
         }
         let exchange = Arc::new(Exchange::default());
         let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
-        let service = service_fn(move |req: Request<Incoming>| {
+        let service = service_fn(move |mut req: Request<Incoming>| {
             exchange.start();
             if req.version() == Version::HTTP_2 {
                 exchange.multiplexed();
+                if req.method() == Method::CONNECT {
+                    // A stream that may become a WebSocket tunnel (RFC 8441) keeps the
+                    // connection busy until the tunnel closes, not only until its `200`.
+                    exchange.start();
+                    let held = Ending::new((), Arc::clone(&exchange));
+                    req.extensions_mut().insert(Hold::new(held));
+                }
             }
             let exchange = Arc::clone(&exchange);
             async move {

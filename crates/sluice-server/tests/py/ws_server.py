@@ -3,7 +3,7 @@
 Listens on 127.0.0.1 (a port the OS picks), prints `PORT <n>` once ready, then one line per
 event, each with a monotonic timestamp in seconds: `OPEN <path> <t>` when a connection
 opens and `CLOSED <path> <t>` when it ends (however it ended). Echoes every message back.
-Runs until stdin closes.
+Runs until stdin closes. `ws_server.py A,B` accepts the subprotocols A and B.
 """
 
 import asyncio
@@ -30,7 +30,11 @@ async def echo(ws):
 
 
 async def main():
-    async with serve(echo, "127.0.0.1", 0, ping_interval=None) as server:
+    # Optional: the subprotocols it accepts (the first the client offers that it knows).
+    subprotocols = sys.argv[1].split(",") if len(sys.argv) > 1 else None
+    async with serve(
+        echo, "127.0.0.1", 0, ping_interval=None, subprotocols=subprotocols
+    ) as server:
         port = server.sockets[0].getsockname()[1]
         say("PORT", port)
         loop = asyncio.get_running_loop()
