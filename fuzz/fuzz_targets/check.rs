@@ -11,7 +11,6 @@
 
 use std::sync::OnceLock;
 
-use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::Router;
 use http::{Method, Request, StatusCode};
@@ -22,7 +21,7 @@ use serde_json::Value;
 use sluice_server::config;
 use sluice_server::serve::admin::{router, MAX_CHECK_BODY};
 use sluice_server::serve::build::build;
-use sluice_server::serve::state::{RequestIds, Shared};
+use sluice_server::serve::state::Shared;
 use tower_service::Service;
 
 /// One policy per algorithm, and one whose capacity is far above any small cost.
@@ -105,11 +104,11 @@ fn fixture() -> &'static Fixture {
             let _enter = runtime.enter();
             build(config, None, None).expect("the fixture config builds")
         };
-        let shared: &'static Shared = Box::leak(Box::new(Shared {
-            runtime: ArcSwap::from_pointee(built),
-            prometheus: PrometheusBuilder::new().build_recorder().handle(),
-            ids: RequestIds,
-        }));
+        let shared: &'static Shared = Box::leak(Box::new(Shared::new(
+            built,
+            PrometheusBuilder::new().build_recorder().handle(),
+            None,
+        )));
         Fixture {
             runtime,
             router: router(shared),

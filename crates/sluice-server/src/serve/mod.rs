@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -36,7 +35,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, Config, UpstreamConfig};
 use crate::serve::build::{build, Runtime};
-use crate::serve::state::{RequestIds, Shared};
+use crate::serve::state::Shared;
 
 /// Why `serve` stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -124,13 +123,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         None => None,
     };
     // Lives as long as the process: every request borrows it instead of counting references.
-    let shared: &'static Shared = Box::leak(Box::new(Shared {
-        runtime: ArcSwap::from_pointee(runtime),
-        prometheus,
-        ids: RequestIds,
-        demo,
-        reconfigure: tokio::sync::Mutex::new(()),
-    }));
+    let shared: &'static Shared = Box::leak(Box::new(Shared::new(runtime, prometheus, demo)));
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;

@@ -25,6 +25,22 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// What the listeners of one process share, starting with `runtime`; `demo` is the
+    /// built-in demo upstream's address, if it runs.
+    pub fn new(
+        runtime: Runtime,
+        prometheus: PrometheusHandle,
+        demo: Option<std::net::SocketAddr>,
+    ) -> Shared {
+        Shared {
+            runtime: ArcSwap::from_pointee(runtime),
+            prometheus,
+            ids: RequestIds,
+            demo,
+            reconfigure: tokio::sync::Mutex::new(()),
+        }
+    }
+
     /// The runtime in force now.
     pub fn current(&self) -> Arc<Runtime> {
         self.runtime.load_full()
