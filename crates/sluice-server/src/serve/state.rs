@@ -22,6 +22,9 @@ pub struct Shared {
     /// Held while a new runtime is built and swapped in (a reload, a live policy change), so
     /// that two changes never build on the same runtime and one undo the other.
     pub reconfigure: tokio::sync::Mutex<()>,
+    /// The span exporter of `[telemetry] otlp_endpoint`; `None` (nothing built, nothing
+    /// done per request) without it.
+    pub spans: Option<crate::serve::otlp::Spans>,
 }
 
 impl Shared {

@@ -1,0 +1,271 @@
+//! `[telemetry] otlp_endpoint`: one span per gateway request, POSTed over OTLP/HTTP
+//! (protobuf) to `<endpoint>/v1/traces`, child of the caller's `traceparent`, with the
+//! decision as an attribute; flushed on SIGTERM. Without `[telemetry]` nothing is sent.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{get_with, Gateway, Upstream};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_ID: &str = "00f067aa0ba902b7";
+const TRACESTATE: &str = "congo=t61rcWkgMzE";
+
+/// An OTLP/HTTP collector stand-in: decodes every `POST /v1/traces` and keeps its spans.
+struct Collector {
+    addr: SocketAddr,
+    spans: Arc<Mutex<Vec<Span>>>,
+    /// Every request it was sent, as `METHOD PATH content-type`.
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (s, r) = (Arc::clone(&spans), Arc::clone(&requests));
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (spans, requests) = (Arc::clone(&s), Arc::clone(&r));
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        let (spans, requests) = (Arc::clone(&spans), Arc::clone(&requests));
+                        async move {
+                            let line = format!(
+                                "{} {} {}",
+                                req.method(),
+                                req.uri().path(),
+                                req.headers()
+                                    .get("content-type")
+                                    .and_then(|v| v.to_str().ok())
+                                    .unwrap_or("")
+                            );
+                            requests.lock().unwrap().push(line);
+                            let ok = req.method() == http::Method::POST
+                                && req.uri().path() == "/v1/traces";
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            if !ok {
+                                return Ok::<_, std::convert::Infallible>(
+                                    Response::builder()
+                                        .status(StatusCode::NOT_FOUND)
+                                        .body(Full::new(Bytes::new()))
+                                        .unwrap(),
+                                );
+                            }
+                            let export = ExportTraceServiceRequest::decode(body)
+                                .expect("an ExportTraceServiceRequest");
+                            let mut kept = spans.lock().unwrap();
+                            for resource in export.resource_spans {
+                                for scope in resource.scope_spans {
+                                    kept.extend(scope.spans);
+                                }
+                            }
+                            // An empty ExportTraceServiceResponse: full success.
+                            Ok(Response::builder()
+                                .header("content-type", "application/x-protobuf")
+                                .body(Full::new(Bytes::new()))
+                                .unwrap())
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Collector {
+            addr,
+            spans,
+            requests,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.spans.lock().unwrap().clone()
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A token bucket of capacity 3 that refills once an hour, on `/api/`.
+fn config(upstream: &str, telemetry: &str) -> String {
+    format!(
+        r#"
+[[policy]]
+name = "small"
+algorithm = "token_bucket"
+capacity = 3
+rate = "1/h"
+key = "global"
+
+[[route]]
+path_prefix = "/api/"
+policies = ["small"]
+upstream = "{upstream}"
+
+{telemetry}
+"#
+    )
+}
+
+fn attributes(span: &Span) -> HashMap<String, String> {
+    span.attributes
+        .iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Value::StringValue(s)) => s.clone(),
+                Some(Value::IntValue(i)) => i.to_string(),
+                other => format!("{other:?}"),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Sends `n` GETs to `/api/0` .. `/api/{n-1}`, the first with a `traceparent`; their statuses.
+async fn requests(gw: &Gateway, n: usize) -> Vec<u16> {
+    let traceparent = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        let headers: &[(&str, &str)] = if i == 0 {
+            &[("traceparent", &traceparent), ("tracestate", TRACESTATE)]
+        } else {
+            &[]
+        };
+        let r = get_with(&gw.url(&format!("/api/{i}")), headers).await;
+        if i == 0 {
+            // Untouched on its way upstream: no new traceparent is injected.
+            assert_eq!(r.json()["headers"]["traceparent"], traceparent.as_str());
+            assert_eq!(r.json()["headers"]["tracestate"], TRACESTATE);
+        }
+        statuses.push(r.status.as_u16());
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_span_per_request_child_of_the_callers_traceparent() {
+    let up = Upstream::start().await;
+    let collector = Collector::start().await;
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"{}\"", collector.endpoint());
+    let mut gw = Gateway::start("", &config(&up.url(), &telemetry)).await;
+    let n = 6;
+    let statuses = requests(&gw, n).await;
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+    // SIGTERM flushes the spans the batch processor still holds.
+    gw.signal("TERM");
+    let status = gw.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}: {}", gw.log_text());
+    let spans = collector.spans();
+    assert_eq!(
+        spans.len(),
+        n,
+        "one span per request: {spans:#?}\n{:?}\n{}",
+        collector.requests(),
+        gw.log_text()
+    );
+    for line in collector.requests() {
+        assert_eq!(line, "POST /v1/traces application/x-protobuf");
+    }
+    let mut by_path: HashMap<String, (Span, HashMap<String, String>)> = HashMap::new();
+    for span in spans {
+        assert_eq!(span.name, "sluice.request");
+        assert_eq!(span.kind, SpanKind::Server as i32);
+        assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
+        let attrs = attributes(&span);
+        let path = attrs["url.path"].clone();
+        assert!(
+            by_path.insert(path.clone(), (span, attrs)).is_none(),
+            "two spans for {path}"
+        );
+    }
+    for (i, status) in statuses.iter().enumerate() {
+        let path = format!("/api/{i}");
+        let (span, attrs) = by_path
+            .get(&path)
+            .unwrap_or_else(|| panic!("no span for {path}"));
+        assert_eq!(attrs["http.request.method"], "GET");
+        assert_eq!(attrs["sluice.route"], "/api/");
+        assert_eq!(
+            attrs["http.response.status_code"],
+            status.to_string(),
+            "{path}"
+        );
+        if *status == 200 {
+            assert_eq!(attrs["sluice.decision"], "admitted", "{path}");
+            assert!(!attrs.contains_key("sluice.policy"), "{path}: {attrs:?}");
+        } else {
+            assert_eq!(attrs["sluice.decision"], "denied:limit", "{path}");
+            assert_eq!(attrs["sluice.policy"], "small", "{path}");
+        }
+        if i == 0 {
+            // The caller's trace, with the caller's span as the parent.
+            assert_eq!(hex(&span.trace_id), TRACE_ID);
+            assert_eq!(hex(&span.parent_span_id), PARENT_ID);
+            assert_eq!(span.trace_state, TRACESTATE);
+        } else {
+            // A new trace of its own: a root span.
+            assert_ne!(hex(&span.trace_id), TRACE_ID);
+            assert_eq!(span.trace_id.len(), 16);
+            assert!(span.parent_span_id.is_empty(), "{path}");
+        }
+        assert_eq!(span.span_id.len(), 8);
+    }
+    // The access log's trace_id is the span's.
+    let log = gw.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("sluice::access") && l.contains("path=/api/0 "))
+        .unwrap_or_else(|| panic!("no access line: {log}"));
+    assert!(line.contains(&format!("trace_id=\"{TRACE_ID}\"")), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_telemetry_nothing_is_sent() {
+    let up = Upstream::start().await;
+    let collector = Collector::start().await;
+    let mut gw = Gateway::start("", &config(&up.url(), "")).await;
+    let statuses = requests(&gw, 4).await;
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.signal("TERM");
+    let status = gw.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}: {}", gw.log_text());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        collector.requests().is_empty(),
+        "{:?}",
+        collector.requests()
+    );
+    assert!(collector.spans().is_empty());
+}
