@@ -269,3 +269,104 @@ async fn without_telemetry_nothing_is_sent() {
     );
     assert!(collector.spans().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_delays_nothing_and_shutdown_still_ends() {
+    let up = Upstream::start().await;
+    let telemetry = format!(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"",
+        common::closed_port()
+    );
+    let mut gw = Gateway::start("", &config(&up.url(), &telemetry)).await;
+    let started = std::time::Instant::now();
+    assert_eq!(requests(&gw, 4).await, [200, 200, 200, 429]);
+    // Spans are exported off the request path: a failing export costs the requests nothing.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    gw.signal("TERM");
+    let status = gw.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}: {}", gw.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_endpoint_needs_a_restart() {
+    let up = Upstream::start().await;
+    let collector = Collector::start().await;
+    let gw = Gateway::start("", &config(&up.url(), "")).await;
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"{}\"", collector.endpoint());
+    gw.rewrite("", &config(&up.url(), &telemetry));
+    gw.signal("HUP");
+    gw.wait_log(
+        "telemetry.otlp_endpoint needs a restart",
+        Duration::from_secs(10),
+    )
+    .await;
+    // The old configuration keeps serving, and still exports nothing.
+    assert_eq!(requests(&gw, 1).await, [200]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        collector.requests().is_empty(),
+        "{:?}",
+        collector.requests()
+    );
+}
+
+#[test]
+fn check_config_names_a_bad_endpoint_by_file_line_field_and_value() {
+    let dir = common::TempDir::new();
+    let path = dir.0.join("gw.toml");
+    let run = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(common::bin())
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let route = "[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9000\"\n";
+    for bad in [
+        "grpc://127.0.0.1:4317",
+        "127.0.0.1:4318",
+        "http://h:4318/?x=1",
+        "http://",
+    ] {
+        let (code, stderr) = run(&format!(
+            "{route}\n[telemetry]\notlp_endpoint = \"{bad}\"\n"
+        ));
+        assert_eq!(code, 2, "{bad}: {stderr}");
+        let prefix = format!("{}:6:", path.display());
+        assert!(
+            stderr.lines().any(|l| l.starts_with(&prefix)
+                && l.contains(" telemetry.otlp_endpoint: ")
+                && l.contains(&format!("`{bad}`"))),
+            "{bad}: {stderr}"
+        );
+    }
+    let (code, stderr) = run(&format!("{route}\n[telemetry]\notlp_endpoint = 4318\n"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("telemetry.otlp_endpoint"), "{stderr}");
+    let (code, stderr) = run(&format!("{route}\n[telemetry]\nendpoint = \"http://h\"\n"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("telemetry.endpoint: unknown key"),
+        "{stderr}"
+    );
+    for good in [
+        "http://127.0.0.1:4318",
+        "https://collector.example:4318/otlp/",
+    ] {
+        let (code, stderr) = run(&format!(
+            "{route}\n[telemetry]\notlp_endpoint = \"{good}\"\n"
+        ));
+        assert_eq!(code, 0, "{good}: {stderr}");
+    }
+    let (code, stderr) = run(&format!("{route}\n[telemetry]\n"));
+    assert_eq!(code, 0, "{stderr}");
+}
