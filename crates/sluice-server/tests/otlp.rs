@@ -289,6 +289,12 @@ async fn a_collector_that_is_down_delays_nothing_and_shutdown_still_ends() {
     gw.signal("TERM");
     let status = gw.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success(), "{status}: {}", gw.log_text());
+    // The spans that could not be sent are not lost silently.
+    assert!(
+        gw.log_text().contains("flushing the spans failed"),
+        "{}",
+        gw.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,9 +98,15 @@ impl Spans {
             .context("telemetry.otlp_endpoint: building the span exporter")?;
         let processor =
             BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build();
+        // The service is `sluice` unless OTEL_SERVICE_NAME names it (the SDK reads it, and
+        // OTEL_RESOURCE_ATTRIBUTES, in `Resource::builder`).
+        let mut resource = Resource::builder();
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+            resource = resource.with_service_name("sluice");
+        }
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_resource(Resource::builder().with_service_name("sluice").build())
+            .with_resource(resource.build())
             .build();
         let tracer = provider.tracer("sluice");
         Ok(Some(Spans {
