@@ -34,8 +34,61 @@ struct Collector {
     requests: Arc<Mutex<Vec<String>>>,
 }
 
+/// Answers the OTLP/HTTP requests of one connection.
+async fn serve_collector<I>(io: I, spans: Arc<Mutex<Vec<Span>>>, requests: Arc<Mutex<Vec<String>>>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req: Request<Incoming>| {
+        let (spans, requests) = (Arc::clone(&spans), Arc::clone(&requests));
+        async move {
+            let line = format!(
+                "{} {} {}",
+                req.method(),
+                req.uri().path(),
+                req.headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+            );
+            requests.lock().unwrap().push(line);
+            let ok = req.method() == http::Method::POST && req.uri().path() == "/v1/traces";
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            if !ok {
+                return Ok::<_, std::convert::Infallible>(
+                    Response::builder()
+                        .status(StatusCode::NOT_FOUND)
+                        .body(Full::new(Bytes::new()))
+                        .unwrap(),
+                );
+            }
+            let export =
+                ExportTraceServiceRequest::decode(body).expect("an ExportTraceServiceRequest");
+            let mut kept = spans.lock().unwrap();
+            for resource in export.resource_spans {
+                for scope in resource.scope_spans {
+                    kept.extend(scope.spans);
+                }
+            }
+            // An empty ExportTraceServiceResponse: full success.
+            Ok(Response::builder()
+                .header("content-type", "application/x-protobuf")
+                .body(Full::new(Bytes::new()))
+                .unwrap())
+        }
+    });
+    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+}
+
 impl Collector {
     async fn start() -> Collector {
+        Collector::start_with(None).await
+    }
+
+    /// Over TLS with `tls`, in plain text without.
+    async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Collector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let spans = Arc::new(Mutex::new(Vec::new()));
@@ -47,49 +100,16 @@ impl Collector {
                     continue;
                 };
                 let (spans, requests) = (Arc::clone(&s), Arc::clone(&r));
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |req: Request<Incoming>| {
-                        let (spans, requests) = (Arc::clone(&spans), Arc::clone(&requests));
-                        async move {
-                            let line = format!(
-                                "{} {} {}",
-                                req.method(),
-                                req.uri().path(),
-                                req.headers()
-                                    .get("content-type")
-                                    .and_then(|v| v.to_str().ok())
-                                    .unwrap_or("")
-                            );
-                            requests.lock().unwrap().push(line);
-                            let ok = req.method() == http::Method::POST
-                                && req.uri().path() == "/v1/traces";
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            if !ok {
-                                return Ok::<_, std::convert::Infallible>(
-                                    Response::builder()
-                                        .status(StatusCode::NOT_FOUND)
-                                        .body(Full::new(Bytes::new()))
-                                        .unwrap(),
-                                );
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                serve_collector(stream, spans, requests).await;
                             }
-                            let export = ExportTraceServiceRequest::decode(body)
-                                .expect("an ExportTraceServiceRequest");
-                            let mut kept = spans.lock().unwrap();
-                            for resource in export.resource_spans {
-                                for scope in resource.scope_spans {
-                                    kept.extend(scope.spans);
-                                }
-                            }
-                            // An empty ExportTraceServiceResponse: full success.
-                            Ok(Response::builder()
-                                .header("content-type", "application/x-protobuf")
-                                .body(Full::new(Bytes::new()))
-                                .unwrap())
                         }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                        None => serve_collector(stream, spans, requests).await,
+                    }
                 });
             }
         });
@@ -375,4 +395,88 @@ fn check_config_names_a_bad_endpoint_by_file_line_field_and_value() {
     }
     let (code, stderr) = run(&format!("{route}\n[telemetry]\n"));
     assert_eq!(code, 0, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_collector_is_reached_over_rustls() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let dir = common::TempDir::new();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "otlp test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let ca_file = dir.0.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let mut server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls_pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let collector =
+        Collector::start_with(Some(tokio_rustls::TlsAcceptor::from(Arc::new(server)))).await;
+
+    let up = Upstream::start().await;
+    let (port, admin_port) = (common::free_port(), common::free_port());
+    let telemetry = format!(
+        "[telemetry]\notlp_endpoint = \"https://{}\"",
+        collector.addr
+    );
+    let config_file = dir.0.join("sluice.toml");
+    std::fs::write(
+        &config_file,
+        common::config_text(port, admin_port, "", &config(&up.url(), &telemetry)),
+    )
+    .unwrap();
+    let log = dir.0.join("sluice.log");
+    // The collector's CA is the only root the gateway trusts (rustls-native-certs reads
+    // SSL_CERT_FILE).
+    let mut child = std::process::Command::new(common::bin())
+        .args(["serve", "--config"])
+        .arg(&config_file)
+        .env("SLUICE_LOG", "info")
+        .env("SSL_CERT_FILE", &ca_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let healthz = format!("http://127.0.0.1:{admin_port}/healthz");
+    while !matches!(common::get(&healthz).await, Ok(r) if r.status == StatusCode::OK) {
+        assert!(child.try_wait().unwrap().is_none(), "{}", log_text());
+        assert!(std::time::Instant::now() < deadline, "{}", log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = get_with(&format!("http://127.0.0.1:{port}/api/tls"), &[]).await;
+    assert_eq!(r.status, 200);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", log_text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status}: {}", log_text());
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 1, "{:?}\n{}", collector.requests(), log_text());
+    assert_eq!(attributes(&spans[0])["url.path"], "/api/tls");
 }
