@@ -480,3 +480,65 @@ async fn an_https_collector_is_reached_over_rustls() {
     assert_eq!(spans.len(), 1, "{:?}\n{}", collector.requests(), log_text());
     assert_eq!(attributes(&spans[0])["url.path"], "/api/tls");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_denials_and_upstream_failures_are_told_apart() {
+    let up = Upstream::start().await;
+    let collector = Collector::start().await;
+    let rest = format!(
+        r#"
+[[policy]]
+name = "trial"
+algorithm = "token_bucket"
+capacity = 1
+rate = "1/h"
+key = "global"
+shadow = true
+
+[[route]]
+path_prefix = "/shadow/"
+policies = ["trial"]
+upstream = "{}"
+
+[[route]]
+path_prefix = "/down/"
+upstream = "http://127.0.0.1:{}"
+
+[telemetry]
+otlp_endpoint = "{}"
+"#,
+        up.url(),
+        common::closed_port(),
+        collector.endpoint()
+    );
+    let mut gw = Gateway::start("", &rest).await;
+    for path in ["/shadow/1", "/shadow/2", "/down/1"] {
+        get_with(&gw.url(path), &[]).await;
+    }
+    gw.signal("TERM");
+    let status = gw.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}: {}", gw.log_text());
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    let by_path: HashMap<String, (Span, HashMap<String, String>)> = spans
+        .into_iter()
+        .map(|s| {
+            let a = attributes(&s);
+            (a["url.path"].clone(), (s, a))
+        })
+        .collect();
+    let (span, a) = &by_path["/shadow/1"];
+    assert_eq!(a["sluice.decision"], "admitted");
+    assert!(!a.contains_key("sluice.policy"));
+    assert!(span.status.as_ref().is_none_or(|s| s.code == 0), "{span:?}");
+    let (_, a) = &by_path["/shadow/2"];
+    assert_eq!(a["sluice.decision"], "shadow-denied");
+    assert_eq!(a["sluice.policy"], "trial");
+    assert_eq!(a["http.response.status_code"], "200");
+    let (span, a) = &by_path["/down/1"];
+    assert_eq!(a["sluice.decision"], "upstream_refused");
+    assert_eq!(a["sluice.route"], "/down/");
+    assert_eq!(a["http.response.status_code"], "502");
+    // A 5xx answer: the span's status is an error (STATUS_CODE_ERROR = 2).
+    assert_eq!(span.status.as_ref().map(|s| s.code), Some(2), "{span:?}");
+}
