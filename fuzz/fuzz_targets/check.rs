@@ -108,6 +108,7 @@ fn fixture() -> &'static Fixture {
             built,
             PrometheusBuilder::new().build_recorder().handle(),
             None,
+            None,
         )));
         Fixture {
             runtime,

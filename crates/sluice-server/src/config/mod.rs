@@ -6,6 +6,7 @@
 //! crate's README.
 
 mod browser;
+mod otlp;
 mod rls;
 pub mod tls;
 pub mod units;
@@ -27,6 +28,7 @@ use toml::de::{DeTable, DeValue};
 pub use browser::{
     BrowserConfig, FailMode, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX,
 };
+pub use otlp::OtlpConfig;
 pub use rls::{RlsEntry, RlsRule};
 pub use tls::{ServerTls, UpstreamCa};
 pub use walk::ConfigError;
@@ -58,6 +60,8 @@ pub struct Config {
     pub browser: Option<BrowserConfig>,
     /// `[[rls]]`: Envoy rate-limit descriptors to policies, in file order.
     pub rls: Vec<RlsRule>,
+    /// `[telemetry]`: span export over OTLP, off by default.
+    pub telemetry: OtlpConfig,
 }
 
 /// `[server]`.
@@ -496,6 +500,10 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
         .array("rls", &mut errors)
         .map(|items| rls::parse(items, &names, &mut errors))
         .unwrap_or_default();
+    let telemetry = top
+        .table("telemetry", &mut errors)
+        .map(|(t, _)| otlp::parse(t, &mut errors))
+        .unwrap_or_default();
     top.finish(&mut errors);
     if errors.list.is_empty() {
         Ok(Config {
@@ -506,6 +514,7 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
             routes: routes.into_iter().map(|(r, _)| r).collect(),
             browser,
             rls,
+            telemetry,
         })
     } else {
         errors.list.sort_by_key(|e| (e.line, e.column));

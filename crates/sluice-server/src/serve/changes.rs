@@ -3,7 +3,8 @@
 use crate::config::{Config, PolicyConfig};
 
 /// The settings a running gateway cannot change: `[server]`'s that shape its sockets and
-/// threads, and `store.key_salt` (the keys stored under the old salt would all be forgotten).
+/// threads, `telemetry.otlp_endpoint` (the span exporter is built at start) and
+/// `store.key_salt` (the keys stored under the old salt would all be forgotten).
 /// The first one changed, by its config name.
 pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     let (a, b) = (&old.server, &new.server);
@@ -15,6 +16,9 @@ pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
         Some("server.rls_listen")
     } else if a.workers != b.workers {
         Some("server.workers")
+    } else if old.telemetry != new.telemetry {
+        // The exporter is built once, at start.
+        Some("telemetry.otlp_endpoint")
     } else if old.store.key_salt != new.store.key_salt {
         // Every key stored under the old salt would be forgotten: a burst.
         Some("store.key_salt")

@@ -450,8 +450,23 @@ pub async fn handle(
             trace_id(req.headers()),
         )
     });
+    // `[telemetry]`: one check per request; nothing is built without it.
+    let span = shared.spans.as_ref().map(|spans| {
+        (
+            spans,
+            spans.start_request(req.method(), req.uri().path(), req.headers()),
+        )
+    });
     let handled = runtime.gateway.handle(proxy, req, peer).await;
     let mut response = handled.response;
+    if let Some((spans, started)) = span {
+        spans.finish_request(
+            started,
+            response.status().as_u16(),
+            handled.route.map(|r| r.path_prefix()),
+            &handled.outcome,
+        );
+    }
     if let (true, Some(id)) = (ids, id.as_ref()) {
         response
             .headers_mut()

@@ -1,13 +1,15 @@
 //! `sluice serve`: the gateway and admin listeners, signals, reloads.
 //!
 //! - SIGTERM or SIGINT: stop accepting (the listener is closed, so new connections are
-//!   refused), let requests in flight finish for at most `server.shutdown_timeout`, exit 0.
+//!   refused), let requests in flight finish for at most `server.shutdown_timeout`, send the
+//!   spans not yet exported (`[telemetry]`), exit 0.
 //! - SIGHUP: read the config file again and build it whole; only then swap it in. Policies
 //!   that did not change keep their buckets; a policy whose quota, algorithm, queue, key cap
 //!   or store settings changed keeps each key's state, converted so that no key gains
 //!   tokens (tokens left after = min(before, new capacity)). A config that is invalid, that
 //!   cannot be built (a store that cannot open), or that changes `server.listen`,
-//!   `server.admin_listen`, `server.rls_listen` or `server.workers` (they need a restart) is
+//!   `server.admin_listen`, `server.rls_listen`, `server.workers` or
+//!   `telemetry.otlp_endpoint` (they need a restart) is
 //!   refused, and the old configuration keeps serving untouched. Each reload logs one line
 //!   saying what changed and counts itself in `sluice_reloads_total{result="ok"|"refused"}`.
 //!   The files of `[server.tls]` and every `upstream_ca` are read again too: new connections
@@ -20,6 +22,7 @@ pub mod changes;
 pub mod conn;
 pub mod demo;
 pub mod gateway;
+pub mod otlp;
 pub mod policies;
 pub mod state;
 
@@ -102,6 +105,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     };
     let server = config.server.clone();
     let source = config.source.clone();
+    let spans = otlp::Spans::start(&config.telemetry)?;
     let runtime = build(config, None, demo).map_err(|e| {
         if e.machine {
             ServeError::Other(e.into())
@@ -123,7 +127,8 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         None => None,
     };
     // Lives as long as the process: every request borrows it instead of counting references.
-    let shared: &'static Shared = Box::leak(Box::new(Shared::new(runtime, prometheus, demo)));
+    let shared: &'static Shared =
+        Box::leak(Box::new(Shared::new(runtime, prometheus, demo, spans)));
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
@@ -137,6 +142,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         listen = %server.listen,
         admin_listen = %server.admin_listen,
         rls_listen = ?server.rls_listen,
+        otlp_endpoint = shared.spans.as_ref().map(otlp::Spans::endpoint),
         workers = server.workers,
         config = %source,
         "sluice serving"
@@ -155,6 +161,9 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .context("joining the workers")?;
     tracing::info!("drained");
     build::close_stores(&shared.current());
+    if let Some(spans) = &shared.spans {
+        spans.shutdown().await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
     if let Some(rls) = rls {
         let _ = tokio::time::timeout(Duration::from_secs(1), rls).await;

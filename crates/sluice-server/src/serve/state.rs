@@ -22,15 +22,19 @@ pub struct Shared {
     /// Held while a new runtime is built and swapped in (a reload, a live policy change), so
     /// that two changes never build on the same runtime and one undo the other.
     pub reconfigure: tokio::sync::Mutex<()>,
+    /// The span exporter of `[telemetry] otlp_endpoint`; `None` (nothing built, nothing
+    /// done per request) without it.
+    pub spans: Option<crate::serve::otlp::Spans>,
 }
 
 impl Shared {
     /// What the listeners of one process share, starting with `runtime`; `demo` is the
-    /// built-in demo upstream's address, if it runs.
+    /// built-in demo upstream's address, if it runs; `spans`, the OTLP exporter, if set.
     pub fn new(
         runtime: Runtime,
         prometheus: PrometheusHandle,
         demo: Option<std::net::SocketAddr>,
+        spans: Option<crate::serve::otlp::Spans>,
     ) -> Shared {
         Shared {
             runtime: ArcSwap::from_pointee(runtime),
@@ -38,6 +42,7 @@ impl Shared {
             ids: RequestIds,
             demo,
             reconfigure: tokio::sync::Mutex::new(()),
+            spans,
         }
     }
 
