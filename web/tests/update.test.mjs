@@ -41,15 +41,19 @@ test('a loosened config applies at once, without a reset to a full bucket', { ti
     const spent = await fire(page, { path: '/api/spend/', perSecond: 1000, durationMs: 8 });
     assert.deepEqual(spent.map((r) => r.status), Array(8).fill(200));
     await sleep(400);
-    await env.front.reload({ ...config, capacity: 20, rate: '5/s' });
-    const state = await updateWorker(page, (s) => s.config && s.config.rate === '5/s');
-    t.diagnostic(`new worker: restored_from ${state.restored_from}, tokens ${state.tokens}, capacity ${state.capacity}`);
+    // 2 tokens left. At the new 2/s the bucket takes 9 s to fill, so a slow update on a loaded
+    // machine is told from a reset by the time it took.
+    const reloaded = performance.now();
+    await env.front.reload({ ...config, capacity: 20, rate: '2/s' });
+    const state = await updateWorker(page, (s) => s.config && s.config.rate === '2/s');
+    const took = (performance.now() - reloaded) / 1000;
+    t.diagnostic(`new worker after ${took.toFixed(2)} s: restored_from ${state.restored_from}, tokens ${state.tokens}, capacity ${state.capacity}`);
     assert.equal(state.capacity, 20);
-    assert.ok(state.tokens < 20, `reset to a full bucket: ${state.tokens}`);
-    // The new rate refills: 5 tokens per second.
+    assert.ok(state.tokens <= 2 + 2 * took + 1, `reset to a full bucket: ${state.tokens} after ${took.toFixed(2)} s`);
+    // The new rate refills: 2 tokens per second.
     await sleep(2000);
     const later = await workerState(page);
-    assert.ok(later.tokens >= state.tokens + 8, `refilled from ${state.tokens} to ${later.tokens} in 2 s at 5/s`);
+    assert.ok(later.tokens >= Math.min(20, state.tokens + 3), `refilled from ${state.tokens} to ${later.tokens} in 2 s at 2/s`);
   } finally {
     await env.close();
   }
