@@ -144,18 +144,7 @@ async fn the_101st_socket_on_a_route_of_concurrency_100_is_refused() {
     assert_eq!(out["again"], true, "{out}");
     assert_eq!(out["opened"], 100, "{out}");
     // All closed by the client: the gauge goes back to 0.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let open = metric(&gw, r#"sluice_tunnels_open{route="/ws/"}"#).await;
-        if open == 0.0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "tunnels still open: {open}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    tunnels_close(&gw, "/ws/").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,18 +358,7 @@ async fn the_fourth_h2_stream_on_a_route_of_concurrency_3_is_refused_and_the_oth
     );
     // The three tunnels on the same connection still echo after the refusal.
     assert_eq!(out["still_echo"], true, "{out}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let open = metric(&gw, r#"sluice_tunnels_open{route="/few/"}"#).await;
-        if open == 0.0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "tunnels still open: {open}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    tunnels_close(&gw, "/few/").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,4 +424,21 @@ async fn an_h2_websocket_negotiates_its_subprotocol_with_the_upstream() {
     let out = h2_client("echo", gw.url("/ws/sub"), "-", &["2", "superchat, chat"]).await;
     assert_eq!(out["ok"], true, "{out}");
     assert_eq!(out["headers"]["sec-websocket-protocol"], "chat", "{out}");
+}
+
+/// Waits (at most 10 s) until `sluice_tunnels_open` of `route` reads 0.
+async fn tunnels_close(gw: &Gateway, route: &str) {
+    let series = format!("sluice_tunnels_open{{route=\"{route}\"}}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = metric(gw, &series).await;
+        if open == 0.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tunnels still open: {open}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
