@@ -237,6 +237,37 @@ async fn a_store_that_cannot_write_its_file_stops_admitting() {
 }
 
 #[test]
+fn dropping_the_last_handle_mid_write_closes_before_the_drop_returns() {
+    // The writer thread holds the store while it writes. A drop of the last handle at that
+    // moment must still stop the writer and leave the clean file before it returns, so that a
+    // process exiting right after the drop restores exactly, not by the crash rule.
+    let dir = TempDir::new("file-drop-mid-write");
+    let path = dir.path().join("limits.json");
+    let (entered, writing) = std::sync::mpsc::channel::<()>();
+    let entered = std::sync::Mutex::new(entered);
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arm = std::sync::Arc::clone(&armed);
+    // Only the writer thread's writes after the check are slowed, not the open's own.
+    let slow = options()
+        .write_interval(Duration::from_millis(50))
+        .before_write(move || {
+            if arm.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = entered.lock().unwrap().send(());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+    let store = FileStore::open(&path, gcra(5, "1/min"), slow).unwrap();
+    store.check_now("alice", 2).unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    writing
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the writer starts a write");
+    drop(store);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"clean\":true"), "{text}");
+}
+
+#[test]
 fn writes_slower_than_a_quarter_of_d_keep_the_lease() {
     // Every write takes 0.35 D (a sleep in the writer, as a slow but working disk would): the
     // writer must still renew the lease before it runs out, so nothing is refused. The margin

@@ -280,6 +280,27 @@ struct Entry {
 #[derive(Debug, Clone)]
 pub struct FileStore {
     inner: Arc<Inner>,
+    /// Held by the handles only. The writer thread holds the store weakly but upgrades it
+    /// for each write, so the last `Arc<Inner>` may be the writer's; the last handle closes
+    /// the store on its own thread instead, so that the clean file is written before its
+    /// drop returns.
+    _handles: Arc<LastHandle>,
+}
+
+#[derive(Debug)]
+struct LastHandle(Arc<Inner>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        let _ = self.0.close();
+    }
+}
+
+impl FileStore {
+    fn from_inner(inner: Arc<Inner>) -> FileStore {
+        let _handles = Arc::new(LastHandle(Arc::clone(&inner)));
+        FileStore { inner, _handles }
+    }
 }
 
 #[derive(Debug)]
@@ -631,7 +652,7 @@ impl FileStore {
             predecessor: Mutex::new(None),
             before_write: options.before_write.clone(),
         });
-        let store = FileStore { inner };
+        let store = FileStore::from_inner(inner);
         store.start()?;
         Ok(store)
     }
@@ -760,7 +781,7 @@ impl FileStore {
             predecessor: Mutex::new(Some(old.clone())),
             before_write: options.before_write.clone(),
         });
-        let store = FileStore { inner };
+        let store = FileStore::from_inner(inner);
         if !same_file {
             store.start()?;
         }
