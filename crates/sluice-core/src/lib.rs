@@ -14,6 +14,8 @@
 //!   [`SavedState::convert`] carries a state over to a changed quota without a key gaining tokens.
 //! - [`queue::WaitQueue`]: the waiting policy (FIFO, priorities, fair flows, depth, maximum
 //!   wait) as a clock-free state machine that tokio, the browser and the simulator all drive.
+//! - [`driven::Limiter`]: a bucket with its wait queue in front, driven by calls that carry the
+//!   time: what the WebAssembly builds for the Service Worker and the npm package expose.
 //!
 //! ```
 //! use sluice_core::{Algorithm, Quota, TokenBucket};
@@ -43,6 +45,7 @@ mod any;
 mod convert;
 mod decision;
 mod divisor;
+pub mod driven;
 mod error;
 pub mod queue;
 mod quota;

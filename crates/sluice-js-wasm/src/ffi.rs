@@ -15,7 +15,9 @@ use core::fmt::Write;
 use sluice_core::queue::{Priority, QueueConfig};
 use sluice_core::{Kind, Quota, Rate};
 
-use crate::bank::{Bank, Delivery, Reason, Verdict};
+use sluice_core::driven::{Delivery, Reason, Verdict};
+
+use crate::bank::Bank;
 
 #[cfg(target_feature = "atomics")]
 compile_error!(
@@ -230,9 +232,9 @@ pub extern "C" fn sj_offer(
             return -1;
         };
         let max_wait = (max_wait_ns >= 0).then_some(max_wait_ns as u64);
-        let verdict = limiter.offer(ns(now_ns), ns(cost), priority(priority_code), max_wait);
+        let verdict = limiter.offer(ns(now_ns), ns(cost), 0, priority(priority_code), max_wait);
         let (code, out) = match verdict {
-            Verdict::Admitted { remaining } => (0, [0.0, 0.0, remaining as f64, 0.0]),
+            Verdict::Admitted { remaining, .. } => (0, [0.0, 0.0, remaining as f64, 0.0]),
             Verdict::Queued { ticket, wait_ns } => (1, [ticket as f64, wait_ns as f64, 0.0, 0.0]),
             Verdict::Rejected {
                 reason,

@@ -7,8 +7,10 @@
 //! Unlike `sluice-wasm` (one limiter per Service Worker, milliseconds as `f64`), one instance
 //! holds any number of limiters in a [`Bank`], addressed by a small integer handle, and every
 //! time crosses the boundary as an `i64` count of nanoseconds (a JavaScript `BigInt`), so no
-//! float ever accumulates time. The `extern "C"` layer (`ffi`, wasm32 only) converts numbers;
-//! everything it calls is safe Rust, tested natively here.
+//! float ever accumulates time. Each limiter is sluice-core's
+//! [`driven::Limiter`](sluice_core::driven::Limiter), the one the Service Worker's module
+//! runs too, with a single flow. The `extern "C"` layer (`ffi`, wasm32 only) converts numbers;
+//! everything it calls is safe Rust, tested natively.
 //!
 //! ```
 //! use sluice_core::queue::{Priority, QueueConfig};
@@ -19,8 +21,8 @@
 //! let queue = QueueConfig { depth: 10, max_wait_ns: 5_000_000_000 };
 //! let h = bank.create(Kind::TokenBucket, Quota::parse(1, "1/s").unwrap(), queue);
 //! let l = bank.get_mut(h).unwrap();
-//! assert!(matches!(l.offer(0, 1, Priority::Normal, None), Verdict::Admitted { .. }));
-//! let Verdict::Queued { ticket, wait_ns } = l.offer(0, 1, Priority::Normal, None) else {
+//! assert!(matches!(l.offer(0, 1, 0, Priority::Normal, None), Verdict::Admitted { .. }));
+//! let Verdict::Queued { ticket, wait_ns } = l.offer(0, 1, 0, Priority::Normal, None) else {
 //!     panic!("expected to wait");
 //! };
 //! assert_eq!(wait_ns, 1_000_000_000);
@@ -42,4 +44,5 @@ pub mod ffi;
 #[cfg(target_arch = "wasm32")]
 mod rt;
 
-pub use bank::{Bank, Delivered, Delivery, Limiter, Reason, Status, Verdict};
+pub use bank::Bank;
+pub use sluice_core::driven::{Delivered, Delivery, Limiter, Reason, Status, Verdict};

@@ -23,8 +23,8 @@ use crate::codes::{
     interval_from_per_second, kind_code, kind_from_code, ms_to_ns, ns_to_ms, ns_to_ms_ceil,
     priority_from_code, up_f64, whole, OfferCode, OutcomeCode,
 };
-use crate::limiter::{Delivery, Limiter, Reason, Verdict};
 use crate::record;
+use sluice_core::driven::{Delivery, Limiter, Reason, RestoreError, Verdict};
 
 #[cfg(target_feature = "atomics")]
 compile_error!("sluice-wasm keeps its state in a single-threaded global; build without `atomics`");
@@ -431,7 +431,7 @@ pub extern "C" fn sluice_restore(len: u32, now_ms: f64, unix_ms: f64) -> i32 {
         };
         let values = g.input_f64.get(..len as usize).unwrap_or(&[]);
         let restored = record::decode(values)
-            .map_err(crate::limiter::RestoreError::Snapshot)
+            .map_err(RestoreError::Snapshot)
             .and_then(|snap| limiter.restore(&snap, ms_to_ns(now_ms), unix_ms as u64));
         match restored {
             Ok(()) => 0,

@@ -9,7 +9,8 @@
 //! large for a return value are read from buffers in linear memory. The ABI is documented in
 //! `web/README.md`.
 //!
-//! The exports are a thin layer over [`Limiter`], safe Rust that is tested natively: one
+//! The exports are a thin layer over [`Limiter`] (sluice-core's
+//! [`driven::Limiter`](sluice_core::driven::Limiter)), safe Rust that is tested natively: one
 //! bucket of any [`Kind`](sluice_core::Kind) and a fair wait queue
 //! ([`sluice_core::queue::WaitQueue`]) in front of it. The queue decides who goes next and
 //! when to wake; JavaScript keeps only the promise callbacks and one timer.
@@ -41,7 +42,6 @@ extern crate alloc;
 extern crate std;
 
 pub mod codes;
-mod limiter;
 pub mod record;
 
 #[cfg(target_arch = "wasm32")]
@@ -49,4 +49,6 @@ pub mod ffi;
 #[cfg(target_arch = "wasm32")]
 mod rt;
 
-pub use limiter::{Busy, Delivered, Delivery, Limiter, Reason, RestoreError, Status, Verdict};
+pub use sluice_core::driven::{
+    Busy, Delivered, Delivery, Limiter, Reason, RestoreError, Status, Verdict,
+};

@@ -1,13 +1,19 @@
-//! [`Limiter`]: one bucket and its fair wait queue, driven by the caller's clock. Safe Rust,
-//! tested natively; the `extern "C"` layer only converts numbers.
+//! [`Limiter`]: one bucket and its fair wait queue, driven from outside: the caller passes the
+//! time to every call and polls when [`Limiter::poll`] says to. What a host without tokio
+//! runs (the browser's Service Worker and the npm package, both through WebAssembly): the
+//! queue decides who goes next and when to wake, the host keeps only its callbacks and one
+//! timer.
+//!
+//! For a host that persists the bucket, [`Limiter::snapshot`] and [`Limiter::restore`] carry
+//! it across restarts, and [`Limiter::reserve`], [`Limiter::written`] and
+//! [`Limiter::covered`] keep the stored record at least as empty as the live bucket, so that
+//! a restart never grants a token twice.
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
-use sluice_core::queue::{
-    Offer, Outcome, Owned, Priority, QueueConfig, Rejection, Ticket, WaitQueue,
-};
-use sluice_core::{
+use crate::queue::{Offer, Outcome, Owned, Priority, QueueConfig, Rejection, Ticket, WaitQueue};
+use crate::{
     Algorithm, AnyAlgorithm, AnyState, Kind, Quota, Rate, SavedState, Snapshot, SnapshotError,
     FORMAT_VERSION,
 };
@@ -77,7 +83,7 @@ pub struct Delivered {
     pub delivery: Delivery,
 }
 
-/// The bucket as a person watching the demo sees it.
+/// The bucket as of a moment, without changing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
     /// Whole tokens available now.
@@ -119,15 +125,15 @@ impl core::fmt::Display for RestoreError {
 /// One limiter: an algorithm, its state, and a fair wait queue in front of it.
 ///
 /// Time is whatever monotonic count of nanoseconds the caller supplies; a time earlier than
-/// one already seen counts as that one (the worker's clock restarts at zero with the worker,
-/// and snapshots carry the wall-clock time for the gap).
+/// one already seen counts as that one (a browser worker's clock restarts at zero with the
+/// worker, and snapshots carry the wall-clock time for the gap).
 ///
 /// # Examples
 ///
 /// ```
 /// use sluice_core::queue::{Priority, QueueConfig};
 /// use sluice_core::{Kind, Quota};
-/// use sluice_wasm::{Delivery, Limiter, Verdict};
+/// use sluice_core::driven::{Delivery, Limiter, Verdict};
 ///
 /// let queue = QueueConfig { depth: 10, max_wait_ns: 5_000_000_000 };
 /// let mut limiter = Limiter::new(Kind::TokenBucket, Quota::parse(1, "1/s").unwrap(), queue);
@@ -157,8 +163,12 @@ pub struct Limiter {
     writing: VecDeque<AnyState>,
 }
 
+// Every function here is `#[inline]` so that it is compiled, with the generic wait queue it
+// drives, in the crate that calls it and under that crate's profile: the Service Worker's
+// module is optimised for size, the npm package's for speed (Cargo.toml).
 impl Limiter {
     /// A full bucket with an empty queue.
+    #[inline]
     pub fn new(kind: Kind, quota: Quota, queue: QueueConfig) -> Limiter {
         let algorithm = AnyAlgorithm::new(kind, quota);
         Limiter {
@@ -174,34 +184,41 @@ impl Limiter {
     }
 
     /// The algorithm.
+    #[inline]
     pub fn kind(&self) -> Kind {
         self.algorithm.which()
     }
 
     /// Capacity and rate.
+    #[inline]
     pub fn quota(&self) -> Quota {
         self.algorithm.quota()
     }
 
     /// Depth and maximum wait.
+    #[inline]
     pub fn queue_config(&self) -> QueueConfig {
         self.queue.config()
     }
 
     /// Requests waiting now.
+    #[inline]
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
 
+    #[inline]
     fn tick(&mut self, now: u64) -> u64 {
         self.now = self.now.max(now);
         self.now
     }
 
-    /// Offers a request of `cost` from `flow` (a tab) at `priority`.
+    /// Offers a request of `cost` from `flow` (a tab, say; flows take turns in the queue) at
+    /// `priority`.
     ///
     /// `max_wait_ns` overrides the queue's maximum wait for this request; `Some(0)` means "never
     /// queue": admitted at once or [`Reason::Limited`] (used for large request bodies).
+    #[inline]
     pub fn offer(
         &mut self,
         now: u64,
@@ -256,6 +273,7 @@ impl Limiter {
     /// Admits the waiters whose turn has come and times out the late ones, as of `now`; the
     /// outcomes are then in [`Limiter::outcomes`]. Returns when to poll next (`None`: nobody
     /// waits).
+    #[inline]
     pub fn poll(&mut self, now: u64) -> Option<u64> {
         let now = self.tick(now);
         self.outcomes.clear();
@@ -272,11 +290,13 @@ impl Limiter {
     }
 
     /// The outcomes of the last [`Limiter::poll`] or [`Limiter::close`].
+    #[inline]
     pub fn outcomes(&self) -> &[Delivered] {
         &self.outcomes
     }
 
-    /// Withdraws a waiting request (its page went away). Returns whether it was still waiting.
+    /// Withdraws a waiting request; it spent nothing. Returns whether it was still waiting.
+    #[inline]
     pub fn cancel(&mut self, ticket: u64) -> bool {
         match self.tickets.remove(&ticket) {
             Some(t) => self.queue.cancel(t),
@@ -286,6 +306,7 @@ impl Limiter {
 
     /// Turns every waiter away ([`Delivery::Closed`], in [`Limiter::outcomes`]) and refuses
     /// new offers.
+    #[inline]
     pub fn close(&mut self) {
         self.outcomes.clear();
         let outcomes = &mut self.outcomes;
@@ -295,6 +316,7 @@ impl Limiter {
     }
 
     /// The bucket as of `now`, without changing it.
+    #[inline]
     pub fn status(&self, now: u64) -> Status {
         let now = self.now.max(now);
         let mut probe = self.state.clone();
@@ -311,6 +333,7 @@ impl Limiter {
     }
 
     /// The bucket as a snapshot at monotonic `now`, stamped with wall-clock `unix_ms`.
+    #[inline]
     pub fn snapshot(&self, now: u64, unix_ms: u64) -> Snapshot {
         Snapshot::take(&self.algorithm, &self.state, self.now.max(now), unix_ms)
     }
@@ -318,8 +341,8 @@ impl Limiter {
     /// Replaces the bucket with `snapshot`, counting the wall-clock time since it was taken.
     ///
     /// A snapshot taken under another algorithm, capacity or rate (the configuration changed
-    /// between two workers) is first converted by sluice-core's rule
-    /// ([`SavedState::convert`](sluice_core::SavedState::convert)), as of the moment it was
+    /// between two runs) is first converted by sluice-core's rule
+    /// ([`SavedState::convert`](crate::SavedState::convert)), as of the moment it was
     /// taken: what was left becomes at most the new capacity, debt is kept in the new rate's
     /// time, so a tightened limit never grants a burst; the time since then refills at the new
     /// rate.
@@ -329,6 +352,7 @@ impl Limiter {
     /// [`RestoreError::Busy`] while requests wait, and [`RestoreError::Snapshot`] for a snapshot
     /// of another format, with an impossible quota or impossible values. The bucket is
     /// unchanged then.
+    #[inline]
     pub fn restore(
         &mut self,
         snapshot: &Snapshot,
@@ -349,6 +373,7 @@ impl Limiter {
     }
 
     /// `snapshot` as this limiter's algorithm and quota would have saved it at the same moment.
+    #[inline]
     fn convert(&self, snapshot: &Snapshot) -> Result<Snapshot, SnapshotError> {
         let quota = self.quota();
         if snapshot.algorithm == self.kind()
@@ -378,12 +403,13 @@ impl Limiter {
         })
     }
 
-    /// Empties the bucket as of `now`: what a restarted worker assumes when it cannot trust or
+    /// Empties the bucket as of `now`: what a restarted host assumes when it cannot trust or
     /// find its stored state. It refills at the configured rate.
     ///
     /// # Errors
     ///
     /// [`Busy`] while requests wait.
+    #[inline]
     pub fn exhaust(&mut self, now: u64) -> Result<(), Busy> {
         if !self.queue.is_empty() {
             return Err(Busy);
@@ -398,10 +424,11 @@ impl Limiter {
     /// The bucket for a record to write now: this one with the next `block` admissions (at
     /// most what is left now) already spent. Until that record is written, and as long as
     /// [`Limiter::covered`] says so afterwards, the stored record is at least as empty as the
-    /// live bucket: a worker that stops and restores from it cannot grant a token twice.
+    /// live bucket: a host that stops and restores from it cannot grant a token twice.
     ///
     /// Call [`Limiter::written`] once the record is stored (or could not be), in the order of
     /// the calls to this.
+    #[inline]
     pub fn reserve(&mut self, now: u64, unix_ms: u64, block: u64) -> Snapshot {
         let now = self.tick(now);
         let mut ahead = self.state.clone();
@@ -419,6 +446,7 @@ impl Limiter {
     }
 
     /// The oldest record of [`Limiter::reserve`] is stored (`ok`) or was not.
+    #[inline]
     pub fn written(&mut self, ok: bool) {
         if let Some(state) = self.writing.pop_front() {
             if ok {
@@ -430,6 +458,7 @@ impl Limiter {
     /// Whether the stored record, and every record being written, is at least as empty as the
     /// live bucket at `now` with `more` further admissions: with `more` 0, whether the
     /// admissions so far may go without a write.
+    #[inline]
     pub fn covered(&mut self, now: u64, more: u64) -> bool {
         let now = self.tick(now);
         let Some(stored) = &self.stored else {
@@ -453,6 +482,7 @@ impl Limiter {
 
 /// Whether `a` admits, now and at any later time, no more than `b` (both saved at the same
 /// moment by the same algorithm). Conservative: `false` when in doubt (a write then follows).
+#[inline]
 fn at_least_as_empty(a: &SavedState, b: &SavedState) -> bool {
     match (a, b) {
         (SavedState::Debt { debt_ns: a }, SavedState::Debt { debt_ns: b }) => a >= b,
@@ -494,6 +524,7 @@ fn at_least_as_empty(a: &SavedState, b: &SavedState) -> bool {
     }
 }
 
+#[inline]
 fn deliver(ticket: Ticket, outcome: Outcome) -> Delivered {
     let delivery = match outcome {
         Outcome::Admitted(_) => Delivery::Admitted,
