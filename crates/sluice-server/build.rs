@@ -35,7 +35,7 @@ use std::process::Command;
 #[path = "wasm/digest.rs"]
 mod digest;
 
-const TARGET: &str = "wasm32-unknown-unknown";
+use digest::TARGET;
 
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -84,7 +84,7 @@ fn module(manifest_dir: &Path, out_dir: &Path) {
             record.display()
         ))
     });
-    let sources = digest::source_digest(&workspace).unwrap_or_else(|e| fail(e));
+    let sources = digest::source_digest(&workspace, digest::INPUTS).unwrap_or_else(|e| fail(e));
     if digest::recorded_field(&recorded, "sources") == Some(sources.as_str()) {
         // The committed file must also be the one the record describes (not a checkout that
         // converted its bytes, or a Git LFS pointer).
@@ -125,28 +125,9 @@ fn module(manifest_dir: &Path, out_dir: &Path) {
 /// flags and wrappers are removed from the nested one's environment: they are for the host
 /// (`-C target-cpu=native`, coverage, clippy's `RUSTC_WORKSPACE_WRAPPER`), not for wasm32.
 fn nested_build(workspace: &Path, out_dir: &Path, rustc: &std::ffi::OsStr) -> PathBuf {
-    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target_dir = out_dir.join("wasm");
-    let mut build = Command::new(cargo);
-    build
-        .current_dir(workspace)
-        .args([
-            "build",
-            "--package",
-            "sluice-wasm",
-            "--release",
-            "--target",
-            TARGET,
-        ])
-        .arg("--manifest-path")
-        .arg(workspace.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env("RUSTC", rustc);
-    for var in digest::HOST_BUILD_VARS {
-        build.env_remove(var);
-    }
-    let output = build
+    let output = digest::release_build(workspace, "sluice-wasm", &target_dir)
+        .env("RUSTC", rustc)
         .output()
         .unwrap_or_else(|e| fail(format!("could not run cargo to build sluice-wasm: {e}")));
     if !output.status.success() {
@@ -156,10 +137,7 @@ fn nested_build(workspace: &Path, out_dir: &Path, rustc: &std::ffi::OsStr) -> Pa
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    target_dir
-        .join(TARGET)
-        .join("release")
-        .join("sluice_wasm.wasm")
+    digest::built_module(&target_dir, "sluice_wasm")
 }
 
 /// Whether the wasm32 standard library is installed for this compiler (without it a nested
