@@ -17,13 +17,14 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { launchChromium } from '../../scripts/chromium.mjs';
 import { buildServiceWorker, DEFAULT_WASM } from '../build-sw.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const WEB = join(here, '..');
 export const ROOT = join(WEB, '..');
-export const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
 export const CI = process.env.CI === 'true';
+export { CHROMIUM } from '../../scripts/chromium.mjs';
 
 /** A free TCP port on 127.0.0.1. */
 export function freePort() {
@@ -387,37 +388,10 @@ export async function startGateway({ upstream, config, maxBody, cmd = gatewayCom
 
 // === the browser ===
 
-export const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  // Several tabs fire on timers at once: none of them may be throttled as a background tab.
-  '--disable-background-timer-throttling',
-  '--disable-renderer-backgrounding',
-  '--disable-backgrounding-occluded-windows',
-];
-
 /** A fresh headless Chromium with its own profile. Returns { context, close() }. */
 export async function launchBrowser() {
   const { chromium } = await import('playwright-core');
-  const dir = await mkdtemp(join(tmpdir(), 'sluice-chromium-'));
-  const context = await chromium.launchPersistentContext(dir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: CHROMIUM_ARGS,
-  });
-  return {
-    context,
-    close: async () => {
-      await context.close().catch(() => {});
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  return launchChromium(chromium, 'sluice-chromium-');
 }
 
 /** Opens a tab on the front's test page and waits until the worker controls it. */

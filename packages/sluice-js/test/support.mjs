@@ -10,10 +10,12 @@ import { tmpdir } from 'node:os';
 import { dirname, extname, join, normalize, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { launchChromium } from '../../../scripts/chromium.mjs';
+
 export const PACKAGE = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const ROOT = join(PACKAGE, '..', '..');
 export const CI = process.env.CI === 'true';
-export const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
+export { CHROMIUM } from '../../../scripts/chromium.mjs';
 
 /** A test's tool is missing: fail under CI=true, else skip with a message naming it. */
 export function missing(t, tool) {
@@ -66,37 +68,10 @@ export function serveStatic(dir) {
   });
 }
 
-/** The flags of web/tests/harness.mjs. */
-export const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--disable-background-timer-throttling',
-  '--disable-renderer-backgrounding',
-  '--disable-backgrounding-occluded-windows',
-];
-
-/** A fresh headless Chromium: { context, close() }. */
+/** A fresh headless Chromium with its own profile. Returns { context, close() }. */
 export async function launchBrowser() {
   const { chromium } = await import('playwright-core');
-  const dir = await mkdtemp(join(tmpdir(), 'sluice-js-chromium-'));
-  const context = await chromium.launchPersistentContext(dir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: CHROMIUM_ARGS,
-  });
-  return {
-    context,
-    close: async () => {
-      await context.close().catch(() => {});
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  return launchChromium(chromium, 'sluice-js-chromium-');
 }
 
 /** A redis-server on a free port, in a temporary folder: { port, url, close() }. */
