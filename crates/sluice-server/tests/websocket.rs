@@ -68,6 +68,20 @@ async fn metric(gw: &Gateway, series: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The upstream saw the socket on `path` open, then closed less than 2 s after the client's
+/// `closed_at` (both stamps are this machine's monotonic clock).
+fn upstream_closes_within_2s(upstream: &mut Server, path: &str, out: &serde_json::Value) {
+    let closed_at = out["closed_at"].as_f64().unwrap();
+    upstream.wait_line(&format!("OPEN {path}"), Duration::from_secs(5));
+    let line = upstream.wait_line(&format!("CLOSED {path}"), Duration::from_secs(5));
+    let seen: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        seen - closed_at < 2.0,
+        "the upstream saw {path} close {:.3} s after the client closed it",
+        seen - closed_at
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_echo_through_the_tunnel() {
     let Some(py) = python() else { return };
@@ -163,16 +177,7 @@ async fn closing_the_client_closes_the_upstream_socket() {
     })
     .await
     .unwrap();
-    let closed_at = out["closed_at"].as_f64().unwrap();
-    upstream.wait_line("OPEN /ws/abort", Duration::from_secs(5));
-    let line = upstream.wait_line("CLOSED /ws/abort", Duration::from_secs(5));
-    let seen: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    // Both stamps are the same machine's monotonic clock.
-    assert!(
-        seen - closed_at < 2.0,
-        "the upstream saw the close {:.3} s after the client closed",
-        seen - closed_at
-    );
+    upstream_closes_within_2s(&mut upstream, "/ws/abort", &out);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,17 +373,9 @@ async fn resetting_the_h2_stream_closes_the_upstream_socket() {
     let gw = Gateway::start("", &config(upstream.port)).await;
     let out = h2_client("abort", gw.url("/ws/h2abort"), "-", &[]).await;
     assert_eq!(out["ok"], true, "{out}");
-    let closed_at = out["closed_at"].as_f64().unwrap();
-    upstream.wait_line("OPEN /ws/h2abort", Duration::from_secs(5));
-    let line = upstream.wait_line("CLOSED /ws/h2abort", Duration::from_secs(5));
-    let seen: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     // The client kept its connection open for 3 s after the reset: the upstream's close
     // comes from the stream's reset, not from the connection's end.
-    assert!(
-        seen - closed_at < 2.0,
-        "the upstream saw the close {:.3} s after the client reset its stream",
-        seen - closed_at
-    );
+    upstream_closes_within_2s(&mut upstream, "/ws/h2abort", &out);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
