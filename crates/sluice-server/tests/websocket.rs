@@ -68,6 +68,31 @@ async fn metric(gw: &Gateway, series: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Starts `tests/py/ws_client.py args...` off the runtime; the future is its JSON.
+fn ws_client(
+    py: &str,
+    args: &[&str],
+    limit: Duration,
+) -> impl std::future::Future<Output = serde_json::Value> {
+    run_off_runtime(py, "ws_client.py", args, limit)
+}
+
+/// Starts `tests/py/<script> args...` on a blocking thread at once; the future is its JSON.
+fn run_off_runtime(
+    py: &str,
+    script: &'static str,
+    args: &[&str],
+    limit: Duration,
+) -> impl std::future::Future<Output = serde_json::Value> {
+    let py = py.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let task = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&py, script, &args, limit)
+    });
+    async move { task.await.unwrap() }
+}
+
 /// The upstream saw the socket on `path` open, then closed less than 2 s after the client's
 /// `closed_at` (both stamps are this machine's monotonic clock).
 fn upstream_closes_within_2s(upstream: &mut Server, path: &str, out: &serde_json::Value) {
@@ -88,16 +113,7 @@ async fn messages_echo_through_the_tunnel() {
     let upstream = Server::start(&py, "ws_server.py", &[]);
     let gw = Gateway::start("", &config(upstream.port)).await;
     let url = ws_url(&gw, "/ws/echo");
-    let out = tokio::task::spawn_blocking(move || {
-        run(
-            &py,
-            "ws_client.py",
-            &["echo", &url, "50"],
-            Duration::from_secs(60),
-        )
-    })
-    .await
-    .unwrap();
+    let out = ws_client(&py, &["echo", &url, "50"], Duration::from_secs(60)).await;
     assert_eq!(out["ok"], true, "{out}");
     assert_eq!(out["echoed"], 50, "{out}");
     let admitted = metric(
@@ -117,16 +133,7 @@ async fn messages_echo_through_the_tunnel() {
     let gw = Gateway::start("h2c = false", &config(upstream.port)).await;
     let url = ws_url(&gw, "/ws/echo");
     let py = python().unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        run(
-            &py,
-            "ws_client.py",
-            &["echo", &url, "3"],
-            Duration::from_secs(60),
-        )
-    })
-    .await
-    .unwrap();
+    let out = ws_client(&py, &["echo", &url, "3"], Duration::from_secs(60)).await;
     assert_eq!(out["ok"], true, "{out}");
 }
 
@@ -136,16 +143,7 @@ async fn the_101st_socket_on_a_route_of_concurrency_100_is_refused() {
     let upstream = Server::start(&py, "ws_server.py", &[]);
     let gw = Gateway::start("", &config(upstream.port)).await;
     let url = ws_url(&gw, "/ws/many");
-    let out = tokio::task::spawn_blocking(move || {
-        run(
-            &py,
-            "ws_client.py",
-            &["many", &url, "101"],
-            Duration::from_secs(120),
-        )
-    })
-    .await
-    .unwrap();
+    let out = ws_client(&py, &["many", &url, "101"], Duration::from_secs(120)).await;
     // 100 open; the 101st refused with 429 and the RateLimit fields; once one closes, a new
     // one gets its slot.
     let refused = out["refused"].as_array().unwrap();
@@ -167,16 +165,7 @@ async fn closing_the_client_closes_the_upstream_socket() {
     let mut upstream = Server::start(&py, "ws_server.py", &[]);
     let gw = Gateway::start("", &config(upstream.port)).await;
     let url = ws_url(&gw, "/ws/abort");
-    let out = tokio::task::spawn_blocking(move || {
-        run(
-            &py,
-            "ws_client.py",
-            &["abort", &url],
-            Duration::from_secs(30),
-        )
-    })
-    .await
-    .unwrap();
+    let out = ws_client(&py, &["abort", &url], Duration::from_secs(30)).await;
     upstream_closes_within_2s(&mut upstream, "/ws/abort", &out);
 }
 
@@ -186,24 +175,8 @@ async fn a_rate_limited_upgrade_gets_429_never_101() {
     let mut upstream = Server::start(&py, "ws_server.py", &[]);
     let gw = Gateway::start("", &config(upstream.port)).await;
     let url = ws_url(&gw, "/limited/x");
-    let (first, second) = tokio::task::spawn_blocking(move || {
-        (
-            run(
-                &py,
-                "ws_client.py",
-                &["denied", &url],
-                Duration::from_secs(30),
-            ),
-            run(
-                &py,
-                "ws_client.py",
-                &["denied", &url],
-                Duration::from_secs(30),
-            ),
-        )
-    })
-    .await
-    .unwrap();
+    let first = ws_client(&py, &["denied", &url], Duration::from_secs(30)).await;
+    let second = ws_client(&py, &["denied", &url], Duration::from_secs(30)).await;
     assert_eq!(first["upgraded"], true, "{first}");
     assert_eq!(second["upgraded"], false, "{second}");
     assert_eq!(second["status"], 429, "{second}");
@@ -230,24 +203,10 @@ async fn a_silent_tunnel_closes_after_keep_alive_timeout_and_a_busy_one_stays() 
     .await;
     let idle_url = ws_url(&gw, "/ws/idle");
     let busy_url = ws_url(&gw, "/ws/busy");
-    let py2 = py.clone();
-    let busy = tokio::task::spawn_blocking(move || {
-        run(
-            &py2,
-            "ws_client.py",
-            &["busy", &busy_url, "3"],
-            Duration::from_secs(30),
-        )
-    });
-    let idle = tokio::task::spawn_blocking(move || {
-        run(
-            &py,
-            "ws_client.py",
-            &["idle", &idle_url, "10"],
-            Duration::from_secs(30),
-        )
-    });
-    let (busy, idle) = (busy.await.unwrap(), idle.await.unwrap());
+    let (busy, idle) = tokio::join!(
+        ws_client(&py, &["busy", &busy_url, "3"], Duration::from_secs(30)),
+        ws_client(&py, &["idle", &idle_url, "10"], Duration::from_secs(30)),
+    );
     assert_eq!(
         busy["ok"], true,
         "a busy tunnel outlives the timeouts: {busy}"
@@ -263,14 +222,9 @@ async fn a_silent_tunnel_closes_after_keep_alive_timeout_and_a_busy_one_stays() 
 /// Runs `ws_h2_client.py MODE URL CAFILE ARGS...` (`-`: h2c).
 async fn h2_client(mode: &str, url: String, cafile: &str, args: &[&str]) -> serde_json::Value {
     let py = python().unwrap();
-    let mut all = vec![mode.to_owned(), url, cafile.to_owned()];
-    all.extend(args.iter().map(|a| (*a).to_owned()));
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = all.iter().map(String::as_str).collect();
-        run(&py, "ws_h2_client.py", &args, Duration::from_secs(60))
-    })
-    .await
-    .unwrap()
+    let mut all = vec![mode, &url, cafile];
+    all.extend_from_slice(args);
+    run_off_runtime(&py, "ws_h2_client.py", &all, Duration::from_secs(60)).await
 }
 
 /// A CA (written to `ca.pem`) and a certificate it signed for `localhost` (the `[server.tls]`
