@@ -105,7 +105,7 @@ fn module(manifest_dir: &Path, out_dir: &Path) {
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     if !wasm_target_installed(&rustc) {
         fail(format!(
-            "sluice-core or sluice-wasm changed since the committed browser module \
+            "sluice-core, sluice-wasm-rt or sluice-wasm changed since the committed browser module \
              ({}) was built, and rebuilding it needs the {TARGET} target.\nRun:\n\n    \
              rustup target add {TARGET}\n    scripts/wasm-module update\n\n\
              (or set SLUICE_WASM=/path/to/sluice_wasm.wasm to embed a module built elsewhere)",

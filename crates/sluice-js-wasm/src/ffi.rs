@@ -7,22 +7,14 @@
 //! last error's UTF-8 message is at `sj_error_ptr` / `sj_error_len`. The table is in
 //! `packages/sluice-js/README.md` (section "The core").
 
-use alloc::string::String;
-use alloc::vec::Vec;
-use core::cell::UnsafeCell;
-use core::fmt::Write;
-
+use sluice_core::driven::{Delivery, Reason, Verdict};
 use sluice_core::queue::{Priority, QueueConfig};
 use sluice_core::{Kind, Quota, Rate};
-
-use sluice_core::driven::{Delivery, Reason, Verdict};
+use sluice_wasm_rt::{Buffers, Global};
 
 use crate::bank::Bank;
 
-#[cfg(target_feature = "atomics")]
-compile_error!(
-    "sluice-js-wasm keeps its state in a single-threaded global; build without `atomics`"
-);
+sluice_wasm_rt::runtime!();
 
 /// The version of this ABI; the JavaScript side refuses a module of another version.
 pub const ABI_VERSION: u32 = 1;
@@ -36,43 +28,20 @@ pub const OUTCOME_STRIDE: usize = 3;
 
 struct Globals {
     bank: Option<Bank>,
-    out: [f64; OUT_SLOTS],
-    list: Vec<f64>,
-    input: Vec<u8>,
-    error: String,
+    io: Buffers<OUT_SLOTS>,
 }
 
-struct Shared(UnsafeCell<Globals>);
-
-// Safety: wasm32 without the `atomics` target feature (refused above) has exactly one thread,
-// so the cell is never reached from two threads.
-unsafe impl Sync for Shared {}
-
-static GLOBALS: Shared = Shared(UnsafeCell::new(Globals {
+static GLOBALS: Global<Globals> = Global::new(Globals {
     bank: None,
-    out: [0.0; OUT_SLOTS],
-    list: Vec::new(),
-    input: Vec::new(),
-    error: String::new(),
-}));
+    io: Buffers::new(),
+});
 
+/// Runs `f` on the module's state.
 fn with<R>(f: impl FnOnce(&mut Globals) -> R) -> R {
-    // Safety: one thread (see `Shared`), and no export calls another export or back into
-    // JavaScript (the module imports nothing), so this is the only reference for `f`'s duration.
-    let globals = unsafe { &mut *GLOBALS.0.get() };
-    f(globals)
+    GLOBALS.with(f)
 }
 
 impl Globals {
-    fn fail(&mut self, message: impl core::fmt::Display) {
-        self.error.clear();
-        let _ = write!(self.error, "{message}");
-    }
-
-    fn input_str(&self, len: u32) -> Option<&str> {
-        core::str::from_utf8(self.input.get(..len as usize)?).ok()
-    }
-
     fn bank(&mut self) -> &mut Bank {
         self.bank.get_or_insert_with(Bank::default)
     }
@@ -101,58 +70,54 @@ pub extern "C" fn sj_abi_version() -> u32 {
 /// The address of the `out` area; it never moves.
 #[no_mangle]
 pub extern "C" fn sj_out() -> *const f64 {
-    with(|g| g.out.as_ptr())
+    with(|g| g.io.out.as_ptr())
 }
 
 /// The address of the `list` (valid until the next call).
 #[no_mangle]
 pub extern "C" fn sj_list() -> *const f64 {
-    with(|g| g.list.as_ptr())
+    with(|g| g.io.list.as_ptr())
 }
 
 /// Floats in the `list`.
 #[no_mangle]
 pub extern "C" fn sj_list_len() -> u32 {
-    with(|g| g.list.len() as u32)
+    with(|g| g.io.list.len() as u32)
 }
 
 /// Makes room for `len` input bytes and returns their address.
 #[no_mangle]
 pub extern "C" fn sj_input(len: u32) -> *mut u8 {
-    with(|g| {
-        g.input.clear();
-        g.input.resize(len as usize, 0);
-        g.input.as_mut_ptr()
-    })
+    with(|g| g.io.input(len))
 }
 
 /// The address of the last error message.
 #[no_mangle]
 pub extern "C" fn sj_error_ptr() -> *const u8 {
-    with(|g| g.error.as_ptr())
+    with(|g| g.io.error.as_ptr())
 }
 
 /// The length in bytes of the last error message.
 #[no_mangle]
 pub extern "C" fn sj_error_len() -> u32 {
-    with(|g| g.error.len() as u32)
+    with(|g| g.io.error.len() as u32)
 }
 
 /// The input as an algorithm name (`token_bucket`, `gcra`, ...): its index in the core's
 /// `Kind::ALL`, or -1 (message in `error`).
 #[no_mangle]
 pub extern "C" fn sj_parse_kind(len: u32) -> i32 {
-    with(|g| match g.input_str(len).map(str::parse::<Kind>) {
+    with(|g| match g.io.input_str(len).map(str::parse::<Kind>) {
         Some(Ok(kind)) => Kind::ALL
             .iter()
             .position(|k| *k == kind)
             .map_or(-1, |i| i as i32),
         Some(Err(e)) => {
-            g.fail(e);
+            g.io.fail(e);
             -1
         }
         None => {
-            g.fail("algorithm name is not UTF-8");
+            g.io.fail("algorithm name is not UTF-8");
             -1
         }
     })
@@ -162,14 +127,14 @@ pub extern "C" fn sj_parse_kind(len: u32) -> i32 {
 /// interval between tokens in ns, or -1 (message in `error`).
 #[no_mangle]
 pub extern "C" fn sj_parse_rate(len: u32) -> i64 {
-    with(|g| match g.input_str(len).map(str::parse::<Rate>) {
+    with(|g| match g.io.input_str(len).map(str::parse::<Rate>) {
         Some(Ok(rate)) => i64::try_from(rate.interval_ns()).unwrap_or(i64::MAX),
         Some(Err(e)) => {
-            g.fail(e);
+            g.io.fail(e);
             -1
         }
         None => {
-            g.fail("rate is not UTF-8");
+            g.io.fail("rate is not UTF-8");
             -1
         }
     })
@@ -187,7 +152,7 @@ pub extern "C" fn sj_create(
 ) -> i32 {
     with(|g| {
         let Some(kind) = Kind::ALL.get(kind as usize).copied() else {
-            g.fail(format_args!("unknown algorithm code {kind}"));
+            g.io.fail(format_args!("unknown algorithm code {kind}"));
             return -1;
         };
         let quota =
@@ -201,7 +166,7 @@ pub extern "C" fn sj_create(
                 g.bank().create(kind, quota, queue) as i32
             }
             Err(e) => {
-                g.fail(e);
+                g.io.fail(e);
                 -1
             }
         }
@@ -250,13 +215,13 @@ pub extern "C" fn sj_offer(
                 (code, [0.0, retry_after_ns as f64, 0.0, 0.0])
             }
         };
-        g.out = out;
+        g.io.out = out;
         code
     })
 }
 
 fn write_outcomes(g: &mut Globals, handle: u32) {
-    let mut list = core::mem::take(&mut g.list);
+    let mut list = core::mem::take(&mut g.io.list);
     list.clear();
     if let Some(limiter) = g.bank().get_mut(handle) {
         for d in limiter.outcomes() {
@@ -268,7 +233,7 @@ fn write_outcomes(g: &mut Globals, handle: u32) {
             list.extend([d.ticket as f64, code, retry as f64]);
         }
     }
-    g.list = list;
+    g.io.list = list;
 }
 
 /// Admits and times out waiters as of `now_ns`. Returns when to poll next (ns), or -1 when
@@ -303,7 +268,7 @@ pub extern "C" fn sj_close(handle: u32) -> u32 {
             limiter.close();
         }
         write_outcomes(g, handle);
-        (g.list.len() / OUTCOME_STRIDE) as u32
+        (g.io.list.len() / OUTCOME_STRIDE) as u32
     })
 }
 
@@ -316,7 +281,7 @@ pub extern "C" fn sj_status(handle: u32, now_ns: i64) -> i32 {
             return -1;
         };
         let st = limiter.status(ns(now_ns));
-        g.out = [
+        g.io.out = [
             st.remaining as f64,
             st.limit as f64,
             st.queued as f64,

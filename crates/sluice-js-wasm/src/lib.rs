@@ -41,8 +41,6 @@ mod bank;
 
 #[cfg(target_arch = "wasm32")]
 pub mod ffi;
-#[cfg(target_arch = "wasm32")]
-mod rt;
 
 pub use bank::Bank;
 pub use sluice_core::driven::{Delivered, Delivery, Limiter, Reason, Status, Verdict};

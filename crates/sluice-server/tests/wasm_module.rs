@@ -1,5 +1,5 @@
 //! The committed browser module (`wasm/sluice_wasm.wasm`) is exactly what the current sources
-//! build: the recorded digest matches sluice-core's and sluice-wasm's sources, and a fresh
+//! build: the recorded digest matches the sources of sluice-core, sluice-wasm-rt and sluice-wasm, and a fresh
 //! release build for wasm32 is byte-identical to the committed file.
 //!
 //! `SLUICE_WASM_UPDATE=1` (what `scripts/wasm-module update` sets) rewrites the module and its

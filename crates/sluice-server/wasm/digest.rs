@@ -23,6 +23,8 @@ pub const INPUTS: &[&str] = &[
     "Cargo.lock",
     "crates/sluice-core/Cargo.toml",
     "crates/sluice-core/src",
+    "crates/sluice-wasm-rt/Cargo.toml",
+    "crates/sluice-wasm-rt/src",
     "crates/sluice-wasm/Cargo.toml",
     "crates/sluice-wasm/src",
 ];

@@ -11,23 +11,20 @@
 //!
 //! The full table, with codes and slot meanings, is in `web/README.md`.
 
-use alloc::string::String;
 use alloc::vec::Vec;
-use core::cell::UnsafeCell;
-use core::fmt::Write;
 
+use sluice_core::driven::{Delivery, Limiter, Reason, RestoreError, Verdict};
 use sluice_core::queue::QueueConfig;
 use sluice_core::{Kind, Quota, Rate};
+use sluice_wasm_rt::{Buffers, Global};
 
 use crate::codes::{
     interval_from_per_second, kind_code, kind_from_code, ms_to_ns, ns_to_ms, ns_to_ms_ceil,
     priority_from_code, up_f64, whole, OfferCode, OutcomeCode,
 };
 use crate::record;
-use sluice_core::driven::{Delivery, Limiter, Reason, RestoreError, Verdict};
 
-#[cfg(target_feature = "atomics")]
-compile_error!("sluice-wasm keeps its state in a single-threaded global; build without `atomics`");
+sluice_wasm_rt::runtime!();
 
 /// The version of this ABI; the JavaScript wrapper refuses a module of another version.
 pub const ABI_VERSION: u32 = 2;
@@ -41,47 +38,22 @@ pub const OUTCOME_STRIDE: usize = 3;
 
 struct Globals {
     limiter: Option<Limiter>,
-    out: [f64; OUT_SLOTS],
-    list: Vec<f64>,
-    input: Vec<u8>,
+    io: Buffers<OUT_SLOTS>,
     input_f64: Vec<f64>,
-    error: String,
 }
 
-struct Shared(UnsafeCell<Globals>);
-
-// Safety: wasm32 without the `atomics` target feature (refused above) has exactly one thread,
-// so the cell is never reached from two threads.
-unsafe impl Sync for Shared {}
-
-static GLOBALS: Shared = Shared(UnsafeCell::new(Globals {
+static GLOBALS: Global<Globals> = Global::new(Globals {
     limiter: None,
-    out: [0.0; OUT_SLOTS],
-    list: Vec::new(),
-    input: Vec::new(),
+    io: Buffers::new(),
     input_f64: Vec::new(),
-    error: String::new(),
-}));
+});
 
-/// Runs `f` on the globals.
+/// Runs `f` on the module's state.
 fn with<R>(f: impl FnOnce(&mut Globals) -> R) -> R {
-    // Safety: one thread (see `Shared`), and no export calls another export or back into
-    // JavaScript (the module imports nothing), so this is the only reference for `f`'s duration.
-    let globals = unsafe { &mut *GLOBALS.0.get() };
-    f(globals)
+    GLOBALS.with(f)
 }
 
 impl Globals {
-    fn fail(&mut self, message: impl core::fmt::Display) {
-        self.error.clear();
-        let _ = write!(self.error, "{message}");
-    }
-
-    fn input_str(&self, len: u32) -> Option<&str> {
-        let bytes = self.input.get(..len as usize)?;
-        core::str::from_utf8(bytes).ok()
-    }
-
     fn create(
         &mut self,
         kind: u32,
@@ -91,17 +63,18 @@ impl Globals {
         max_wait_ms: f64,
     ) -> i32 {
         let Some(kind) = kind_from_code(kind) else {
-            self.fail(format_args!("unknown algorithm code {kind}"));
+            self.io.fail(format_args!("unknown algorithm code {kind}"));
             return -1;
         };
         let Some(capacity) = whole(capacity) else {
-            self.fail(format_args!(
+            self.io.fail(format_args!(
                 "capacity must be a whole number of at least 1"
             ));
             return -1;
         };
         if max_wait_ms.is_nan() || max_wait_ms < 0.0 {
-            self.fail(format_args!("max_wait_ms must be zero or more"));
+            self.io
+                .fail(format_args!("max_wait_ms must be zero or more"));
             return -1;
         }
         match rate.and_then(|r| Quota::new(capacity, r)) {
@@ -114,7 +87,7 @@ impl Globals {
                 0
             }
             Err(e) => {
-                self.fail(e);
+                self.io.fail(e);
                 -1
             }
         }
@@ -130,30 +103,26 @@ pub extern "C" fn sluice_abi_version() -> u32 {
 /// The address of the `out` area ([`OUT_SLOTS`] `f64`); it never moves.
 #[no_mangle]
 pub extern "C" fn sluice_out() -> *const f64 {
-    with(|g| g.out.as_ptr())
+    with(|g| g.io.out.as_ptr())
 }
 
 /// The address of the `list` (valid until the next call).
 #[no_mangle]
 pub extern "C" fn sluice_list() -> *const f64 {
-    with(|g| g.list.as_ptr())
+    with(|g| g.io.list.as_ptr())
 }
 
 /// Floats in the `list`.
 #[no_mangle]
 pub extern "C" fn sluice_list_len() -> u32 {
-    with(|g| g.list.len() as u32)
+    with(|g| g.io.list.len() as u32)
 }
 
 /// Makes room for `len` input bytes and returns their address, for JavaScript to write UTF-8
 /// text into before `sluice_parse_rate` / `sluice_parse_kind`.
 #[no_mangle]
 pub extern "C" fn sluice_input_bytes(len: u32) -> *mut u8 {
-    with(|g| {
-        g.input.clear();
-        g.input.resize(len as usize, 0);
-        g.input.as_mut_ptr()
-    })
+    with(|g| g.io.input(len))
 }
 
 /// Makes room for `len` input floats and returns their address, for `sluice_restore`.
@@ -169,13 +138,13 @@ pub extern "C" fn sluice_input_f64(len: u32) -> *mut f64 {
 /// The address of the last error message (UTF-8, `sluice_error_len` bytes).
 #[no_mangle]
 pub extern "C" fn sluice_error_ptr() -> *const u8 {
-    with(|g| g.error.as_ptr())
+    with(|g| g.io.error.as_ptr())
 }
 
 /// The length in bytes of the last error message.
 #[no_mangle]
 pub extern "C" fn sluice_error_len() -> u32 {
-    with(|g| g.error.len() as u32)
+    with(|g| g.io.error.len() as u32)
 }
 
 /// Reads the first `len` input bytes as an algorithm name (`token_bucket`, `gcra`, ...):
@@ -183,15 +152,15 @@ pub extern "C" fn sluice_error_len() -> u32 {
 #[no_mangle]
 pub extern "C" fn sluice_parse_kind(len: u32) -> i32 {
     with(|g| {
-        let parsed = g.input_str(len).map(str::parse::<Kind>);
+        let parsed = g.io.input_str(len).map(str::parse::<Kind>);
         match parsed {
             Some(Ok(kind)) => kind_code(kind) as i32,
             Some(Err(e)) => {
-                g.fail(e);
+                g.io.fail(e);
                 -1
             }
             None => {
-                g.fail("algorithm name is not UTF-8");
+                g.io.fail("algorithm name is not UTF-8");
                 -1
             }
         }
@@ -203,15 +172,15 @@ pub extern "C" fn sluice_parse_kind(len: u32) -> i32 {
 #[no_mangle]
 pub extern "C" fn sluice_parse_rate(len: u32) -> f64 {
     with(|g| {
-        let parsed = g.input_str(len).map(str::parse::<Rate>);
+        let parsed = g.io.input_str(len).map(str::parse::<Rate>);
         match parsed {
             Some(Ok(rate)) => up_f64(rate.interval_ns()),
             Some(Err(e)) => {
-                g.fail(e);
+                g.io.fail(e);
                 -1.0
             }
             None => {
-                g.fail("rate is not UTF-8");
+                g.io.fail("rate is not UTF-8");
                 -1.0
             }
         }
@@ -251,7 +220,7 @@ pub extern "C" fn sluice_create_per_second(
         let rate = match interval_from_per_second(per_second) {
             Some(ns) => Rate::from_interval_ns(ns),
             None => {
-                g.fail(
+                g.io.fail(
                     "rate must be a finite number of tokens per second, above 0 and at most 1e9",
                 );
                 return -1;
@@ -275,11 +244,11 @@ pub extern "C" fn sluice_offer(
 ) -> i32 {
     with(|g| {
         let Some(cost) = whole(cost) else {
-            g.fail(format_args!("cost must be a whole number"));
+            g.io.fail(format_args!("cost must be a whole number"));
             return OfferCode::Invalid as i32;
         };
         let Some(limiter) = g.limiter.as_mut() else {
-            g.fail("no limiter: call sluice_create first");
+            g.io.fail("no limiter: call sluice_create first");
             return OfferCode::Invalid as i32;
         };
         let max_wait = (max_wait_ms >= 0.0).then(|| ms_to_ns(max_wait_ms));
@@ -291,23 +260,23 @@ pub extern "C" fn sluice_offer(
             max_wait,
         );
         let limit = limiter.quota().capacity();
-        g.out = [0.0; OUT_SLOTS];
-        g.out[3] = up_f64(limit);
+        g.io.out = [0.0; OUT_SLOTS];
+        g.io.out[3] = up_f64(limit);
         match verdict {
             Verdict::Admitted { remaining, .. } => {
-                g.out[2] = up_f64(remaining);
+                g.io.out[2] = up_f64(remaining);
                 OfferCode::Admitted as i32
             }
             Verdict::Queued { ticket, wait_ns } => {
-                g.out[0] = ticket as f64;
-                g.out[1] = ns_to_ms_ceil(wait_ns);
+                g.io.out[0] = ticket as f64;
+                g.io.out[1] = ns_to_ms_ceil(wait_ns);
                 OfferCode::Queued as i32
             }
             Verdict::Rejected {
                 reason,
                 retry_after_ns,
             } => {
-                g.out[1] = ns_to_ms_ceil(retry_after_ns);
+                g.io.out[1] = ns_to_ms_ceil(retry_after_ns);
                 (match reason {
                     Reason::Limited => OfferCode::Limited,
                     Reason::QueueFull => OfferCode::QueueFull,
@@ -321,7 +290,7 @@ pub extern "C" fn sluice_offer(
 }
 
 fn write_outcomes(g: &mut Globals) {
-    g.list.clear();
+    g.io.list.clear();
     let Some(limiter) = g.limiter.as_ref() else {
         return;
     };
@@ -331,7 +300,7 @@ fn write_outcomes(g: &mut Globals) {
             Delivery::TimedOut { retry_after_ns } => (OutcomeCode::TimedOut, retry_after_ns),
             Delivery::Closed => (OutcomeCode::Closed, 0),
         };
-        g.list.extend([
+        g.io.list.extend([
             d.ticket as f64,
             f64::from(code as u32),
             ns_to_ms_ceil(retry_after_ns),
@@ -372,7 +341,7 @@ pub extern "C" fn sluice_close() -> u32 {
             limiter.close();
         }
         write_outcomes(g);
-        (g.list.len() / OUTCOME_STRIDE) as u32
+        (g.io.list.len() / OUTCOME_STRIDE) as u32
     })
 }
 
@@ -386,7 +355,7 @@ pub extern "C" fn sluice_status(now_ms: f64) -> i32 {
             return -1;
         };
         let st = limiter.status(ms_to_ns(now_ms));
-        g.out = [
+        g.io.out = [
             up_f64(st.remaining),
             up_f64(st.limit),
             up_f64(st.queued),
@@ -407,13 +376,13 @@ pub extern "C" fn sluice_status(now_ms: f64) -> i32 {
 pub extern "C" fn sluice_snapshot(now_ms: f64, unix_ms: f64) -> u32 {
     with(|g| {
         let Some(limiter) = g.limiter.as_ref() else {
-            g.list.clear();
+            g.io.list.clear();
             return 0;
         };
         // `as` truncates, saturates and maps NaN to 0.
         let snapshot = limiter.snapshot(ms_to_ns(now_ms), unix_ms as u64);
-        record::encode(&snapshot, &mut g.list);
-        g.list.len() as u32
+        record::encode(&snapshot, &mut g.io.list);
+        g.io.list.len() as u32
     })
 }
 
@@ -426,7 +395,7 @@ pub extern "C" fn sluice_snapshot(now_ms: f64, unix_ms: f64) -> u32 {
 pub extern "C" fn sluice_restore(len: u32, now_ms: f64, unix_ms: f64) -> i32 {
     with(|g| {
         let Some(limiter) = g.limiter.as_mut() else {
-            g.fail("no limiter: call sluice_create first");
+            g.io.fail("no limiter: call sluice_create first");
             return -1;
         };
         let values = g.input_f64.get(..len as usize).unwrap_or(&[]);
@@ -436,7 +405,7 @@ pub extern "C" fn sluice_restore(len: u32, now_ms: f64, unix_ms: f64) -> i32 {
         match restored {
             Ok(()) => 0,
             Err(e) => {
-                g.fail(e);
+                g.io.fail(e);
                 -1
             }
         }
@@ -451,7 +420,7 @@ pub extern "C" fn sluice_exhaust(now_ms: f64) -> i32 {
         Some(limiter) => match limiter.exhaust(ms_to_ns(now_ms)) {
             Ok(()) => 0,
             Err(_) => {
-                g.fail("cannot empty the bucket while requests wait");
+                g.io.fail("cannot empty the bucket while requests wait");
                 -1
             }
         },
@@ -467,12 +436,12 @@ pub extern "C" fn sluice_exhaust(now_ms: f64) -> i32 {
 pub extern "C" fn sluice_reserve(now_ms: f64, unix_ms: f64, block: f64) -> u32 {
     with(|g| {
         let Some(limiter) = g.limiter.as_mut() else {
-            g.list.clear();
+            g.io.list.clear();
             return 0;
         };
         let snapshot = limiter.reserve(ms_to_ns(now_ms), unix_ms as u64, block as u64);
-        record::encode(&snapshot, &mut g.list);
-        g.list.len() as u32
+        record::encode(&snapshot, &mut g.io.list);
+        g.io.list.len() as u32
     })
 }
 

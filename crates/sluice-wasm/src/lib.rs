@@ -46,8 +46,6 @@ pub mod record;
 
 #[cfg(target_arch = "wasm32")]
 pub mod ffi;
-#[cfg(target_arch = "wasm32")]
-mod rt;
 
 pub use sluice_core::driven::{
     Busy, Delivered, Delivery, Limiter, Reason, RestoreError, Status, Verdict,

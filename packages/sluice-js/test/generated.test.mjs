@@ -19,6 +19,8 @@ const INPUTS = [
   'Cargo.lock',
   'crates/sluice-core/Cargo.toml',
   'crates/sluice-core/src',
+  'crates/sluice-wasm-rt/Cargo.toml',
+  'crates/sluice-wasm-rt/src',
   'crates/sluice-js-wasm/Cargo.toml',
   'crates/sluice-js-wasm/src',
 ];
