@@ -1,6 +1,6 @@
 //! The committed browser module (`wasm/sluice_wasm.wasm`) is exactly what the current sources
-//! build: the recorded digest matches the sources of sluice-core, sluice-wasm-rt and sluice-wasm, and a fresh
-//! release build for wasm32 is byte-identical to the committed file.
+//! build: the recorded digest matches the sources of sluice-core, sluice-wasm-rt and
+//! sluice-wasm, and a fresh release build for wasm32 is byte-identical to the committed file.
 //!
 //! `SLUICE_WASM_UPDATE=1` (what `scripts/wasm-module update` sets) rewrites the module and its
 //! record from a fresh build instead of comparing.
