@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { algorithmCode, ALGORITHMS, rateIntervalNs, CoreLimiter } from './core.js';
 import { DEBT, SLIDING_WINDOW, FIXED_WINDOW } from './redis-scripts.generated.js';
 import { InsufficientCapacityError, TimeoutError, abortError } from './errors.js';
-import { durationNs, monotonicNow } from './time.js';
+import { durationNs, monotonicNow, sleep } from './time.js';
 
 // The scripts compute exactly only below these (crates/sluice/src/store/redis/script.rs).
 const MAX_WINDOW_NS = 1n << 52n;
@@ -42,21 +42,6 @@ function sender(client) {
   if (typeof client?.call === 'function') return (args) => client.call(...args);
   if (typeof client?.sendCommand === 'function') return (args) => client.sendCommand(args);
   throw new TypeError('client must be a connected node-redis (createClient) or ioredis client');
-}
-
-function sleep(ms, signal) {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortError(signal));
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(abortError(signal));
-    };
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /**

@@ -2,6 +2,7 @@
 // RateLimit, RateLimit-Reset) from fetch responses.
 
 import { AbortError, CircuitOpenError, abortError } from './errors.js';
+import { sleep } from './time.js';
 
 function header(headers, name) {
   if (!headers) return null;
@@ -84,21 +85,6 @@ function isResponse(v) {
 
 /** Retry these statuses by default: 408, 425, 429, 500, 502, 503, 504. */
 const RETRY_STATUSES = new Set([408, 425, 429, 500, 502, 503, 504]);
-
-function sleep(ms, signal) {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortError(signal));
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(abortError(signal));
-    };
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
 
 /**
  * Calls `fn(attempt)` (attempt 0, 1, ...) until it succeeds or `retries` retries are spent.

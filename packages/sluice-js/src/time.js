@@ -1,6 +1,8 @@
 // Clocks and durations. Time is a BigInt count of nanoseconds from a monotonic clock, never a
 // sum of floats: the core computes in integers.
 
+import { abortError } from './errors.js';
+
 const hrtime = globalThis.process?.hrtime?.bigint;
 
 /** The default clock: monotonic nanoseconds (process.hrtime in Node, performance.now in browsers). */
@@ -51,4 +53,20 @@ export function durationNs(value, what) {
 /** Nanoseconds (BigInt) to whole milliseconds, rounded up. */
 export function nsToMsCeil(ns) {
   return Number((ns + 999999n) / 1000000n);
+}
+
+/** Resolves after `ms` milliseconds of timer; rejects with the abort reason once `signal` aborts. */
+export function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortError(signal));
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(abortError(signal));
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
