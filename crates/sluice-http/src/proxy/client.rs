@@ -305,14 +305,7 @@ where
                 }
             }
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok((mut response, lease))) => {
-                remove_hop_by_hop(response.headers_mut());
-                Ok((response, lease))
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ProxyError::Timeout(timeout)),
-        }
+        within(timeout, exchange).await
     }
 
     fn lease(&self, sender: SendRequest<B>, authority: &Authority, tls: usize) -> Lease<B> {
@@ -385,14 +378,7 @@ where
                 }
             }
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok((mut response, lease))) => {
-                remove_hop_by_hop(response.headers_mut());
-                Ok((response, lease))
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ProxyError::Timeout(timeout)),
-        }
+        within(timeout, exchange).await
     }
 
     /// The open HTTP/2 connection to `authority`, if any.
@@ -528,5 +514,23 @@ where
             }
         });
         Ok(sender)
+    }
+}
+
+/// The upstream's answer to `exchange` if it came within `timeout`, without its hop-by-hop
+/// headers.
+async fn within<B>(
+    timeout: Duration,
+    exchange: impl std::future::Future<
+        Output = Result<(Response<Incoming>, Option<Lease<B>>), ProxyError>,
+    >,
+) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok((mut response, lease))) => {
+            remove_hop_by_hop(response.headers_mut());
+            Ok((response, lease))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ProxyError::Timeout(timeout)),
     }
 }
