@@ -415,26 +415,30 @@ if [ "$TLS" = 1 ]; then
   wait_port "$NGTLS"; wait_port "$NGH2C"; wait_port "$NGH2C429"
   start_sluice tls "$(printf '[server.tls]\ncert = "%s"\nkey = "%s"\n[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n' "$WORK/cert.pem" "$WORK/key.pem"; route open)" "$SLTLS" "$SLTLSA"
 
-  # h2load -> "req/s mean_ms max_ms total non2xx seconds user_us sys_us": the CPU time the
+  # h2load -> "req/s p50_ms p99_ms total non2xx seconds user_us sys_us": the percentiles from
+  # h2load's per-request log (microseconds until the end of each response), the CPU time the
   # serving processes (PIDS...) spent per request, in microseconds.
   run_h2load() {
     local label=$1 url=$2 secs=$3
     shift 3
-    local out u0 s0 u1 s1
+    local out u0 s0 u1 s1 log="$WORK/h2load-$label.log"
     read -r u0 s0 < <(cpu_ticks "$@")
-    out=$("$H2LOAD" -t2 -c10 -m10 -D "$secs" "$url" 2>&1)
+    out=$("$H2LOAD" -t2 -c10 -m10 -D "$secs" --log-file="$log" "$url" 2>&1)
     read -r u1 s1 < <(cpu_ticks "$@")
     { echo "=== $label ($url)"; echo "$out"; } >> "$OUT"
-    local rps total non2xx mean max
+    local rps total non2xx p50 p99
     rps=$(awk '/^finished in/ {gsub(/,/, ""); print $4}' <<<"$out")
     total=$(awk '/^requests:/ {print $2}' <<<"$out")
     non2xx=$(awk '/^status codes:/ {gsub(/,/, ""); print $5 + $7 + $9}' <<<"$out")
-    mean=$(awk '/^time for request:/ {print $6}' <<<"$out")
-    max=$(awk '/^time for request:/ {print $5}' <<<"$out")
+    read -r p50 p99 < <(awk -F'\t' 'NF >= 3 {print $3}' "$log" | sort -n |
+      awk '{v[NR] = $1} END { if (NR == 0) { print "nan nan"; exit }
+        i50 = int(NR * 0.50); i99 = int(NR * 0.99); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1
+        printf "%.3f %.3f\n", v[i50] / 1000, v[i99] / 1000 }')
+    rm -f "$log"
     local per
     per=$(awk -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v n="$total" -v k="$(getconf CLK_TCK)" \
       'BEGIN { f = 1e6 / k / (n > 0 ? n : 1); printf "%.2f %.2f", u * f, s * f }')
-    echo "$rps $(to_ms "$mean") $(to_ms "$max") $total ${non2xx:-0} $secs $per"
+    echo "$rps $p50 $p99 $total ${non2xx:-0} $secs $per"
   }
 
   # label:tool:url:server of each run, interleaved.
@@ -476,14 +480,13 @@ if [ "$TLS" = 1 ]; then
   trow() {
     local all lat
     all=$(printf '%s' "${TSAMPLES[$1]}" | awk 'NF {printf "%s%.0f", (n++ ? ", " : ""), $1}')
-    case ${TTOOL[$1]} in
-      h2load) lat="mean $(tmedian "$1" 2), max $(tmedian "$1" 3)" ;;
-      *) lat="p50 $(tmedian "$1" 2), p99 $(tmedian "$1" 3)" ;;
-    esac
+    lat="p50 $(tmedian "$1" 2), p99 $(tmedian "$1" 3)"
     printf '| %s | %s | %s | %s | %s | %s + %s | %s |\n' "$1" "${TTOOL[$1]}" "$(tmedian "$1" 1)" "$lat" "$(tmedian "$1" 4)" \
       "$(tmedian "$1" 5)" "$(tmedian "$1" 6)" "$all"
   }
   tratio() { ratio "$(tmedian "$1" 1)" "$(tmedian "$2" 1)"; }
+  # p99 of sluice minus p99 of nginx, in ms (the target: at most +0.5).
+  tp99() { awk -v a="$(tmedian "$1" 3)" -v b="$(tmedian "$2" 3)" 'BEGIN { printf "%+.2f ms", a - b }'; }
   cat <<MD
 
 ## Gateway over TLS and HTTP/2: sluice serve vs nginx
@@ -498,10 +501,10 @@ and \`limit_req\`; its plain HTTP/2 (h2c) is a separate \`listen ... http2\` por
 |---|---|---|---|---|---|---|
 $(for run in "${TLS_RUNS[@]}"; do trow "${run%%:*}"; done)
 
-- HTTPS keep-alive proxying: sluice-tls / nginx-tls = **$(tratio sluice-tls nginx-tls)**.
-- HTTP/2 over TLS: sluice-h2-tls / nginx-h2-tls = **$(tratio sluice-h2-tls nginx-h2-tls)**.
-- HTTP/2 with prior knowledge: sluice-h2c / nginx-h2c = **$(tratio sluice-h2c nginx-h2c)**.
-- 429s over HTTP/2: sluice-h2c-429 / nginx-h2c-429 = **$(tratio sluice-h2c-429 nginx-h2c-429)**.
+- HTTPS keep-alive proxying: sluice-tls / nginx-tls = **$(tratio sluice-tls nginx-tls)**, p99 $(tp99 sluice-tls nginx-tls).
+- HTTP/2 over TLS: sluice-h2-tls / nginx-h2-tls = **$(tratio sluice-h2-tls nginx-h2-tls)**, p99 $(tp99 sluice-h2-tls nginx-h2-tls).
+- HTTP/2 with prior knowledge: sluice-h2c / nginx-h2c = **$(tratio sluice-h2c nginx-h2c)**, p99 $(tp99 sluice-h2c nginx-h2c).
+- 429s over HTTP/2: sluice-h2c-429 / nginx-h2c-429 = **$(tratio sluice-h2c-429 nginx-h2c-429)**, p99 $(tp99 sluice-h2c-429 nginx-h2c-429).
 - New TLS connections per second: sluice-handshake / nginx-handshake = **$(tratio sluice-handshake nginx-handshake)**.
 MD
 fi
