@@ -67,18 +67,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_port() {
-  for _ in $(seq 200); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "port $1 never opened" >&2
-  exit 1
-}
+# free_port, wait_port
+# shellcheck source=scripts/bench-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 start_nginx() { # name conf-body -> starts nginx with its own prefix
   local name=$1 body=$2 dir="$WORK/nginx-$1"
