@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{bin, client, get, get_with, post, send, Gateway, TempDir, Upstream};
+use common::{bin, check_config_refuses, client, get, get_with, post, send, Gateway, TempDir, Upstream};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
@@ -362,13 +362,7 @@ fail = "sometimes"
 "#,
     )
     .unwrap();
-    let out = Command::new(bin())
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = check_config_refuses(&path);
     let file = path.display().to_string();
     for (line, field) in [
         (6, "browser.path_prefixes"),

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{bin, free_port, get, Gateway, TempDir, Upstream};
+use common::{bin, check_config_refuses, free_port, get, Gateway, TempDir, Upstream};
 use serde_json::{json, Value};
 
 /// The Python with envoy-data-plane and grpcio, or `None` (skipped) outside CI; under
@@ -427,13 +427,7 @@ policy = "search"
 "#,
     )
     .unwrap();
-    let out = Command::new(bin())
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = check_config_refuses(&path);
     let file = path.display().to_string();
     for (line, field, says) in [
         (2, "server.rls_listen", "`127.0.0.1:notaport`"),

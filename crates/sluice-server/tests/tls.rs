@@ -529,13 +529,7 @@ async fn sighup_swaps_the_certificate_and_keeps_it_when_the_new_pair_is_bad() {
     let (_, presented) = tls_connect(gw.port, client).await;
     assert_eq!(presented, second.der);
     // check-config says the same.
-    let out = Command::new(common::bin())
-        .args(["check-config"])
-        .arg(&gw.config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::check_config_refuses(&gw.config);
     assert!(
         stderr.contains("server.tls.key") && stderr.contains("is not the key of"),
         "{stderr}"
@@ -615,13 +609,7 @@ async fn bad_tls_settings_are_named_by_check_config() {
     let check = |text: String| -> String {
         let path = dir.0.join("check.toml");
         std::fs::write(&path, text).unwrap();
-        let out = Command::new(common::bin())
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{out:?}");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        common::check_config_refuses(&path)
     };
     let up = route("/", &[], "http://127.0.0.1:9");
     let cases = [

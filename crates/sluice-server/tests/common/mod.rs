@@ -182,6 +182,17 @@ pub fn bin() -> &'static str {
     })
 }
 
+/// `sluice check-config PATH`, which must refuse the file (exit 2); what it printed on stderr.
+pub fn check_config_refuses(path: &std::path::Path) -> String {
+    let out = std::process::Command::new(bin())
+        .arg("check-config")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A global token bucket, capacity 10 at 5/s, no queue, on `/api/` in front of `upstream`:
 /// the policy of the accuracy and stress tests.
 pub fn api_10_at_5(upstream: &str) -> String {
