@@ -107,7 +107,8 @@ const MEMORY = {
   'Bottleneck': () => {
     const b = new Bottleneck({ maxConcurrent: 1 });
     b.schedule(never);
-    return { enqueue: () => b.schedule(noop), close: () => b.stop({ dropWaitingJobs: true }).catch(() => {}) };
+    // stop() rejects every dropped job: caught, as for the sluice limiter above.
+    return { enqueue: () => b.schedule(noop).catch(() => {}), close: () => b.stop({ dropWaitingJobs: true }).catch(() => {}) };
   },
   'p-limit': () => {
     const l = pLimit(1);
