@@ -8,7 +8,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{bin, check_config_refuses, client, get, get_with, post, send, Gateway, TempDir, Upstream};
+use common::{
+    bin, check_config_refuses, client, get, get_with, post, send, Gateway, TempDir, Upstream,
+};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
