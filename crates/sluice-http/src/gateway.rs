@@ -62,6 +62,14 @@ pub enum Outcome<'a> {
     BodyFailed,
 }
 
+impl Outcome<'_> {
+    /// Whether the response is the upstream's (admitted, or admitted though a shadow policy
+    /// would have denied it) rather than one the gateway wrote itself.
+    pub fn is_upstream_answer(&self) -> bool {
+        matches!(self, Outcome::Admitted | Outcome::ShadowDenied { .. })
+    }
+}
+
 impl fmt::Display for Outcome<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -171,7 +179,8 @@ impl Gateway {
             .and_then(|ct| grpc::web_content_type(ct.as_bytes()));
         let mut handled = self.handle_as(proxy, request, peer, protocol).await;
         if let Some(web) = web {
-            if handled.outcome != Outcome::Admitted {
+            // The gateway's own answers only: the upstream's keep its headers.
+            if !handled.outcome.is_upstream_answer() {
                 handled.response.headers_mut().insert(CONTENT_TYPE, web);
             }
         }

@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{get, Gateway, Upstream};
+use bytes::Bytes;
+use common::{client, get, send, Gateway, Upstream};
+use http::Request;
+use http_body_util::Full;
 
 /// 105 requests against a capacity of 5 (1 per minute refills nothing meanwhile): every one
 /// is proxied, at once though the policy has a queue, and the metric counts exactly the 100
@@ -78,4 +81,48 @@ upstream = "{}"
         .count();
     assert_eq!(shadowed, 100, "{log}");
     assert_eq!(log.matches("decision=admitted").count(), 5);
+}
+
+/// A gRPC-Web call a shadow policy would have denied is the upstream's answer, headers and
+/// all: the gateway's gRPC-Web content type belongs on its own refusals only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_denied_grpc_web_call_keeps_the_upstreams_headers() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "",
+        &format!(
+            r#"
+[[policy]]
+name = "trial"
+capacity = 1
+rate = "1/min"
+key = "ip"
+shadow = true
+
+[[route]]
+path_prefix = "/"
+policies = ["trial"]
+upstream = "{}"
+"#,
+            up.url()
+        ),
+    )
+    .await;
+    let c = client();
+    for i in 0..2 {
+        let r = send(
+            &c,
+            Request::post(gw.url("/test.Echo/Unary"))
+                .header("content-type", "application/grpc-web+proto")
+                .body(Full::new(Bytes::from_static(b"\0\0\0\0\x05hello")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200, "call {i}: {r:?}");
+        assert!(r.header("x-upstream-seq").is_some(), "call {i}: {r:?}");
+        // The upstream sends no content type; the gateway adds none.
+        assert_eq!(r.header("content-type"), None, "call {i}: {r:?}");
+    }
+    assert_eq!(up.count(), 2);
 }
