@@ -317,11 +317,10 @@ pub async fn admit_as(
     }
     taken.entries.clear();
     for verdict in &admission.verdicts {
-        if admission.shadow_denied.is_empty()
-            || !admission
-                .shadow_denied
-                .iter()
-                .any(|(i, _)| *i == verdict.index)
+        if !admission
+            .shadow_denied
+            .iter()
+            .any(|(i, _)| *i == verdict.index)
         {
             policies[verdict.index].metrics.admitted(protocol);
         }
