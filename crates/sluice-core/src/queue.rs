@@ -459,9 +459,12 @@ impl<S: Clone, P: Default> WaitQueue<S, P> {
         self.config
     }
 
-    /// Changes the limits; waiters already queued keep their deadlines.
+    /// Changes the limits; waiters already queued keep their deadlines. Call it too when the
+    /// algorithm or its state changed under the queue (a new quota): the predictions it keeps
+    /// are dropped, and the next poll computes them afresh.
     pub fn set_config(&mut self, config: QueueConfig) {
         self.config = config;
+        self.tail = None;
     }
 
     /// Requests waiting now.

@@ -39,6 +39,17 @@ pub trait LocalAlgorithm: Algorithm<State: Send + Sync> + Clone + Send + Sync + 
     type Cell: StateCell<Self>;
     /// A cell holding `state`.
     fn cell(&self, state: Self::State) -> Self::Cell;
+
+    /// `state`, held under `from` at `now`, as this algorithm holds it: what it has left
+    /// becomes at most `min(left, capacity)` ([`sluice_core::SavedState::convert`]), so that a changed
+    /// quota never gives a key tokens. A state this algorithm cannot take in its own form
+    /// becomes the worst case, everything spent at `now`.
+    fn convert(&self, from: &Self, state: &Self::State, now: u64) -> Self::State {
+        let saved = from.save(state, now);
+        let converted = saved.convert(&from.quota(), &self.quota());
+        self.restore(&converted, now, 0)
+            .unwrap_or_else(|_| self.exhausted_state(now))
+    }
 }
 
 // === impl AtomicCell ===
@@ -108,7 +119,7 @@ fn gcra_refund(atomic: &AtomicU64, algorithm: &Gcra, admitted_at: u64, now: u64,
 
 /// Any state behind a mutex.
 #[derive(Debug, Default)]
-pub struct MutexCell<S>(Mutex<S>);
+pub struct MutexCell<S>(pub(crate) Mutex<S>);
 
 impl<A> StateCell<A> for MutexCell<A::State>
 where
@@ -188,6 +199,11 @@ impl LocalAlgorithm for AnyAlgorithm {
             AnyState::Gcra(t) => AnyCell::Atomic(AtomicU64::new(t)),
             other => AnyCell::Locked(Mutex::new(other)),
         }
+    }
+
+    /// Across algorithms too ([`AnyAlgorithm::convert_state`]).
+    fn convert(&self, from: &Self, state: &AnyState, now: u64) -> AnyState {
+        self.convert_state(from, state, now)
     }
 }
 

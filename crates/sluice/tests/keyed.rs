@@ -406,7 +406,7 @@ async fn idle_keys_are_evicted_before_any_busy_one() {
         }
         assert!(keyed.len() <= MAX);
         let held: std::collections::HashSet<u64> =
-            keyed.export().into_iter().map(|(k, _)| k).collect();
+            keyed.export().keys.into_iter().map(|(k, _)| k).collect();
         let lost = busy.iter().filter(|k| !held.contains(k)).count();
         assert_eq!(
             lost, 0,

@@ -71,28 +71,26 @@ async fn a_changed_quota_keeps_what_each_key_had_left() {
     assert_eq!(store.peek("alice").await.unwrap().remaining, 5);
     assert_eq!(store.peek("bob").await.unwrap().remaining, 50);
 
-    // A reload: the successor converts the live keys and admits at once, and writes the
-    // file only once it took over.
+    // A reload converts the live keys in place: the same store admits on at once, and its
+    // next write records the new quota.
     store.check("bob", 45).await.unwrap();
-    let next = FileStore::succeed(&store, &path, gcra(10, "1/min"), options()).unwrap();
-    assert_eq!(next.peek("alice").await.unwrap().remaining, 5);
-    assert_eq!(next.peek("bob").await.unwrap().remaining, 5);
-    assert_eq!(next.peek("carol").await.unwrap().remaining, 10);
-    next.check("alice", 5).await.unwrap();
-    assert!(next.check("alice", 1).await.is_err());
-    next.take_over().unwrap();
-    drop(store); // the predecessor handed the file over: it writes nothing any more
-    next.close().unwrap();
+    store.reconfigure(gcra(10, "1/min"), &options());
+    assert_eq!(store.peek("alice").await.unwrap().remaining, 5);
+    assert_eq!(store.peek("bob").await.unwrap().remaining, 5);
+    assert_eq!(store.peek("carol").await.unwrap().remaining, 10);
+    store.check("alice", 5).await.unwrap();
+    assert!(store.check("alice", 1).await.is_err());
+    store.close().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"capacity\":10"), "{text}");
     let again = FileStore::open(&path, gcra(10, "1/min"), options()).unwrap();
     assert_eq!(again.peek("alice").await.unwrap().remaining, 0);
-
-    // A successor on a file that cannot be written fails, and the store it would succeed
-    // keeps serving.
-    let bad = dir.path().join("no-such-dir").join("limits.json");
-    assert!(FileStore::succeed(&again, &bad, gcra(5, "1/min"), options()).is_err());
-    assert!(again.check("bob", 1).await.is_ok());
+    // Opened with yet another algorithm and quota: converted, never fuller.
+    again.close().unwrap();
+    let other = AnyAlgorithm::new(Kind::FixedWindow, Quota::parse(20, "1/min").unwrap());
+    let last = FileStore::open(&path, other, options()).unwrap();
+    assert_eq!(last.peek("alice").await.unwrap().remaining, 0);
+    assert!(last.peek("bob").await.unwrap().remaining <= 5);
 }
 
 #[tokio::test]
@@ -125,13 +123,12 @@ async fn after_an_unclean_stop_every_key_starts_spent() {
         );
     }
     // A reload within the crash's window: keys not seen yet still start spent.
-    let next = FileStore::succeed(&store, &path, gcra(6, "1/min"), options()).unwrap();
-    next.take_over().unwrap();
+    store.reconfigure(gcra(6, "1/min"), &options());
     assert!(
-        next.check("seen-after-the-reload", 1).await.is_err(),
+        store.check("seen-after-the-reload", 1).await.is_err(),
         "no full bucket within the crash's window"
     );
-    next.close().unwrap();
+    store.close().unwrap();
 }
 
 #[tokio::test]

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use sluice_core::queue::QueueConfig;
 use sluice_core::{Decision, SavedState, SnapshotError};
 
 use crate::cell::LocalAlgorithm;
@@ -14,6 +15,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::error::Error;
 use crate::keyed::builder::KeyedBuilder;
 use crate::keyed::cell::KeyCell;
+use crate::keyed::follow::Follow;
 use crate::limiter::{AcquireOptions, Builder, Limiter};
 use crate::metrics::LimiterMetrics;
 
@@ -31,9 +33,12 @@ use crate::metrics::LimiterMetrics;
 /// lookups).
 type Hasher = ahash::RandomState;
 
+/// The limiter of a waiting key's queue.
+type WaitLimiter<K, A, C> = Limiter<Follow<A>, C, KeyCell<K, A, C>>;
+
 /// The limiter of one waiting key, with the number of `acquire` calls holding it.
 pub(crate) struct WaitEntry<K: Key, A: LocalAlgorithm, C: Clock> {
-    limiter: Limiter<A, C, KeyCell<K, A, C>>,
+    limiter: WaitLimiter<K, A, C>,
     /// Tasks that took this limiter to wait on it and have not let go. Changed only under the
     /// shard's lock, and the entry is removed only when it falls to zero, so no task can
     /// hold a limiter that is no longer in the map: a key has one queue at a time.
@@ -50,6 +55,22 @@ pub(crate) type WaitersShard<K, A, C> = Padded<Mutex<Waiters<K, A, C>>>;
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
 
 impl<T: Hash + Eq + Clone + Send + Sync + 'static> Key for T {}
+
+/// Everything a table must not forget across a restart, as of one moment and under one
+/// algorithm: what [`Keyed::export`] gives and [`Keyed::import_saved`] takes back. Every time
+/// in it is relative to that moment.
+#[derive(Debug, Clone)]
+pub struct Saved<K, A> {
+    /// The algorithm, with the quota, that every state here was held under.
+    pub algorithm: A,
+    /// Every key that is not idle.
+    pub keys: Vec<(K, SavedState)>,
+    /// Busy keys evicted for room: each comes back no fuller than this state.
+    pub evicted: Vec<(K, SavedState)>,
+    /// A bound on every key the table does not hold: such a key starts no fuller than this
+    /// (after a crash, or when the records of evicted keys overflowed and were merged).
+    pub floor: Option<SavedState>,
+}
 
 /// One limit per key. Clones share the table.
 ///
@@ -93,11 +114,12 @@ where
     K: Key,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let algorithm = self.algorithm();
         f.debug_struct("Keyed")
-            .field("algorithm", &self.shared.algorithm.name())
-            .field("quota", &self.shared.algorithm.quota())
+            .field("algorithm", &algorithm.name())
+            .field("quota", &algorithm.quota())
             .field("keys", &self.len())
-            .field("max_keys", &self.shared.max_keys)
+            .field("max_keys", &self.max_keys())
             .finish()
     }
 }
@@ -106,8 +128,11 @@ where
 #[repr(align(64))]
 pub(crate) struct Padded<T>(pub(crate) T);
 
-pub(crate) struct Shard<K, S> {
-    pub(crate) table: HashTable<(K, S)>,
+pub(crate) struct Shard<K, A: LocalAlgorithm> {
+    /// The algorithm every state of this shard is held under. Each shard has its copy, read
+    /// under its lock, so that [`Keyed::reconfigure`] changes it together with the states.
+    pub(crate) algorithm: A,
+    pub(crate) table: HashTable<(K, A::State)>,
     /// No key of `table` goes idle before this time: a lower bound of their
     /// [`idle_at`](sluice_core::Algorithm::idle_at), lowered whenever a state may have moved
     /// closer to idle (an insert, a refund, a store) and recomputed by a sweep. A check never
@@ -119,22 +144,40 @@ pub(crate) struct Shard<K, S> {
     /// the state they wait for.
     pinned: Vec<(u64, u32)>,
     /// The busy keys evicted for room, until they would have gone idle: see [`Evicted`].
-    evicted: Box<[Evicted]>,
+    evicted: Box<[Evicted<K>]>,
+    /// Every key absent from this shard starts no fuller than the emptiest state that is idle
+    /// at this time (0: no floor). Set after a crash ([`Keyed::set_floor`]) and by records
+    /// merged under a flood of evictions that [`Keyed::import_saved`] brings back.
+    floor: u64,
 }
 
-/// The record of a busy key evicted for room: its hash and when its state would have been
-/// idle. A key absent from the table with a live record comes back as the emptiest state
+/// The record of a busy key evicted for room: the key, its hash and when its state would have
+/// been idle. A key absent from the table with a live record comes back as the emptiest state
 /// that is idle at that time, so an evicted key never comes back fuller than it left.
 ///
 /// Records live in buckets of [`WAYS`] by their hash. A record expires when its time
 /// passes. When a bucket is full of live records, a new one is merged into the one that ends
-/// first, which then stands for every key of the bucket ([`SHARED`]): no evicted key is
-/// forgotten, and under a flood of evictions new keys of that bucket may start emptier than
-/// a fresh key would (they are limited until the merged time), never fuller.
-#[derive(Debug, Clone, Copy, Default)]
-struct Evicted {
+/// first, which then stands for every key of the bucket ([`SHARED`], without a key): no
+/// evicted key is forgotten, and under a flood of evictions new keys of that bucket may start
+/// emptier than a fresh key would (they are limited until the merged time), never fuller.
+///
+/// The key is kept so that the record survives what changes the hashes: a restart (a new
+/// random hasher) exports and imports it by key.
+#[derive(Debug, Clone)]
+struct Evicted<K> {
+    key: Option<K>,
     hash: u64,
     until: u64,
+}
+
+impl<K> Evicted<K> {
+    const fn empty() -> Self {
+        Evicted {
+            key: None,
+            hash: 0,
+            until: 0,
+        }
+    }
 }
 
 /// Records per bucket of [`Evicted`].
@@ -143,36 +186,43 @@ const WAYS: usize = 4;
 /// The hash of a merged [`Evicted`] record, which applies to every key of its bucket.
 const SHARED: u64 = u64::MAX;
 
-impl<K, S> Shard<K, S> {
+impl<K, A: LocalAlgorithm> Shard<K, A> {
     fn is_pinned(&self, hash: u64) -> bool {
         self.pinned.iter().any(|&(h, _)| h == hash)
     }
 
-    fn evicted_bucket(&mut self, hash: u64) -> &mut [Evicted] {
+    fn evicted_bucket(&mut self, hash: u64) -> &mut [Evicted<K>] {
         let buckets = self.evicted.len() / WAYS;
         let b = hash as usize & (buckets - 1);
         &mut self.evicted[b * WAYS..(b + 1) * WAYS]
     }
 
-    /// When the key of `hash`, absent from the table, would be idle as evicted; 0 if never
-    /// evicted busy (or no longer busy).
-    fn evicted_until(&mut self, hash: u64, now: u64) -> u64 {
+    /// When the key of `hash`, absent from the table, would be idle: as evicted, or under the
+    /// floor; 0 if neither applies any more.
+    fn absent_until(&mut self, hash: u64, now: u64) -> u64 {
+        let floor = if self.floor > now { self.floor } else { 0 };
         self.evicted_bucket(hash)
             .iter()
             .filter(|r| (r.hash == hash || r.hash == SHARED) && r.until > now)
             .map(|r| r.until)
             .max()
             .unwrap_or(0)
+            .max(floor)
     }
 
-    fn record_eviction(&mut self, hash: u64, until: u64, now: u64) {
+    fn record_eviction(&mut self, key: K, hash: u64, until: u64, now: u64) {
         let bucket = self.evicted_bucket(hash);
         if let Some(r) = bucket.iter_mut().find(|r| r.hash == hash && r.until > now) {
             r.until = r.until.max(until);
         } else if let Some(r) = bucket.iter_mut().find(|r| r.until <= now) {
-            *r = Evicted { hash, until };
+            *r = Evicted {
+                key: Some(key),
+                hash,
+                until,
+            };
         } else if let Some(r) = bucket.iter_mut().min_by_key(|r| r.until) {
             *r = Evicted {
+                key: None,
                 hash: SHARED,
                 until: r.until.max(until),
             };
@@ -196,27 +246,62 @@ impl<K, S> Shard<K, S> {
     }
 }
 
+/// The emptiest state of `algorithm` that is idle at `until`: everything spent as late as
+/// still leaves it idle then. For the buckets (GCRA, token, leaky) this is exactly a state
+/// that was idle at `until`, whose refill is linear; for the windows it counts the full
+/// capacity until then, never less than such a state had.
+///
+/// The moment of that spending may lie before the clock's origin (a table opened moments
+/// ago, bounded by a crash a while back): the state is then the spent one restored with the
+/// time since.
+fn spent_until<A: LocalAlgorithm>(algorithm: &A, until: u64, now: u64) -> A::State {
+    let span = algorithm
+        .idle_at(&algorithm.exhausted_state(now))
+        .saturating_sub(now);
+    if until >= span {
+        return algorithm.exhausted_state(until - span);
+    }
+    let spent = algorithm.save(&algorithm.exhausted_state(0), 0);
+    let since = now.saturating_add(span - until);
+    algorithm
+        .restore(&spent, now, since)
+        .unwrap_or_else(|_| algorithm.exhausted_state(now))
+}
+
+/// When the state that `until` stands for under `from` (see [`spent_until`]) is idle once
+/// converted to `to` at `now`.
+fn convert_until<A: LocalAlgorithm>(to: &A, from: &A, until: u64, now: u64) -> u64 {
+    if until <= now {
+        return 0;
+    }
+    to.idle_at(&to.convert(from, &spent_until(from, until, now), now))
+}
+
 pub(crate) struct Shared<K, A: LocalAlgorithm, C>
 where
     K: Key,
     C: Clock,
 {
-    pub(crate) algorithm: A,
+    /// The algorithm in force: the shards hold their own copies (changed together with their
+    /// states), the queues of waiting keys plan with this one.
+    pub(crate) current: Arc<RwLock<A>>,
     pub(crate) clock: C,
     pub(crate) hasher: Hasher,
     #[allow(clippy::type_complexity)]
-    pub(crate) shards: Box<[Padded<Mutex<Shard<K, A::State>>>]>,
+    pub(crate) shards: Box<[Padded<Mutex<Shard<K, A>>>]>,
     /// Entries one shard can hold without growing its table.
-    pub(crate) shard_capacity: usize,
-    pub(crate) max_keys: usize,
+    pub(crate) shard_capacity: AtomicUsize,
+    pub(crate) max_keys: AtomicUsize,
     pub(crate) keys: AtomicUsize,
-    pub(crate) queue: sluice_core::queue::QueueConfig,
+    pub(crate) queue: Mutex<QueueConfig>,
     pub(crate) name: String,
     /// Keys with a queue of their own right now; zero skips the lookup.
     pub(crate) waiting_keys: AtomicUsize,
     /// The per-key limiters of waiting keys, sharded like `shards` so that a queued key
     /// never puts every other key's check behind one lock.
     pub(crate) waiters: Box<[WaitersShard<K, A, C>]>,
+    /// Held by a reconfiguration and by an export, so that an export sees one algorithm.
+    pub(crate) reconfiguring: Mutex<()>,
     pub(crate) metrics: LimiterMetrics,
     pub(crate) evicted: metrics::Counter,
 }
@@ -249,11 +334,14 @@ fn plan_shards(max_keys: usize, min_shards: usize) -> (usize, usize) {
         }
     }
     let shards = best.0;
+    (shards, per_shard_capacity(max_keys, shards))
+}
+
+/// The entries one of `shards` shards holds for its share of `max_keys`, with room for an
+/// unlucky shard (four standard deviations of a uniform hash).
+fn per_shard_capacity(max_keys: usize, shards: usize) -> usize {
     let per_shard = max_keys.div_ceil(shards);
-    (
-        shards,
-        per_shard + 4 * (per_shard as f64).sqrt() as usize + 8,
-    )
+    per_shard + 4 * (per_shard as f64).sqrt() as usize + 8
 }
 
 impl<A: LocalAlgorithm> Keyed<(), A, TokioClock> {
@@ -284,16 +372,20 @@ where
         // Reserve for the cap when it is reasonable; a huge cap grows on demand instead.
         let reserve = if b.max_keys <= 1 << 24 { per_shard } else { 0 };
         // Records of evicted busy keys for about an eighth of a shard's share of keys (a few
-        // bytes per key of the cap): they are all live only when that many busy keys were
-        // evicted within one refill time.
+        // bytes per key of the cap, plus the keys of live records): they are all live only
+        // when that many busy keys were evicted within one refill time.
         let evicted_buckets = (per_shard / 8 / WAYS).clamp(4, 1 << 14).next_power_of_two();
         let shards: Box<[_]> = (0..shard_count)
             .map(|_| {
                 Padded(Mutex::new(Shard {
+                    algorithm: b.algorithm.clone(),
                     table: HashTable::with_capacity(reserve),
                     next_idle: u64::MAX,
                     pinned: Vec::new(),
-                    evicted: vec![Evicted::default(); evicted_buckets * WAYS].into_boxed_slice(),
+                    evicted: (0..evicted_buckets * WAYS)
+                        .map(|_| Evicted::empty())
+                        .collect(),
+                    floor: 0,
                 }))
             })
             .collect();
@@ -304,14 +396,14 @@ where
             shared: Arc::new(Shared {
                 metrics: LimiterMetrics::new(&b.name),
                 evicted: metrics::counter!("sluice_keys_evicted_total", "limiter" => b.name.clone()),
-                algorithm: b.algorithm,
+                current: Arc::new(RwLock::new(b.algorithm)),
                 clock: b.clock,
                 hasher: Hasher::default(),
                 shards,
-                shard_capacity,
-                max_keys: b.max_keys,
+                shard_capacity: AtomicUsize::new(shard_capacity),
+                max_keys: AtomicUsize::new(b.max_keys),
                 keys: AtomicUsize::new(0),
-                queue: b.queue,
+                queue: Mutex::new(b.queue),
                 name: b.name,
                 waiting_keys: AtomicUsize::new(0),
                 waiters: (0..shard_count)
@@ -321,6 +413,7 @@ where
                         )))
                     })
                     .collect(),
+                reconfiguring: Mutex::new(()),
             }),
         }
     }
@@ -342,12 +435,22 @@ where
 
     /// The cap on keys.
     pub fn max_keys(&self) -> usize {
-        self.shared.max_keys
+        self.shared.max_keys.load(Ordering::Relaxed)
     }
 
-    /// The algorithm.
-    pub fn algorithm(&self) -> &A {
-        &self.shared.algorithm
+    /// The algorithm in force, with its quota.
+    pub fn algorithm(&self) -> A {
+        self.shared.current.read().clone()
+    }
+
+    /// The queue limits in force.
+    pub fn queue_config(&self) -> QueueConfig {
+        *self.shared.queue.lock()
+    }
+
+    /// The clock's time now, in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.shared.clock.now_ns()
     }
 
     /// Takes `cost` for `key` now if its limit allows and nobody waits on it; never waits.
@@ -403,9 +506,10 @@ where
         let now = s.clock.now_ns();
         let admitted_at = now.saturating_sub(crate::limiter::builder_duration_ns(ago));
         let mut shard = s.shard_of(hash).lock();
+        let shard = &mut *shard;
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
-            s.algorithm.refund(state, admitted_at, now, cost);
-            let idle_at = s.algorithm.idle_at(state);
+            shard.algorithm.refund(state, admitted_at, now, cost);
+            let idle_at = shard.algorithm.idle_at(state);
             shard.next_idle = shard.next_idle.min(idle_at);
         }
     }
@@ -419,9 +523,9 @@ where
         let s = &*self.shared;
         let hash = s.hasher.hash_one(key);
         s.check_hashed(key, hash, s.clock.now_ns(), 0)
-            .unwrap_or(Decision {
+            .unwrap_or_else(|_| Decision {
                 allowed: false,
-                limit: s.algorithm.quota().capacity(),
+                limit: self.algorithm().quota().capacity(),
                 remaining: 0,
                 retry_after_ns: 0,
                 reset_after_ns: 0,
@@ -451,7 +555,7 @@ where
     {
         match self.try_acquire(key, cost) {
             Ok(d) => return Ok(d),
-            Err(Error::Limited { .. }) if self.shared.queue.depth > 0 => {}
+            Err(Error::Limited { .. }) if self.shared.queue.lock().depth > 0 => {}
             Err(e) => return Err(e),
         }
         // The guard lets go of the key's limiter however this future ends: completed, or
@@ -468,11 +572,11 @@ where
         for shard in s.shards.iter() {
             let shard = shard.0.lock();
             for (k, state) in shard.table.iter() {
-                if s.algorithm.idle_at(state) <= now {
+                if shard.algorithm.idle_at(state) <= now {
                     continue;
                 }
                 let mut copy = state.clone();
-                if let Ok(d) = s.algorithm.check(&mut copy, now, 0) {
+                if let Ok(d) = shard.algorithm.check(&mut copy, now, 0) {
                     all.push((k.clone(), d));
                 }
             }
@@ -494,21 +598,97 @@ where
         removed
     }
 
-    /// Every key whose state is not idle, saved relative to now: what a snapshot holds
-    /// (the [`FileStore`](crate::store::FileStore) writes it).
-    pub fn export(&self) -> Vec<(K, SavedState)> {
+    /// Everything that is not idle, saved relative to now under the algorithm in force: the
+    /// keys, the records of busy keys evicted for room, and the floor. What a snapshot holds
+    /// (the [`FileStore`](crate::store::FileStore) writes it); [`Keyed::import_saved`] takes it
+    /// back, converting it if the quota changed meanwhile.
+    pub fn export(&self) -> Saved<K, A> {
         let s = &*self.shared;
+        let _one = s.reconfiguring.lock();
         let now = s.clock.now_ns();
-        let mut out = Vec::new();
+        let algorithm = self.algorithm();
+        let mut saved = Saved {
+            algorithm: algorithm.clone(),
+            keys: Vec::new(),
+            evicted: Vec::new(),
+            floor: None,
+        };
+        let mut floor = 0;
         for shard in s.shards.iter() {
             let shard = shard.0.lock();
+            let alg = &shard.algorithm;
             for (k, state) in shard.table.iter() {
-                if s.algorithm.idle_at(state) > now {
-                    out.push((k.clone(), s.algorithm.save(state, now)));
+                if alg.idle_at(state) > now {
+                    saved.keys.push((k.clone(), alg.save(state, now)));
                 }
             }
+            for r in shard.evicted.iter().filter(|r| r.until > now) {
+                match &r.key {
+                    Some(k) => saved
+                        .evicted
+                        .push((k.clone(), alg.save(&spent_until(alg, r.until, now), now))),
+                    // A merged record stands for keys it no longer names: after a restart,
+                    // with other hashes, it can only bound every key.
+                    None => floor = floor.max(r.until),
+                }
+            }
+            floor = floor.max(shard.floor);
         }
-        out
+        if floor > now {
+            saved.floor = Some(algorithm.save(&spent_until(&algorithm, floor, now), now));
+        }
+        saved
+    }
+
+    /// Takes back what [`Keyed::export`] saved, `elapsed_ns` later (a restart), converted from
+    /// the algorithm it was saved under to the one in force: each key is set to its state
+    /// (replacing what the table holds), each evicted key's record is kept again, and the floor
+    /// is raised to the saved one. Returns the keys set.
+    ///
+    /// # Errors
+    ///
+    /// As [`Algorithm::restore`](sluice_core::Algorithm::restore), naming nothing: the first
+    /// state that cannot be read stops the import (what came before it stays).
+    pub fn import_saved(
+        &self,
+        saved: &Saved<K, A>,
+        elapsed_ns: u64,
+    ) -> Result<usize, SnapshotError> {
+        let s = &*self.shared;
+        let _one = s.reconfiguring.lock();
+        let now = s.clock.now_ns();
+        let from = &saved.algorithm;
+        let read = |state: &SavedState, to: &A| -> Result<A::State, SnapshotError> {
+            let held = from.restore(state, now, elapsed_ns)?;
+            Ok(to.convert(from, &held, now))
+        };
+        let mut set = 0;
+        for (key, state) in &saved.keys {
+            let hash = s.hasher.hash_one(key);
+            let mut shard = s.shard_of(hash).lock();
+            let state = read(state, &shard.algorithm)?;
+            if s.put(&mut shard, hash, key.clone(), state, now, true) {
+                set += 1;
+            }
+        }
+        for (key, state) in &saved.evicted {
+            let hash = s.hasher.hash_one(key);
+            let mut shard = s.shard_of(hash).lock();
+            let state = read(state, &shard.algorithm)?;
+            let until = shard.algorithm.idle_at(&state);
+            if until > now && shard.table.find(hash, |(k, _)| k == key).is_none() {
+                shard.record_eviction(key.clone(), hash, until, now);
+            }
+        }
+        if let Some(floor) = &saved.floor {
+            for shard in s.shards.iter() {
+                let mut shard = shard.0.lock();
+                let state = read(floor, &shard.algorithm)?;
+                let until = shard.algorithm.idle_at(&state);
+                shard.floor = shard.floor.max(until);
+            }
+        }
+        Ok(set)
     }
 
     /// Sets `key` to the state `saved` restores to, `elapsed_ns` after it was saved. With
@@ -529,20 +709,101 @@ where
         let now = s.clock.now_ns();
         let hash = s.hasher.hash_one(&key);
         let mut shard = s.shard_of(hash).lock();
-        if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| *k == key) {
-            if replace {
-                *state = s.algorithm.restore(saved, now, elapsed_ns)?;
-                let idle_at = s.algorithm.idle_at(state);
-                shard.next_idle = shard.next_idle.min(idle_at);
-            }
-            return Ok(());
-        }
-        let state = s.algorithm.restore(saved, now, elapsed_ns)?;
-        if s.algorithm.idle_at(&state) > now {
-            s.make_room(&mut shard, hash, now);
-            s.insert(&mut shard, hash, key, state);
-        }
+        let state = shard.algorithm.restore(saved, now, elapsed_ns)?;
+        s.put(&mut shard, hash, key, state, now, replace);
         Ok(())
+    }
+
+    /// Every key, held or not, is from now on no fuller than everything spent `spent_ago_ns`
+    /// ago: the rule after a crash, when the lost consumption may have been any key's. A held
+    /// key that was emptier keeps its state; a floor already higher stays.
+    pub fn set_floor(&self, spent_ago_ns: u64) {
+        let s = &*self.shared;
+        let now = s.clock.now_ns();
+        for shard in s.shards.iter() {
+            let mut guard = shard.0.lock();
+            let shard = &mut *guard;
+            let span = shard
+                .algorithm
+                .idle_at(&shard.algorithm.exhausted_state(now))
+                .saturating_sub(now);
+            if span <= spent_ago_ns {
+                continue;
+            }
+            let until = now + (span - spent_ago_ns);
+            shard.floor = shard.floor.max(until);
+            let spent = spent_until(&shard.algorithm, until, now);
+            for (_, state) in shard.table.iter_mut() {
+                if shard.algorithm.idle_at(state) < until {
+                    *state = spent.clone();
+                }
+            }
+        }
+    }
+
+    /// Changes the algorithm (its quota, or another algorithm), the cap on keys and the queue
+    /// limits in place, for every clone of this table and every request waiting in it.
+    ///
+    /// Each shard is converted under its own lock: every state, every record of an evicted
+    /// key and the floor go from what they were under the old algorithm to the new one so
+    /// that no key gains tokens ([`LocalAlgorithm::convert`]: what a key has left becomes at
+    /// most `min(left, new capacity)`). Waiting requests stay in their queues, with their
+    /// deadlines, and are admitted under the new quota from then on; a lower cap on keys
+    /// evicts the surplus as new keys come. Returns the keys converted.
+    pub fn reconfigure(&self, algorithm: A, max_keys: usize, queue: QueueConfig) -> usize {
+        let s = &*self.shared;
+        let _one = s.reconfiguring.lock();
+        // No queue is created meanwhile, and every existing one is held still, so that no
+        // queue plans with one algorithm and admits with the other.
+        let waiters: Vec<MutexGuard<'_, Waiters<K, A, C>>> =
+            s.waiters.iter().map(|w| w.0.lock()).collect();
+        let limiters: Vec<WaitLimiter<K, A, C>> = waiters
+            .iter()
+            .flat_map(|w| w.values().map(|e| e.limiter.clone()))
+            .collect();
+        let mut inners: Vec<_> = limiters.iter().map(|l| l.shared.inner.lock()).collect();
+        let mut current = s.current.write();
+        let now = s.clock.now_ns();
+        let max_keys = max_keys.max(1);
+        let mut converted = 0;
+        for shard in s.shards.iter() {
+            let mut guard = shard.0.lock();
+            let shard = &mut *guard;
+            let old = std::mem::replace(&mut shard.algorithm, algorithm.clone());
+            let mut next_idle = u64::MAX;
+            for (_, state) in shard.table.iter_mut() {
+                *state = algorithm.convert(&old, state, now);
+                next_idle = next_idle.min(algorithm.idle_at(state));
+                converted += 1;
+            }
+            shard.next_idle = next_idle;
+            for r in shard.evicted.iter_mut() {
+                r.until = if r.until > now {
+                    convert_until(&algorithm, &old, r.until, now)
+                } else {
+                    0
+                };
+            }
+            shard.floor = convert_until(&algorithm, &old, shard.floor, now);
+        }
+        *current = algorithm;
+        drop(current);
+        s.max_keys.store(max_keys, Ordering::Relaxed);
+        s.shard_capacity.store(
+            per_shard_capacity(max_keys, s.shards.len()).saturating_mul(2),
+            Ordering::Relaxed,
+        );
+        *s.queue.lock() = queue;
+        for inner in &mut inners {
+            inner.queue.set_config(queue);
+        }
+        drop(inners);
+        drop(waiters);
+        // Each queue's driver plans again with the new quota.
+        for limiter in &limiters {
+            limiter.shared.notify.notify_one();
+        }
+        converted
     }
 
     /// The limiter of `key`'s queue, made if the key has none, held for the caller until the
@@ -565,13 +826,19 @@ where
             };
         }
         // The key's entry stays in the table while it has a queue.
-        s.shard_of(hash).lock().pin(hash);
+        let gone = {
+            let mut shard = s.shard_of(hash).lock();
+            shard.pin(hash);
+            shard.algorithm.exhausted_state(u64::MAX)
+        };
         let owned = key.to_owned();
-        let gone = s.algorithm.exhausted_state(u64::MAX);
         let cell = KeyCell::new(Arc::downgrade(&self.shared), owned.clone(), hash, gone);
-        let limiter = Builder::new(s.algorithm.clone())
+        let follow = Follow {
+            current: Arc::clone(&s.current),
+        };
+        let limiter = Builder::new(follow)
             .clock(s.clock.clone())
-            .queue_config(s.queue)
+            .queue_config(*s.queue.lock())
             .name(s.name.clone())
             .build_with_cell_and_metrics(cell, s.metrics.clone());
         waiters.insert(
@@ -604,7 +871,7 @@ where
     keyed: &'a Keyed<K, A, C>,
     key: &'a Q,
     hash: u64,
-    limiter: Limiter<A, C, KeyCell<K, A, C>>,
+    limiter: WaitLimiter<K, A, C>,
 }
 
 impl<K, A, C, Q> Drop for Waiting<'_, K, A, C, Q>
@@ -632,7 +899,7 @@ where
             let idle_at = shard
                 .table
                 .find(self.hash, |(k, _)| k.borrow() == self.key)
-                .map_or(u64::MAX, |(_, state)| s.algorithm.idle_at(state));
+                .map_or(u64::MAX, |(_, state)| shard.algorithm.idle_at(state));
             shard.next_idle = shard.next_idle.min(idle_at);
         }
     }
@@ -650,7 +917,7 @@ where
     }
 
     #[inline]
-    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A::State>> {
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A>> {
         &self.shards[self.shard_index(hash)].0
     }
 
@@ -671,30 +938,30 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut shard = self.shard_of(hash).lock();
+        let mut guard = self.shard_of(hash).lock();
+        let shard = &mut *guard;
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
-            return self
+            return shard
                 .algorithm
                 .check(state, now, cost)
                 .map_err(crate::limiter::capacity_error);
         }
-        let mut state = self.fresh_state(&mut shard, hash, now);
-        let decision = self
+        let mut state = self.fresh_state(shard, hash, now);
+        let decision = shard
             .algorithm
             .check(&mut state, now, cost)
             .map_err(crate::limiter::capacity_error)?;
         if decision.allowed && cost > 0 {
-            self.make_room(&mut shard, hash, now);
-            self.insert(&mut shard, hash, key.to_owned(), state);
+            self.make_room(shard, hash, now);
+            self.insert(shard, hash, key.to_owned(), state);
         }
         Ok(decision)
     }
 
-    /// Runs `f` on `key`'s state, inserting a full one first if absent.
     /// The limiter of `key` while requests wait on it: then every check and refund of the key
     /// goes through its queue. One atomic load when no key has waiters.
     #[inline]
-    fn waiter<Q>(&self, key: &Q, hash: u64) -> Option<Limiter<A, C, KeyCell<K, A, C>>>
+    fn waiter<Q>(&self, key: &Q, hash: u64) -> Option<WaitLimiter<K, A, C>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -708,19 +975,21 @@ where
             .map(|entry| entry.limiter.clone())
     }
 
+    /// Runs `f` on the shard's algorithm and `key`'s state, inserting the state of an absent
+    /// key first (see [`Shared::fresh_state`]).
     pub(crate) fn with_state<R>(
         &self,
         key: &K,
         hash: u64,
         now: u64,
-        f: impl FnOnce(&mut A::State) -> R,
+        f: impl FnOnce(&A, &mut A::State) -> R,
     ) -> R {
         let mut shard = self.shard_of(hash).lock();
         let shard = &mut *shard;
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k == key) {
-            let r = f(state);
+            let r = f(&shard.algorithm, state);
             // A store or a refund may have moved the state closer to idle.
-            shard.next_idle = shard.next_idle.min(self.algorithm.idle_at(state));
+            shard.next_idle = shard.next_idle.min(shard.algorithm.idle_at(state));
             return r;
         }
         // A load or a store passes no time: room is made as of the clock's time.
@@ -732,44 +1001,69 @@ where
             .table
             .insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         let state = &mut entry.into_mut().1;
-        let r = f(state);
-        let idle_at = self.algorithm.idle_at(state);
+        let r = f(&shard.algorithm, state);
+        let idle_at = shard.algorithm.idle_at(state);
         shard.next_idle = shard.next_idle.min(idle_at);
         r
     }
 
+    /// Sets `key` to `state` (with `replace` false, a key already held keeps its own). A state
+    /// that is idle is not inserted. Returns whether the key now holds `state`.
+    fn put(
+        &self,
+        shard: &mut Shard<K, A>,
+        hash: u64,
+        key: K,
+        state: A::State,
+        now: u64,
+        replace: bool,
+    ) -> bool {
+        if let Some((_, held)) = shard.table.find_mut(hash, |(k, _)| *k == key) {
+            if !replace {
+                return false;
+            }
+            *held = state;
+            let idle_at = shard.algorithm.idle_at(held);
+            shard.next_idle = shard.next_idle.min(idle_at);
+            return true;
+        }
+        if shard.algorithm.idle_at(&state) > now {
+            self.make_room(shard, hash, now);
+            self.insert(shard, hash, key, state);
+            return true;
+        }
+        false
+    }
+
     /// Adds a key known to be absent.
-    fn insert(&self, shard: &mut Shard<K, A::State>, hash: u64, key: K, state: A::State) {
-        shard.next_idle = shard.next_idle.min(self.algorithm.idle_at(&state));
+    fn insert(&self, shard: &mut Shard<K, A>, hash: u64, key: K, state: A::State) {
+        shard.next_idle = shard.next_idle.min(shard.algorithm.idle_at(&state));
         shard
             .table
             .insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k));
         self.keys.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The state of a key absent from the table: full, unless it was evicted busy and would
-    /// not be idle yet; then the emptiest state that is idle when it would be.
-    fn fresh_state(&self, shard: &mut Shard<K, A::State>, hash: u64, now: u64) -> A::State {
-        let until = shard.evicted_until(hash, now);
+    /// The state of a key absent from the table: full, unless it was evicted busy or a floor
+    /// holds and it would not be idle yet; then the emptiest state that is idle when it would
+    /// be ([`spent_until`]).
+    fn fresh_state(&self, shard: &mut Shard<K, A>, hash: u64, now: u64) -> A::State {
+        let until = shard.absent_until(hash, now);
         if until <= now {
-            return self.algorithm.initial_state();
+            return shard.algorithm.initial_state();
         }
-        // Everything spent as late as still leaves the state idle at `until`. For the
-        // buckets (GCRA, token, leaky) this is exactly the evicted state, whose refill is
-        // linear; for the windows it counts the full capacity until then, never less than
-        // the evicted key had.
-        let span = self
-            .algorithm
-            .idle_at(&self.algorithm.exhausted_state(now))
-            .saturating_sub(now);
-        self.algorithm.exhausted_state(until.saturating_sub(span))
+        spent_until(&shard.algorithm, until, now)
     }
 
     /// Drops the idle keys of `shard` that have no queue, and recomputes its `next_idle`.
-    fn sweep_shard(&self, shard: &mut Shard<K, A::State>, now: u64) -> usize {
+    fn sweep_shard(&self, shard: &mut Shard<K, A>, now: u64) -> usize {
         let before = shard.table.len();
-        let algorithm = &self.algorithm;
-        let Shard { table, pinned, .. } = shard;
+        let Shard {
+            algorithm,
+            table,
+            pinned,
+            ..
+        } = shard;
         let mut next_idle = u64::MAX;
         table.retain(|(k, state)| {
             let idle_at = algorithm.idle_at(state);
@@ -795,15 +1089,17 @@ where
     /// Idle keys go first, from this shard or, when the cap on keys as a whole is what is
     /// reached, from any shard not locked right now: an idle key's bucket is full again, so
     /// nothing is lost by forgetting it. Only when none is idle is a busy key evicted: the
-    /// one without a queue nearest to idle, which forgets the least, and its idle time is
-    /// kept in the shard's record of evicted keys so that it comes back no fuller than it
+    /// one without a queue nearest to idle, which forgets the least, and its key and idle time
+    /// are kept in the shard's record of evicted keys so that it comes back no fuller than it
     /// left (as nginx's `limit_req` zone evicts its least recently used entry, but without
     /// handing the evicted key a full bucket). A key with a queue is never evicted: when
     /// every key of the shard has one, the new key is let in above the cap, which is then
     /// exceeded by at most the number of keys with waiters.
-    fn make_room(&self, shard: &mut Shard<K, A::State>, hash: u64, now: u64) {
-        let local_full = |shard: &Shard<K, A::State>| shard.table.len() >= self.shard_capacity;
-        let global_full = || self.keys.load(Ordering::Relaxed) >= self.max_keys;
+    fn make_room(&self, shard: &mut Shard<K, A>, hash: u64, now: u64) {
+        let shard_capacity = self.shard_capacity.load(Ordering::Relaxed);
+        let max_keys = self.max_keys.load(Ordering::Relaxed);
+        let local_full = |shard: &Shard<K, A>| shard.table.len() >= shard_capacity;
+        let global_full = || self.keys.load(Ordering::Relaxed) >= max_keys;
         if !local_full(shard) && !global_full() {
             return;
         }
@@ -824,7 +1120,7 @@ where
                     continue;
                 };
                 if other.next_idle <= now {
-                    let removed = self.sweep_shard(&mut *other, now);
+                    let removed = self.sweep_shard(&mut other, now);
                     self.evicted.increment(removed as u64);
                 }
             }
@@ -841,15 +1137,15 @@ where
             entry.remove();
             self.keys.fetch_sub(1, Ordering::Relaxed);
             self.evicted.increment(1);
-            shard.record_eviction(victim_hash, idle_at, now);
+            shard.record_eviction(victim, victim_hash, idle_at, now);
         }
     }
 
     /// The key of `shard` without a queue that goes idle first, with its hash and idle time.
-    fn busy_victim(&self, shard: &Shard<K, A::State>) -> Option<(K, u64, u64)> {
+    fn busy_victim(&self, shard: &Shard<K, A>) -> Option<(K, u64, u64)> {
         let mut best: Option<(&K, u64)> = None;
         for (k, state) in shard.table.iter() {
-            let idle_at = self.algorithm.idle_at(state);
+            let idle_at = shard.algorithm.idle_at(state);
             if best.is_some_and(|(_, b)| idle_at >= b) {
                 continue;
             }

@@ -91,16 +91,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
+use sluice_core::queue::QueueConfig;
 use sluice_core::{Algorithm, AnyAlgorithm, Decision, Kind, Quota, Rate, SavedState};
 
-use crate::clock::Clock;
 use crate::error::Error;
-use crate::keyed::Keyed;
+use crate::keyed::{Keyed, Saved};
 use crate::limiter::AcquireOptions;
 use crate::store::Store;
 
 const FORMAT: &str = "sluice-file-store";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The first format, without the records of evicted keys and the floor: still read.
+const VERSION_1: u32 = 1;
 
 /// The default write interval D: a crash loses at most this much consumption.
 pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_millis(100);
@@ -241,6 +243,37 @@ struct Image {
     lease_until_unix_ms: u64,
     clean: bool,
     keys: Vec<Entry>,
+    /// Busy keys evicted for room, each with the emptiest state it may come back with.
+    #[serde(default)]
+    evicted: Vec<Entry>,
+    /// A bound on every key not in `keys` (after a crash, or merged eviction records).
+    #[serde(default)]
+    floor: Option<SavedState>,
+}
+
+impl Image {
+    /// The algorithm and quota its states were written under (`read` checked that it is one).
+    fn algorithm(&self) -> Option<AnyAlgorithm> {
+        let quota = Rate::from_interval_ns(self.interval_ns)
+            .and_then(|rate| Quota::new(self.capacity, rate))
+            .ok()?;
+        Some(AnyAlgorithm::new(self.algorithm, quota))
+    }
+
+    /// What it holds, as the table exports it.
+    fn saved(&self, algorithm: AnyAlgorithm) -> Saved<String, AnyAlgorithm> {
+        let entries = |list: &[Entry]| {
+            list.iter()
+                .map(|e| (e.key.clone(), e.state.clone()))
+                .collect::<Vec<_>>()
+        };
+        Saved {
+            algorithm,
+            keys: entries(&self.keys),
+            evicted: entries(&self.evicted),
+            floor: self.floor.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -305,8 +338,8 @@ impl FileStore {
 
 #[derive(Debug)]
 struct Inner {
+    /// The one owner of the state: a reload changes it in place ([`FileStore::reconfigure`]).
     keyed: Keyed<String, AnyAlgorithm>,
-    algorithm: AnyAlgorithm,
     path: PathBuf,
     write_interval: Duration,
     /// Real time, for the lease: admissions are allowed while `base.elapsed() < lease_until`.
@@ -317,7 +350,6 @@ struct Inner {
     /// Whether the last write failed (health changes are logged once each).
     failing: AtomicBool,
     closed: AtomicBool,
-    shadow: Option<Shadow>,
     restored: Restored,
     /// This process's lock on the file; one write at a time through it, and none after the
     /// clean one.
@@ -325,24 +357,7 @@ struct Inner {
     stop: Arc<(Mutex<bool>, Condvar)>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
-    /// Whether this store writes its file: false for a successor on its predecessor's file
-    /// until [`FileStore::take_over`], so that the two never write one file.
-    started: AtomicBool,
-    /// The store this one succeeds (see [`FileStore::succeed`]) until it took over.
-    predecessor: Mutex<Option<FileStore>>,
     before_write: Option<Hook>,
-}
-
-/// After a crash: every key first seen before `e + W` starts as spent at `e`.
-#[derive(Debug)]
-struct Shadow {
-    worst: SavedState,
-    /// The table's clock at open.
-    opened_at: u64,
-    /// Nanoseconds from `e` to the open.
-    since_e_at_open: u64,
-    window: u64,
-    over: AtomicBool,
 }
 
 fn unix_ms() -> u64 {
@@ -367,16 +382,13 @@ enum Plan {
     Crash { e_unix_ms: u64 },
 }
 
-fn plan(image: Option<&Image>, algorithm: &AnyAlgorithm, now_unix_ms: u64) -> Plan {
+fn plan(image: Option<&Image>, now_unix_ms: u64) -> Plan {
     match image {
         None => Plan::Fresh,
-        Some(image) if image.clean && image.algorithm == algorithm.kind() => Plan::Clean {
+        // Written under this or another algorithm and quota: each key is converted so that it
+        // gains nothing.
+        Some(image) if image.clean => Plan::Clean {
             elapsed_ms: now_unix_ms.saturating_sub(image.written_at_unix_ms),
-        },
-        // Another algorithm's states cannot be read: their worst case, as of the clean write
-        // (nothing was admitted after it).
-        Some(image) if image.clean => Plan::Crash {
-            e_unix_ms: image.written_at_unix_ms.min(now_unix_ms),
         },
         Some(image) => Plan::Crash {
             e_unix_ms: image.lease_until_unix_ms.min(now_unix_ms),
@@ -409,9 +421,9 @@ fn read(path: &Path) -> Result<Option<Image>, FileStoreError> {
             image.format
         )));
     }
-    if image.version != VERSION {
+    if image.version != VERSION && image.version != VERSION_1 {
         return Err(corrupt(format!(
-            "format version {} (this build reads {VERSION})",
+            "format version {} (this build reads {VERSION_1} and {VERSION})",
             image.version
         )));
     }
@@ -424,10 +436,15 @@ fn read(path: &Path) -> Result<Option<Image>, FileStoreError> {
         .and_then(|rate| Quota::new(image.capacity, rate))
         .map_err(|e| corrupt(format!("its quota: {e}")))?;
     let its_algorithm = AnyAlgorithm::new(image.algorithm, quota);
-    for entry in &image.keys {
+    for entry in image.keys.iter().chain(&image.evicted) {
         its_algorithm
             .restore(&entry.state, 0, 0)
             .map_err(|e| corrupt(format!("key `{}`: {e}", entry.key)))?;
+    }
+    if let Some(floor) = &image.floor {
+        its_algorithm
+            .restore(floor, 0, 0)
+            .map_err(|e| corrupt(format!("its floor: {e}")))?;
     }
     Ok(Some(image))
 }
@@ -583,58 +600,45 @@ impl FileStore {
             builder
         };
         let keyed: Keyed<String, AnyAlgorithm> = builder.build();
-        let opened_at = keyed.shared.clock.now_ns();
-        let window = algorithm.quota().window_ns();
-        let (restored, shadow) = match plan(image.as_ref(), &algorithm, now_unix_ms) {
-            Plan::Fresh => (Restored::Fresh, None),
-            Plan::Clean { elapsed_ms } => {
-                let elapsed = elapsed_ms.saturating_mul(1_000_000);
-                let entries = image.as_ref().map_or(&[][..], |i| &i.keys[..]);
-                // Written under this or another quota (`read` checked it): converted, so that
-                // a changed quota gives no key more than it had left.
-                let written_under = image.as_ref().map_or(algorithm, |i| {
-                    Rate::from_interval_ns(i.interval_ns)
-                        .and_then(|rate| Quota::new(i.capacity, rate))
-                        .map_or(algorithm, |q| AnyAlgorithm::new(i.algorithm, q))
-                });
-                for entry in entries {
-                    let state = algorithm
-                        .convert_saved(&written_under, &entry.state)
-                        .map_err(|e| FileStoreError::Corrupt {
-                            path: path.clone(),
-                            reason: format!("key `{}`: {e}", entry.key),
-                        })?;
-                    keyed
-                        .import(entry.key.clone(), &state, elapsed, true)
-                        .map_err(|e| FileStoreError::Corrupt {
-                            path: path.clone(),
-                            reason: format!("key `{}`: {e}", entry.key),
-                        })?;
+        let corrupt = |reason: String| FileStoreError::Corrupt {
+            path: path.clone(),
+            reason,
+        };
+        // Every state of the file, converted from the quota it was written under (`read`
+        // checked it is one) so that a changed quota gives no key more than it had left.
+        let import = |image: &Image| -> Result<usize, FileStoreError> {
+            let written_under = image
+                .algorithm()
+                .ok_or_else(|| corrupt(String::from("its quota")))?;
+            let elapsed = now_unix_ms
+                .saturating_sub(image.written_at_unix_ms)
+                .saturating_mul(1_000_000);
+            keyed
+                .import_saved(&image.saved(written_under), elapsed)
+                .map_err(|e| corrupt(e.to_string()))
+        };
+        let restored = match (plan(image.as_ref(), now_unix_ms), &image) {
+            (Plan::Clean { .. }, Some(image)) => {
+                import(image)?;
+                Restored::Clean {
+                    keys: image.keys.len(),
                 }
-                let keys = entries.len();
-                (Restored::Clean { keys }, None)
             }
-            Plan::Crash { e_unix_ms } => {
+            (Plan::Crash { e_unix_ms }, Some(image)) => {
+                // The lost consumption may be any key's, seen or not: every key starts as
+                // spent at `e`. What the file holds can only be emptier still.
+                import(image)?;
                 let since_e = (now_unix_ms - e_unix_ms).saturating_mul(1_000_000);
-                let shadow = (since_e < window).then(|| Shadow {
-                    worst: algorithm.save(&algorithm.exhausted_state(0), 0),
-                    opened_at,
-                    since_e_at_open: since_e,
-                    window,
-                    over: AtomicBool::new(false),
-                });
-                (
-                    Restored::Crash {
-                        exhausted_at_unix_ms: e_unix_ms,
-                    },
-                    shadow,
-                )
+                keyed.set_floor(since_e);
+                Restored::Crash {
+                    exhausted_at_unix_ms: e_unix_ms,
+                }
             }
+            _ => Restored::Fresh,
         };
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let inner = Arc::new(Inner {
             keyed,
-            algorithm,
             path,
             write_interval: options.write_interval,
             base: Instant::now(),
@@ -642,14 +646,11 @@ impl FileStore {
             last_write_ns: AtomicU64::new(0),
             failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            shadow,
             restored,
             lock,
             stop: Arc::clone(&stop),
             writer: Mutex::new(None),
             last_error: Mutex::new(None),
-            started: AtomicBool::new(true),
-            predecessor: Mutex::new(None),
             before_write: options.before_write.clone(),
         });
         let store = FileStore::from_inner(inner);
@@ -661,7 +662,6 @@ impl FileStore {
     /// and starts the writer thread.
     fn start(&self) -> Result<(), FileStoreError> {
         let inner = &self.inner;
-        inner.started.store(true, Ordering::SeqCst);
         inner.write(false)?;
         let weak = Arc::downgrade(inner);
         let stop = Arc::clone(&inner.stop);
@@ -678,155 +678,18 @@ impl FileStore {
         Ok(())
     }
 
-    /// A store for `algorithm` at `path` that carries on from `old` (a reload): every key of
-    /// `old` is converted to the new quota so that none gains tokens
-    /// ([`AnyAlgorithm::convert_saved`]), and nothing of `old` is touched until
-    /// [`FileStore::take_over`].
-    ///
-    /// On another file than `old`'s, the new file is written now (so a path that cannot be
-    /// written fails here) and the writer starts. On the same file, nothing is written until
-    /// `take_over` (two stores never write one file); until then the new store admits within
-    /// the lease of `old`'s last write, which covers its admissions if the process dies.
-    ///
-    /// Admissions `old` makes between this call and `take_over` are not carried over; a reload
-    /// calls the two back to back.
-    ///
-    /// # Errors
-    ///
-    /// [`FileStoreError::Io`] when the new file cannot be written.
-    pub fn succeed(
-        old: &FileStore,
-        path: impl AsRef<Path>,
-        algorithm: AnyAlgorithm,
-        options: FileStoreOptions,
-    ) -> Result<FileStore, FileStoreError> {
-        let path = path.as_ref().to_owned();
-        let same_file = path == old.inner.path;
-        if !same_file {
-            // The file another store may write (a store of another process or policy).
-            let _ = read(&path)?;
-        }
-        let builder = Keyed::builder(algorithm).max_keys(options.max_keys);
-        let builder = if options.queue_depth > 0 {
-            builder.queue(options.queue_depth, options.max_wait)
-        } else {
-            builder
-        };
-        let keyed: Keyed<String, AnyAlgorithm> = builder.build();
-        let mut carried = 0;
-        for (key, saved) in old.inner.keyed.export() {
-            if let Ok(state) = algorithm.convert_saved(&old.inner.algorithm, &saved) {
-                if keyed.import(key, &state, 0, true).is_ok() {
-                    carried += 1;
-                }
-            }
-        }
-        // Within a crash's window, keys the predecessor has not seen yet still start spent.
-        let shadow = old.inner.shadow.as_ref().and_then(|was| {
-            if was.over.load(Ordering::Relaxed) {
-                return None;
-            }
-            let since_e = was.since_e_at_open.saturating_add(
-                old.inner
-                    .keyed
-                    .shared
-                    .clock
-                    .now_ns()
-                    .saturating_sub(was.opened_at),
-            );
-            let window = was.window.max(algorithm.quota().window_ns());
-            (since_e < window).then(|| Shadow {
-                worst: algorithm.save(&algorithm.exhausted_state(0), 0),
-                opened_at: keyed.shared.clock.now_ns(),
-                since_e_at_open: since_e,
-                window,
-                over: AtomicBool::new(false),
-            })
-        });
-        let base = Instant::now();
-        // Only the predecessor's writes cover admissions until this store writes its own.
-        let lease_left = old
-            .inner
-            .lease_until_ns
-            .load(Ordering::Acquire)
-            .saturating_sub(nanos(old.inner.base.elapsed()));
-        // The same file shares this process's lock with the predecessor; another is locked
-        // afresh, so that no other process writes it either.
-        let lock = if same_file {
-            Arc::clone(&old.inner.lock)
-        } else {
-            Lock::take(&path)?
-        };
-        let inner = Arc::new(Inner {
-            keyed,
+    /// Changes the algorithm (its quota, or another algorithm), the key cap and the queue in
+    /// place ([`Keyed::reconfigure`]): every key, every record of an evicted key and the
+    /// floor are converted under their shard's lock so that none gains tokens, requests
+    /// waiting stay queued and are admitted under the new quota, and the next write records
+    /// the new quota with the converted states. The write interval D stays as opened.
+    /// Returns the keys converted.
+    pub fn reconfigure(&self, algorithm: AnyAlgorithm, options: &FileStoreOptions) -> usize {
+        self.inner.keyed.reconfigure(
             algorithm,
-            path,
-            write_interval: options.write_interval,
-            base,
-            lease_until_ns: AtomicU64::new(if same_file {
-                nanos(base.elapsed()).saturating_add(lease_left)
-            } else {
-                0
-            }),
-            closed: AtomicBool::new(false),
-            shadow,
-            restored: Restored::Clean { keys: carried },
-            lock,
-            last_write_ns: AtomicU64::new(0),
-            failing: AtomicBool::new(false),
-            stop: Arc::new((Mutex::new(false), Condvar::new())),
-            writer: Mutex::new(None),
-            last_error: Mutex::new(None),
-            started: AtomicBool::new(false),
-            predecessor: Mutex::new(Some(old.clone())),
-            before_write: options.before_write.clone(),
-        });
-        let store = FileStore::from_inner(inner);
-        if !same_file {
-            store.start()?;
-        }
-        Ok(store)
-    }
-
-    /// Completes [`FileStore::succeed`], once this store is the one in use: the predecessor
-    /// stops writing (on another file it is closed, its final file clean) and this store
-    /// writes its file and starts its writer. Does nothing for a store not made by `succeed`
-    /// or called twice.
-    ///
-    /// # Errors
-    ///
-    /// [`FileStoreError::Io`] when the first write fails; the writer still starts and keeps
-    /// trying, and the store refuses while it has no lease.
-    pub fn take_over(&self) -> Result<(), FileStoreError> {
-        let Some(old) = self.inner.predecessor.lock().take() else {
-            return Ok(());
-        };
-        if old.inner.path == self.inner.path {
-            old.inner.retire();
-        } else if let Err(e) = old.close() {
-            // Its file stays as last written: the crash rule applies to it, never a burst.
-            *old.inner.last_error.lock() = Some(e.to_string());
-        }
-        if self.inner.started.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        let first = self.start();
-        if let Err(e) = &first {
-            *self.inner.last_error.lock() = Some(e.to_string());
-            if self.inner.writer.lock().is_none() {
-                // The first write failed before the writer started: start it to keep trying.
-                let weak = Arc::downgrade(&self.inner);
-                let stop = Arc::clone(&self.inner.stop);
-                let every = self.inner.write_interval / 2;
-                if let Ok(handle) = std::thread::Builder::new()
-                    .name(String::from("sluice-file-store"))
-                    .spawn(move || write_back(weak, stop, every))
-                {
-                    *self.inner.writer.lock() = Some(handle);
-                }
-            }
-        }
-        first
+            options.max_keys,
+            queue_config(options.queue_depth, options.max_wait),
+        )
     }
 
     /// What the open found.
@@ -881,10 +744,20 @@ impl FileStore {
         if inner.closed.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
-        inner.worst_case(key);
         let decision = inner.keyed.try_acquire(key, cost)?;
         inner.confirm(cost)?;
         Ok(decision)
+    }
+}
+
+/// The queue limits of `depth` waiters waiting at most `max_wait` (no queue at depth 0).
+fn queue_config(depth: usize, max_wait: Duration) -> QueueConfig {
+    if depth == 0 {
+        return QueueConfig::NONE;
+    }
+    QueueConfig {
+        depth,
+        max_wait_ns: nanos(max_wait),
     }
 }
 
@@ -920,29 +793,6 @@ fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Dura
 }
 
 impl Inner {
-    /// After a crash, puts `key` in the table as spent at `e` if it is not there yet.
-    #[inline]
-    fn worst_case(&self, key: &str) {
-        let Some(shadow) = &self.shadow else {
-            return;
-        };
-        if shadow.over.load(Ordering::Relaxed) {
-            return;
-        }
-        let now = self.keyed.shared.clock.now_ns();
-        let since_e = shadow
-            .since_e_at_open
-            .saturating_add(now.saturating_sub(shadow.opened_at));
-        if since_e >= shadow.window {
-            shadow.over.store(true, Ordering::Relaxed);
-            return;
-        }
-        // The saved form of an exhausted state always restores.
-        let _ = self
-            .keyed
-            .import(key.to_owned(), &shadow.worst, since_e, false);
-    }
-
     /// After the table admitted `cost`: is this admission covered by the file? Checked after
     /// the update, so that an admission is either in the next write or refused.
     #[inline]
@@ -964,10 +814,6 @@ impl Inner {
 
     fn write(&self, clean: bool) -> Result<(), FileStoreError> {
         let _one = self.lock.writing.lock();
-        if !self.started.load(Ordering::SeqCst) {
-            // A successor that has not taken over, or a store that handed its file over.
-            return Ok(());
-        }
         if self.closed.load(Ordering::SeqCst) && !clean {
             return Ok(());
         }
@@ -978,11 +824,17 @@ impl Inner {
             (hook.0)();
         }
         let d = ms(self.write_interval);
-        let quota = self.algorithm.quota();
+        let saved = self.keyed.export();
+        let quota = saved.algorithm.quota();
+        let entries = |list: Vec<(String, SavedState)>| {
+            list.into_iter()
+                .map(|(key, state)| Entry { key, state })
+                .collect()
+        };
         let image = Image {
             format: String::from(FORMAT),
             version: VERSION,
-            algorithm: self.algorithm.kind(),
+            algorithm: saved.algorithm.kind(),
             capacity: quota.capacity(),
             interval_ns: quota.interval_ns(),
             write_interval_ms: d,
@@ -993,12 +845,9 @@ impl Inner {
                 written_at_unix_ms.saturating_add(2 * d)
             },
             clean,
-            keys: self
-                .keyed
-                .export()
-                .into_iter()
-                .map(|(key, state)| Entry { key, state })
-                .collect(),
+            keys: entries(saved.keys),
+            evicted: entries(saved.evicted),
+            floor: saved.floor,
         };
         let bytes = serde_json::to_vec(&image).map_err(|e| FileStoreError::Io {
             path: self.path.clone(),
@@ -1071,14 +920,6 @@ impl Inner {
             }
         }
     }
-
-    /// Hands the file over to a successor: never writes it again. Requests still holding
-    /// this store are admitted until its lease (from its last write) ends.
-    fn retire(&self) {
-        self.stop_writer();
-        let _one = self.lock.writing.lock();
-        self.started.store(false, Ordering::SeqCst);
-    }
 }
 
 impl Drop for Inner {
@@ -1102,14 +943,12 @@ impl Store for FileStore {
         if inner.closed.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
-        inner.worst_case(key);
         let decision = inner.keyed.acquire(key, cost, options).await?;
         inner.confirm(cost)?;
         Ok(decision)
     }
 
     async fn peek(&self, key: &str) -> Result<Decision, Error> {
-        self.inner.worst_case(key);
         Ok(self.inner.keyed.peek(key))
     }
 
@@ -1138,35 +977,34 @@ mod tests {
             lease_until_unix_ms: 1_000_200,
             clean,
             keys: Vec::new(),
+            evicted: Vec::new(),
+            floor: None,
         }
     }
 
     #[test]
     fn the_plan_follows_the_documented_rule() {
-        let gcra = AnyAlgorithm::new(Kind::Gcra, Quota::parse(10, "1/s").unwrap());
-        assert_eq!(plan(None, &gcra, 5), Plan::Fresh);
+        assert_eq!(plan(None, 5), Plan::Fresh);
         assert_eq!(
-            plan(Some(&image(true, Kind::Gcra)), &gcra, 1_003_000),
+            plan(Some(&image(true, Kind::Gcra)), 1_003_000),
+            Plan::Clean { elapsed_ms: 3_000 }
+        );
+        // A clean file of another algorithm is converted key by key too.
+        assert_eq!(
+            plan(Some(&image(true, Kind::SlidingWindow)), 1_003_000),
             Plan::Clean { elapsed_ms: 3_000 }
         );
         // A crash: spent at the lease end, or now if that is earlier.
         assert_eq!(
-            plan(Some(&image(false, Kind::Gcra)), &gcra, 1_003_000),
+            plan(Some(&image(false, Kind::Gcra)), 1_003_000),
             Plan::Crash {
                 e_unix_ms: 1_000_200
             }
         );
         assert_eq!(
-            plan(Some(&image(false, Kind::Gcra)), &gcra, 1_000_050),
+            plan(Some(&image(false, Kind::Gcra)), 1_000_050),
             Plan::Crash {
                 e_unix_ms: 1_000_050
-            }
-        );
-        // A clean file of another algorithm: spent when it was written.
-        assert_eq!(
-            plan(Some(&image(true, Kind::SlidingWindow)), &gcra, 1_003_000),
-            Plan::Crash {
-                e_unix_ms: 1_000_000
             }
         );
     }

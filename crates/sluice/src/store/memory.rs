@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use sluice_core::queue::QueueConfig;
 use sluice_core::{AnyAlgorithm, Decision};
 
 use crate::error::Error;
@@ -60,23 +61,27 @@ impl MemoryStore {
         &self.keyed
     }
 
-    /// Sets every key that `old` holds (and is not full) to its state converted to this store's
-    /// quota, so that no key gains tokens ([`AnyAlgorithm::convert_saved`]): what a reload
-    /// that changes a policy does before the new store takes any request. Returns the keys
-    /// carried over.
-    ///
-    /// A key full in `old` is not held, so it starts full here: under a raised capacity, that
-    /// is the new capacity, as for a key never seen.
-    pub fn carry_from(&self, old: &MemoryStore) -> usize {
-        let (from, to) = (old.keyed.algorithm(), self.keyed.algorithm());
-        old.keyed
-            .export()
-            .into_iter()
-            .filter(|(key, saved)| {
-                to.convert_saved(from, saved)
-                    .is_ok_and(|state| self.keyed.import(key.clone(), &state, 0, true).is_ok())
-            })
-            .count()
+    /// Changes the algorithm (its quota, or another algorithm), the key cap and the queue in
+    /// place ([`Keyed::reconfigure`]): every key is converted under its shard's lock so that
+    /// none gains tokens, and requests waiting stay queued and are admitted under the new
+    /// quota. A queue depth of zero: no queue from now on (requests already waiting stay).
+    /// Returns the keys converted.
+    pub fn reconfigure(
+        &self,
+        algorithm: AnyAlgorithm,
+        max_keys: usize,
+        queue_depth: usize,
+        max_wait: Duration,
+    ) -> usize {
+        let queue = if queue_depth == 0 {
+            QueueConfig::NONE
+        } else {
+            QueueConfig {
+                depth: queue_depth,
+                max_wait_ns: crate::limiter::builder_duration_ns(max_wait),
+            }
+        };
+        self.keyed.reconfigure(algorithm, max_keys, queue)
     }
 
     /// The same check, without the future (the memory store never waits to check).

@@ -1,0 +1,365 @@
+//! One owner for a limit's state: the memory table and the file store, driven through the
+//! changes an operator combines (quota changes while requests wait, algorithm switches,
+//! evictions at the key cap, clean restarts, crashes), against a reference model that knows
+//! how many tokens each key may hold at most.
+//!
+//! The model covers the bucket algorithms (`gcra`, `token_bucket`, `leaky_bucket`), which admit
+//! alike and refill linearly: a key's bound `U` grows by one token per interval up to the
+//! capacity, falls by each admission, falls to `min(U, capacity)` when the quota changes, to
+//! zero at a crash (every key spent), and is unchanged by an eviction or a clean restart. (A
+//! full key is as a key never seen: under a raised capacity it starts with the new one.) After
+//! every step each admission must have been covered by the bound, and every key must show no
+//! more whole tokens than the bound allows.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use proptest::prelude::*;
+use sluice::store::{FileStore, FileStoreOptions, MemoryStore, Store};
+use sluice::{AcquireOptions, Error};
+use sluice_core::{AnyAlgorithm, Kind, Quota, Rate};
+use support::paused::settle;
+use support::redis::TempDir;
+
+const KEYS: [&str; 4] = ["a", "b", "c", "d"];
+/// Tolerance of the model's token arithmetic (the core rounds towards fewer tokens).
+const EPS: f64 = 1e-6;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// `try_acquire` of `cost` on a key.
+    Admit { key: usize, cost: u64 },
+    /// `acquire` (waits in the key's queue) of `cost` on a key, in a task of its own.
+    Wait { key: usize, cost: u64 },
+    /// Time passes (milliseconds); queued requests are admitted meanwhile.
+    Advance { ms: u64 },
+    /// The quota (and maybe the algorithm) changes in place, with whatever waits.
+    Reconfigure {
+        kind: Kind,
+        capacity: u64,
+        per_sec: u64,
+    },
+    /// File store only: a clean stop and start on the same file.
+    Restart,
+    /// File store only: the process dies (its last periodic file is what the next one reads).
+    Crash,
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Gcra),
+        Just(Kind::TokenBucket),
+        Just(Kind::LeakyBucket)
+    ]
+}
+
+fn op(file: bool) -> impl Strategy<Value = Op> {
+    let key = 0..KEYS.len();
+    let common = prop_oneof![
+        6 => (key.clone(), 1..=2u64).prop_map(|(key, cost)| Op::Admit { key, cost }),
+        3 => (key, 1..=2u64).prop_map(|(key, cost)| Op::Wait { key, cost }),
+        4 => (1..1500u64).prop_map(|ms| Op::Advance { ms }),
+        2 => (kind(), 2..=6u64, 1..=4u64)
+            .prop_map(|(kind, capacity, per_sec)| Op::Reconfigure { kind, capacity, per_sec }),
+    ];
+    if file {
+        prop_oneof![
+            12 => common,
+            1 => Just(Op::Restart),
+            1 => Just(Op::Crash),
+        ]
+        .boxed()
+    } else {
+        common.boxed()
+    }
+}
+
+fn algorithm(kind: Kind, capacity: u64, per_sec: u64) -> AnyAlgorithm {
+    let rate = Rate::from_interval_ns(1_000_000_000 / per_sec).unwrap();
+    AnyAlgorithm::new(kind, Quota::new(capacity, rate).unwrap())
+}
+
+/// The reference: per key, the most tokens it may hold now.
+struct Model {
+    capacity: f64,
+    interval_ns: f64,
+    /// Tokens at most, as of `at` (ns of the test's paused clock).
+    bound: [f64; KEYS.len()],
+    at: u64,
+}
+
+impl Model {
+    fn new(capacity: u64, interval_ns: u64) -> Model {
+        Model {
+            capacity: capacity as f64,
+            interval_ns: interval_ns as f64,
+            bound: [capacity as f64; KEYS.len()],
+            at: 0,
+        }
+    }
+
+    /// Refill up to `t`.
+    fn to(&mut self, t: u64) {
+        if t > self.at {
+            let gained = (t - self.at) as f64 / self.interval_ns;
+            for b in &mut self.bound {
+                *b = (*b + gained).min(self.capacity);
+            }
+            self.at = t;
+        }
+    }
+
+    fn admit(&mut self, key: usize, cost: u64, t: u64, context: &str) {
+        self.to(t);
+        assert!(
+            self.bound[key] + EPS >= cost as f64,
+            "{context}: key {} admitted {cost} at {t} ns with at most {:.4} tokens",
+            KEYS[key],
+            self.bound[key]
+        );
+        self.bound[key] -= cost as f64;
+    }
+
+    /// A key keeps what it had left, at most the new capacity; a full key is as a key never
+    /// seen, which starts with the new capacity.
+    fn reconfigure(&mut self, capacity: u64, interval_ns: u64) {
+        let full = self.capacity;
+        self.capacity = capacity as f64;
+        self.interval_ns = interval_ns as f64;
+        for b in &mut self.bound {
+            *b = if *b + EPS >= full {
+                self.capacity
+            } else {
+                b.min(self.capacity)
+            };
+        }
+    }
+}
+
+/// The store under test: the memory table or a file store, which restarts and crashes.
+enum Subject {
+    Memory(MemoryStore),
+    File {
+        store: FileStore,
+        dir: Arc<TempDir>,
+        generation: u32,
+        options: FileStoreOptions,
+    },
+}
+
+impl Subject {
+    fn store(&self) -> Box<dyn Fn(&str, u64) -> Result<(), Error> + '_> {
+        match self {
+            Subject::Memory(s) => Box::new(|k, c| s.check_now(k, c).map(drop)),
+            Subject::File { store, .. } => Box::new(|k, c| store.check_now(k, c).map(drop)),
+        }
+    }
+
+    async fn peek(&self, key: &str) -> u64 {
+        match self {
+            Subject::Memory(s) => s.peek(key).await.unwrap().remaining,
+            Subject::File { store, .. } => store.peek(key).await.unwrap().remaining,
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        match self {
+            Subject::Memory(s) => s.keyed().now_ns(),
+            Subject::File { store, .. } => store.keyed().now_ns(),
+        }
+    }
+}
+
+type Admissions = Arc<Mutex<Vec<(usize, u64, tokio::time::Instant)>>>;
+
+/// Runs `ops` on a store with `max_keys` keys (2: evictions happen), checking the model after
+/// each step.
+async fn run(ops: Vec<Op>, file: bool) {
+    let (mut capacity, mut per_sec) = (3u64, 2u64);
+    let first = algorithm(Kind::Gcra, capacity, per_sec);
+    let (depth, max_wait) = (4usize, Duration::from_secs(3));
+    let mut subject = if file {
+        let dir = Arc::new(TempDir::new("ownership-model"));
+        let options = FileStoreOptions::default()
+            .max_keys(2)
+            .queue(depth, max_wait);
+        let store = FileStore::open(dir.path().join("state.0"), first, options.clone()).unwrap();
+        Subject::File {
+            store,
+            dir,
+            generation: 0,
+            options,
+        }
+    } else {
+        Subject::Memory(MemoryStore::new(first, 2, depth, max_wait))
+    };
+    let start = tokio::time::Instant::now();
+    let since = |t: tokio::time::Instant| u64::try_from((t - start).as_nanos()).unwrap();
+    let mut model = Model::new(capacity, 1_000_000_000 / per_sec);
+    let admissions: Admissions = Arc::default();
+    let mut tasks = Vec::new();
+    for (step, op) in ops.into_iter().enumerate() {
+        let context = format!("step {step} ({op:?})");
+        match op {
+            Op::Admit { key, cost } => {
+                if subject.store()(KEYS[key], cost).is_ok() {
+                    admissions
+                        .lock()
+                        .push((key, cost, tokio::time::Instant::now()));
+                }
+            }
+            Op::Wait { key, cost } => {
+                let admitted = Arc::clone(&admissions);
+                let task = match &subject {
+                    Subject::Memory(s) => {
+                        let s = s.clone();
+                        tokio::spawn(async move {
+                            let r = s.acquire(KEYS[key], cost, AcquireOptions::default()).await;
+                            if r.is_ok() {
+                                admitted
+                                    .lock()
+                                    .push((key, cost, tokio::time::Instant::now()));
+                            }
+                        })
+                    }
+                    Subject::File { store, .. } => {
+                        let s = store.clone();
+                        tokio::spawn(async move {
+                            let r = s.acquire(KEYS[key], cost, AcquireOptions::default()).await;
+                            if r.is_ok() {
+                                admitted
+                                    .lock()
+                                    .push((key, cost, tokio::time::Instant::now()));
+                            }
+                        })
+                    }
+                };
+                tasks.push(task);
+                settle().await;
+            }
+            Op::Advance { ms } => {
+                // In small steps, so that each admission is seen at its own time.
+                for _ in 0..ms.div_ceil(50) {
+                    tokio::time::advance(Duration::from_millis(50)).await;
+                    settle().await;
+                }
+            }
+            Op::Reconfigure {
+                kind,
+                capacity: c,
+                per_sec: r,
+            } => {
+                // Admissions so far are under the old quota.
+                drain(&admissions, &mut model, &since, &context);
+                let to = algorithm(kind, c, r);
+                match &subject {
+                    Subject::Memory(s) => {
+                        s.reconfigure(to, 2, depth, max_wait);
+                    }
+                    Subject::File { store, options, .. } => {
+                        store.reconfigure(to, options);
+                    }
+                }
+                model.to(since(tokio::time::Instant::now()));
+                model.reconfigure(c, 1_000_000_000 / r);
+                (capacity, per_sec) = (c, r);
+                settle().await;
+            }
+            Op::Restart | Op::Crash => {
+                let Subject::File {
+                    store,
+                    dir,
+                    generation,
+                    options,
+                } = &mut subject
+                else {
+                    continue;
+                };
+                drain(&admissions, &mut model, &since, &context);
+                let wall = std::time::Instant::now();
+                let next = *generation + 1;
+                let path = dir.path().join(format!("state.{next}"));
+                let crashed = matches!(op, Op::Crash);
+                if crashed {
+                    // What a process killed now leaves: its last periodic write.
+                    store.flush().unwrap();
+                    std::fs::copy(store.path(), &path).unwrap();
+                    store.close().unwrap();
+                } else {
+                    store.close().unwrap();
+                    std::fs::copy(store.path(), &path).unwrap();
+                }
+                let algorithm = store.keyed().algorithm();
+                for task in tasks.drain(..) {
+                    task.abort();
+                }
+                *store = FileStore::open(&path, algorithm, options.clone()).unwrap();
+                *generation = next;
+                let now = since(tokio::time::Instant::now());
+                model.to(now);
+                if crashed {
+                    model.bound = [0.0; KEYS.len()];
+                } else {
+                    // The restore counts the wall-clock time of the restart (in ms, rounded up).
+                    let real = wall.elapsed().as_nanos() as u64 + 2_000_000;
+                    model.to(now + real);
+                    model.at = now;
+                }
+                let _ = (capacity, per_sec);
+            }
+        }
+        drain(&admissions, &mut model, &since, &context);
+        model.to(since(tokio::time::Instant::now()));
+        for (key, name) in KEYS.iter().enumerate() {
+            let shown = subject.peek(name).await;
+            assert!(
+                shown as f64 <= model.bound[key] + EPS,
+                "{context}: key {name} shows {shown} tokens, the model allows {:.4}",
+                model.bound[key]
+            );
+        }
+        let _ = subject.now_ns();
+    }
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// Applies the recorded admissions to the model, in time order.
+fn drain(
+    admissions: &Admissions,
+    model: &mut Model,
+    since: &impl Fn(tokio::time::Instant) -> u64,
+    context: &str,
+) {
+    let mut seen = std::mem::take(&mut *admissions.lock());
+    seen.sort_by_key(|&(_, _, t)| t);
+    for (key, cost, t) in seen {
+        model.admit(key, cost, since(t), context);
+    }
+}
+
+fn paused() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_memory_table_never_gives_a_key_more_than_the_model(ops in prop::collection::vec(op(false), 1..40)) {
+        paused().block_on(run(ops, false));
+    }
+
+    #[test]
+    fn the_file_store_never_gives_a_key_more_than_the_model(ops in prop::collection::vec(op(true), 1..30)) {
+        paused().block_on(run(ops, true));
+    }
+}
