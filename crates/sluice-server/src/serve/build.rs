@@ -3,15 +3,18 @@
 //!
 //! A reload is build-then-swap: [`build`] makes the whole new runtime without changing
 //! anything the old one uses (a store that cannot be opened fails the build, and the old
-//! runtime keeps serving as it was); once it is in use, [`Runtime::take_over`] retires what
-//! the old one no longer needs (its file stores stop writing, its Redis keys are converted).
+//! runtime keeps serving as it was). A policy whose store settings and key are unchanged keeps
+//! its store, the one owner of its keys' state: [`Runtime::prepare`] changes that store's
+//! quota, key cap and queue in place (every key converted under its shard's lock, requests
+//! waiting left in their queues) just before the swap, and [`Runtime::take_over`] closes, once
+//! the new runtime is in use, the file stores it no longer needs.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use sluice::store::{FileStore, FileStoreOptions, RedisConfig, RedisStore};
-use sluice_core::{Algorithm as _, AnyAlgorithm};
+use sluice_core::AnyAlgorithm;
 use sluice_http::{
     Backend, Gateway, KeyHasher, KeySpec, Policy, Route, RouteTable, TrustedProxies, Upstream,
 };
@@ -29,7 +32,8 @@ pub struct Runtime {
     pub policies: HashMap<String, Arc<Policy>>,
     /// The policies that kept the store of the previous runtime as it was.
     pub kept: Vec<String>,
-    /// The policies whose keys were carried over, converted, into a new store.
+    /// The policies that kept the store of the previous runtime, converted in place to a new
+    /// quota, key cap or queue.
     pub carried: Vec<String>,
     /// `[browser]`: the browser assets and telemetry, answered before the routes.
     pub browser: Option<crate::browser::Browser>,
@@ -39,15 +43,53 @@ pub struct Runtime {
     handovers: std::sync::Mutex<Vec<Handover>>,
 }
 
-/// What the previous runtime hands over once the new one is in use.
+/// What changes hands between the previous runtime and this one.
 #[derive(Debug)]
 enum Handover {
-    /// A file store that succeeds the old one: the old stops writing, the new starts.
-    File(FileStore),
-    /// A file store the new runtime does not use: closed, its final file clean.
+    /// A store kept from the previous runtime, reconfigured in place before the swap.
+    Reconfigure(String, Backend, Settings),
+    /// A file store the new runtime does not use: closed once it is in use, its final file
+    /// clean.
     Close(String, FileStore),
-    /// A Redis store with a new quota: the keys in Redis are converted from `from`.
-    Redis(String, RedisStore, AnyAlgorithm),
+}
+
+/// What a policy's store is reconfigured to.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    algorithm: AnyAlgorithm,
+    max_keys: usize,
+    queue_depth: usize,
+    max_wait: std::time::Duration,
+}
+
+impl Settings {
+    /// Applies the settings to `backend`, converting its keys in place.
+    fn apply(&self, backend: &Backend) -> Result<usize, String> {
+        match backend {
+            Backend::Memory(store) => Ok(store.reconfigure(
+                self.algorithm,
+                self.max_keys,
+                self.queue_depth,
+                self.max_wait,
+            )),
+            Backend::File(store) => {
+                let options = FileStoreOptions::default()
+                    .max_keys(self.max_keys)
+                    .queue(self.queue_depth, self.max_wait);
+                Ok(store.reconfigure(self.algorithm, &options))
+            }
+            Backend::Redis(store) => store
+                .reconfigure(
+                    self.algorithm,
+                    self.queue_depth,
+                    self.max_wait,
+                    self.max_keys,
+                )
+                .map(|()| 0)
+                .map_err(|e| e.to_string()),
+            _ => Ok(0),
+        }
+    }
 }
 
 /// A policy that could not be built from a valid configuration (a store refused it).
@@ -114,8 +156,9 @@ pub fn build_with(
     let mut handovers = Vec::new();
     for p in &config.policies {
         let previous = old.and_then(|o| o.policies.get(&p.name));
-        let old_prefix = old.map(|o| o.config.store.prefix.as_str());
-        let (policy, how) = build_policy(&config, p, previous, old_prefix, dry, &mut handovers)?;
+        let previous_prefix = old.map(|o| o.config.store.prefix.as_str());
+        let (policy, how) =
+            build_policy(&config, p, previous, previous_prefix, dry, &mut handovers)?;
         match how {
             Carry::Kept => kept.push(p.name.clone()),
             Carry::Converted => carried.push(p.name.clone()),
@@ -187,16 +230,33 @@ pub fn build_with(
 }
 
 impl Runtime {
-    /// Before this runtime is swapped in: converts the Redis keys that are safe to convert
-    /// while the old runtime still reads them (see [`before_swap`]), so that the new runtime
-    /// finds them converted.
-    ///
-    /// First waits (at most 2 s) until each of its Redis stores answers: a new store connects
-    /// in the background, and until then `on_error` decides (a 503 with `deny`, a bucket of
-    /// this process with `local`), which a swap should not bring on while Redis is up.
+    /// Before this runtime is swapped in: waits (at most 2 s) until each of its new Redis
+    /// stores answers (a new store connects in the background, and until then `on_error`
+    /// decides, which a swap should not bring on while Redis is up), then reconfigures in
+    /// place the stores it keeps from the previous runtime, so that the new quota applies to
+    /// their keys, and to the requests waiting on them, from this moment.
     pub async fn prepare(&self) {
         self.wait_for_redis().await;
-        self.convert_redis(true).await;
+        let reconfigure: Vec<Handover> = {
+            let mut handovers = self.lock_handovers();
+            let (now, later) = std::mem::take(&mut *handovers)
+                .into_iter()
+                .partition(|h| matches!(h, Handover::Reconfigure(..)));
+            *handovers = later;
+            now
+        };
+        for handover in reconfigure {
+            if let Handover::Reconfigure(name, backend, settings) = handover {
+                match settings.apply(&backend) {
+                    Ok(keys) => {
+                        tracing::info!(policy = %name, store = backend.kind(), keys, "policy reconfigured in place: each key converted to the new quota")
+                    }
+                    Err(e) => {
+                        tracing::warn!(policy = %name, error = %e, "policy not reconfigured: its store keeps the previous quota")
+                    }
+                }
+            }
+        }
     }
 
     async fn wait_for_redis(&self) {
@@ -215,31 +275,20 @@ impl Runtime {
         }
     }
 
-    /// Once this runtime is the one in use: the file stores it succeeds stop writing and
-    /// its own start (on the same file) or the old ones are closed (on another), and the
-    /// other Redis keys are converted (read unconverted by the new runtime meanwhile, they
-    /// show more debt, never less). Idempotent.
+    /// Once this runtime is the one in use: the file stores of the previous runtime that no
+    /// policy uses any more are closed, their final files clean. Idempotent.
     pub async fn take_over(&self) {
         let handovers = std::mem::take(&mut *self.lock_handovers());
-        let mut rest = Vec::new();
         for handover in handovers {
-            match handover {
-                Handover::File(store) => {
-                    if let Err(e) = store.take_over() {
-                        tracing::warn!(path = %store.path().display(), error = %e, "file store: first write after the reload failed; retrying");
-                    }
-                }
-                Handover::Close(name, store) => match store.close() {
+            if let Handover::Close(name, store) = handover {
+                match store.close() {
                     Ok(()) => {
                         tracing::info!(policy = %name, path = %store.path().display(), "file store closed")
                     }
                     Err(e) => tracing::warn!(policy = %name, error = %e, "closing the file store"),
-                },
-                other => rest.push(other),
+                }
             }
         }
-        *self.lock_handovers() = rest;
-        self.convert_redis(false).await;
     }
 
     fn lock_handovers(&self) -> std::sync::MutexGuard<'_, Vec<Handover>> {
@@ -247,53 +296,13 @@ impl Runtime {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-
-    /// Converts the Redis keys of the policies that [`before_swap`] says (`growing`) or not.
-    async fn convert_redis(&self, growing: bool) {
-        let mut todo = Vec::new();
-        self.lock_handovers().retain(|h| match h {
-            Handover::Redis(name, store, from)
-                if before_swap(store.algorithm(), from) == growing =>
-            {
-                todo.push((name.clone(), store.clone(), *from));
-                false
-            }
-            _ => true,
-        });
-        for (name, store, from) in todo {
-            let converting = store.convert_from(&from);
-            match tokio::time::timeout(std::time::Duration::from_secs(10), converting).await {
-                Ok(Ok(keys)) => {
-                    tracing::info!(policy = %name, keys, "redis: keys converted to the new quota")
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(policy = %name, error = %e, "redis: keys not converted to the new quota")
-                }
-                Err(_) => tracing::warn!(
-                    policy = %name,
-                    "redis: converting the keys to the new quota took over 10 s; the rest keep the old form"
-                ),
-            }
-        }
-    }
-}
-
-/// Whether the Redis keys of a policy going from `from` to `to` are converted before the new
-/// runtime is in use: when the window grows (converted, the keys read by the old runtime show
-/// more debt, never less), or when the keys move to another state family (the old runtime
-/// does not read them). Otherwise after: unconverted, they show the new runtime more debt.
-fn before_swap(to: &AnyAlgorithm, from: &AnyAlgorithm) -> bool {
-    use sluice_core::Kind::{Gcra, LeakyBucket, TokenBucket};
-    let bucket = |k| matches!(k, Gcra | TokenBucket | LeakyBucket);
-    let same_family = to.which() == from.which() || (bucket(to.which()) && bucket(from.which()));
-    !same_family || to.quota().window_ns() >= from.quota().window_ns()
 }
 
 /// What became of a policy's state on a reload.
 enum Carry {
     /// The old store, unchanged.
     Kept,
-    /// A new store, holding the old keys converted.
+    /// The old store, reconfigured in place.
     Converted,
     /// A new store, starting as that store starts.
     Fresh,
@@ -303,7 +312,7 @@ fn build_policy(
     config: &Config,
     p: &PolicyConfig,
     previous: Option<&Arc<Policy>>,
-    old_prefix: Option<&str>,
+    previous_prefix: Option<&str>,
     dry: bool,
     handovers: &mut Vec<Handover>,
 ) -> Result<(Policy, Carry), BuildError> {
@@ -358,103 +367,97 @@ fn build_policy(
         rc
     });
     let path = file_path(config, &p.name);
-    // The same store settings: the old store, as it is, serves the new policy.
+    // The same store settings: the old store, the owner of its keys' state, serves the new
+    // policy (a change of store settings needs a restart, see `changes::needs_restart`).
     let same_store = previous.is_some_and(|old| match (old.backend(), config.store.backend) {
         (Backend::Memory(_), BackendKind::Memory) => true,
         (Backend::File(s), BackendKind::File) => s.path() == path,
-        (Backend::Redis(s), BackendKind::Redis) => Some(s.config()) == redis_config.as_ref(),
+        (Backend::Redis(s), BackendKind::Redis) => redis_config
+            .as_ref()
+            .is_some_and(|rc| same_redis(s.config(), rc)),
         _ => false,
     });
-    let unchanged = previous.is_some_and(|old| {
-        old.algorithm() == &algorithm
-            && old.key_spec() == &p.key
+    if let (true, Some(old)) = (same_store, previous.filter(|o| o.key_spec() == &p.key)) {
+        let unchanged = old.algorithm() == &algorithm
             && old.max_keys() == p.max_keys
-            && old.queue() == p.queue.filter(|q| q.depth > 0)
-    });
-    if let (true, true, Some(old)) = (same_store, unchanged, previous) {
+            && old.queue() == p.queue.filter(|q| q.depth > 0);
+        let (depth, max_wait) = p
+            .queue
+            .map_or((0, std::time::Duration::ZERO), |q| (q.depth, q.max_wait));
+        let backend = old.backend().clone();
+        let how = if unchanged {
+            Carry::Kept
+        } else {
+            handovers.push(Handover::Reconfigure(
+                p.name.clone(),
+                backend.clone(),
+                Settings {
+                    algorithm,
+                    max_keys: p.max_keys,
+                    queue_depth: depth,
+                    max_wait,
+                },
+            ));
+            Carry::Converted
+        };
         let policy = builder
-            .reuse(old)
+            .backend(backend)
+            .reuse_pool(old)
             .build()
             .map_err(|e| fail(e.to_string()))?;
-        return Ok((policy, Carry::Kept));
+        return Ok((policy, how));
     }
-    // The keys mean the same only under the same key spec.
-    let predecessor = previous.filter(|old| old.key_spec() == &p.key);
-    let mut carry = Carry::Fresh;
     match config.store.backend {
         BackendKind::Memory => {}
         BackendKind::Redis => {
             let rc = redis_config.unwrap_or_else(|| RedisConfig::new(""));
-            let redis = RedisStore::new(algorithm, rc).map_err(|e| fail(e.to_string()))?;
-            // The state is in Redis: same prefix, same keys; a new quota converts them.
-            if let Some(Backend::Redis(old)) = predecessor.map(|o| o.backend()) {
-                if old_prefix == Some(config.store.prefix.as_str()) {
-                    carry = Carry::Kept;
-                    if old.algorithm() != &algorithm {
-                        carry = Carry::Converted;
-                        handovers.push(Handover::Redis(
-                            p.name.clone(),
-                            redis.clone(),
-                            *old.algorithm(),
-                        ));
-                    }
+            if let Some(Backend::Redis(old)) = previous.map(|o| o.backend()) {
+                if old.config().urls() != rc.urls()
+                    || config.store.prefix != previous_prefix.unwrap_or_default()
+                {
+                    tracing::warn!(policy = %p.name, prefix = %config.store.prefix, "redis: the policy now reads its keys under this prefix and URL; those under the previous ones are not read again and expire by themselves");
                 }
             }
+            let redis = RedisStore::new(algorithm, rc).map_err(|e| fail(e.to_string()))?;
             builder = builder.backend(Backend::Redis(redis));
         }
         // Validating a config creates no file: a memory store stands in.
         BackendKind::File if dry => {}
         BackendKind::File => {
+            if previous.is_some_and(|o| matches!(o.backend(), Backend::File(s) if s.path() == path))
+            {
+                // Another key spec on the same file: the old store must stop writing it
+                // first, which only a restart does without a gap.
+                return Err(fail(format!(
+                    "its key changed and its state file {} is in use; use another store.path or restart",
+                    path.display()
+                )));
+            }
             let mut options = FileStoreOptions::default()
                 .max_keys(p.max_keys)
                 .write_interval(config.store.max_loss);
             if let Some(q) = p.queue {
                 options = options.queue(q.depth, q.max_wait);
             }
-            let store = match predecessor.map(|o| o.backend()) {
-                Some(Backend::File(old)) => {
-                    let store = FileStore::succeed(old, &path, algorithm, options)
-                        .map_err(|e| error(e.to_string(), true))?;
-                    handovers.push(Handover::File(store.clone()));
-                    carry = Carry::Converted;
-                    store
-                }
-                _ => {
-                    if previous.is_some_and(
-                        |o| matches!(o.backend(), Backend::File(s) if s.path() == path),
-                    ) {
-                        // Another key spec on the same file: the old store must stop writing
-                        // it first, which only a restart does without a gap.
-                        return Err(fail(format!(
-                            "its key changed and its state file {} is in use; use another store.path or restart",
-                            path.display()
-                        )));
-                    }
-                    let store = FileStore::open(&path, algorithm, options)
-                        .map_err(|e| error(e.to_string(), true))?;
-                    tracing::info!(policy = %p.name, path = %path.display(), restored = ?store.restored(), "file store opened");
-                    store
-                }
-            };
+            let store = FileStore::open(&path, algorithm, options)
+                .map_err(|e| error(e.to_string(), true))?;
+            tracing::info!(policy = %p.name, path = %path.display(), restored = ?store.restored(), "file store opened");
             builder = builder.backend(Backend::File(store));
         }
     }
     if let Some(old) = previous {
         // Keep at least the concurrency pool when only the rate changed.
-        if let (Some(n), Some(pool)) = (p.concurrency, old.concurrency()) {
-            if pool.size() == n {
-                builder = builder.reuse_pool(old);
-            }
-        }
+        builder = builder.reuse_pool(old);
     }
     let policy = builder.build().map_err(|e| fail(e.to_string()))?;
-    if let (Backend::Memory(new), Some(Backend::Memory(old))) =
-        (policy.backend(), predecessor.map(|o| o.backend()))
-    {
-        new.carry_from(old);
-        carry = Carry::Converted;
-    }
-    Ok((policy, carry))
+    Ok((policy, Carry::Fresh))
+}
+
+/// Whether two Redis configurations reach the same keys the same way: all but the quota, the
+/// key cap and the queue, which a store changes in place.
+fn same_redis(a: &RedisConfig, b: &RedisConfig) -> bool {
+    let strip = |c: &RedisConfig| c.clone().max_keys(1).queue(0, std::time::Duration::ZERO);
+    strip(a) == strip(b)
 }
 
 /// The state file of policy `name`: `<store.path>.<name>`.

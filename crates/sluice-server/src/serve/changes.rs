@@ -3,10 +3,24 @@
 use crate::config::{Config, PolicyConfig};
 
 /// The settings a running gateway cannot change: `[server]`'s that shape its sockets and
-/// threads, `telemetry.otlp_endpoint` (the span exporter is built at start) and
-/// `store.key_salt` (the keys stored under the old salt would all be forgotten).
+/// threads, `telemetry.otlp_endpoint` (the span exporter is built at start),
+/// `store.key_salt` (the keys stored under the old salt would all be forgotten),
+/// `store.backend` (each policy's store owns its keys' state; a reload would start them
+/// afresh in another kind of store), and for the file store `store.path` and
+/// `store.max_loss` (the store owns its file and its write schedule).
 /// The first one changed, by its config name.
 pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
+    use crate::config::BackendKind;
+    let file = old.store.backend == BackendKind::File;
+    if old.store.backend != new.store.backend {
+        return Some("store.backend");
+    }
+    if file && old.store.path != new.store.path {
+        return Some("store.path");
+    }
+    if file && old.store.max_loss != new.store.max_loss {
+        return Some("store.max_loss");
+    }
     let (a, b) = (&old.server, &new.server);
     if a.listen != b.listen {
         Some("server.listen")
