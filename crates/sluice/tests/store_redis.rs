@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use sluice::store::{OnError, RedisConfig, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
-use sluice_core::{Algorithm, AnyAlgorithm, Kind, Quota};
+use sluice_core::{Algorithm, AnyAlgorithm, Kind, Quota, SavedState};
 use support::process::{helper, lines_with, role, unix_ns};
 use support::proxy::LossyProxy;
 use support::redis::{RedisCluster, RedisServer};
@@ -102,7 +102,10 @@ async fn a_burst_at_one_instant_is_decided_as_by_the_core() {
     for kind in [Kind::Gcra, Kind::SlidingWindow, Kind::FixedWindow] {
         // Capacity 10 at 1/s: every write keeps the key for at least a second of real time.
         let alg = algorithm(kind, 10, "1/s");
-        let config = RedisConfig::new(server.url()).timeout(Duration::from_secs(5));
+        // A prefix of its own: one key per limit and key, whatever the algorithm.
+        let config = RedisConfig::new(server.url())
+            .prefix(format!("burst-{kind}"))
+            .timeout(Duration::from_secs(5));
         let store = RedisStore::connect(alg, config).await.unwrap();
         let mut state = alg.initial_state();
         let start = unix_ns();
@@ -173,6 +176,315 @@ async fn sliding_log_and_huge_windows_are_refused_with_a_reason() {
     assert!(err.to_string().contains("nope://x"), "{err}");
     assert_eq!("local".parse::<OnError>().unwrap(), OnError::Local);
     assert!("sometimes".parse::<OnError>().is_err());
+}
+
+// === a changed quota or algorithm ===
+
+/// Checks cost 1 for `key` `n` times; returns how many were admitted.
+async fn admitted(store: &RedisStore, key: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        if store.check(key, 1).await.is_ok() {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+/// A store on `server` under `prefix`, with a timeout that a loaded machine does not reach.
+async fn store_on(server: &RedisServer, prefix: &str, alg: AnyAlgorithm) -> RedisStore {
+    let config = RedisConfig::new(server.url())
+        .prefix(prefix)
+        .timeout(Duration::from_secs(5));
+    RedisStore::connect(alg, config).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_did_not_reload_never_gains_from_one_that_did() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    for kind in [Kind::Gcra, Kind::FixedWindow, Kind::SlidingWindow] {
+        // At 1/h nothing comes back during the test: the key has what it had left, no more.
+        let (big, small) = (algorithm(kind, 5, "1/h"), algorithm(kind, 2, "1/h"));
+        for (first, then, spent, left) in [(big, small, 3, 2), (small, big, 1, 1)] {
+            let prefix = format!("two-{kind}-{}", first.quota().capacity());
+            // Both gateways ran `first`; one reloads to `then`, the other does not.
+            let stays = store_on(&server, &prefix, first).await;
+            assert_eq!(admitted(&stays, "k", spent).await, spent, "{kind}");
+            let reloaded = store_on(&server, &prefix, then).await;
+            reloaded.convert_from(&first).await.unwrap();
+            let mut total = 0;
+            for _ in 0..6 {
+                total += admitted(&reloaded, "k", 1).await;
+                total += admitted(&stays, "k", 1).await;
+            }
+            assert_eq!(
+                total,
+                left,
+                "{kind}, {} then {}: the {left} left, no more, no less",
+                first.quota(),
+                then.quota()
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_algorithm_and_back_revives_no_stale_key() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    for (one, other) in [
+        (Kind::Gcra, Kind::FixedWindow),
+        (Kind::TokenBucket, Kind::SlidingWindow),
+        (Kind::SlidingWindow, Kind::FixedWindow),
+        (Kind::FixedWindow, Kind::LeakyBucket),
+    ] {
+        let prefix = format!("switch-{one}-{other}");
+        let (a, b) = (algorithm(one, 5, "1/h"), algorithm(other, 5, "1/h"));
+        let first = store_on(&server, &prefix, a).await;
+        assert_eq!(admitted(&first, "k", 2).await, 2);
+        let switched = store_on(&server, &prefix, b).await;
+        switched.convert_from(&a).await.unwrap();
+        assert_eq!(
+            admitted(&switched, "k", 10).await,
+            3,
+            "{one} -> {other}: what the key had left"
+        );
+        let back = store_on(&server, &prefix, a).await;
+        back.convert_from(&b).await.unwrap();
+        assert_eq!(
+            admitted(&back, "k", 10).await,
+            0,
+            "{one} -> {other} -> {one}: spent, not the stale key"
+        );
+        let keys = server.cli(&["KEYS", &format!("{prefix}*")]);
+        assert_eq!(keys.trim(), format!("{prefix}:{{k}}"), "one key");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_reconfigured_in_place_never_admits_more_than_a_key_had_left() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    for kind in [Kind::Gcra, Kind::FixedWindow, Kind::SlidingWindow] {
+        let (ten, five) = (algorithm(kind, 10, "1/h"), algorithm(kind, 5, "1/h"));
+        let store = store_on(&server, &format!("inplace-{kind}"), ten).await;
+        let clone = store.clone();
+        assert_eq!(admitted(&store, "k", 7).await, 7);
+        // Denied under 10, remembered by the denial cache: forgotten by the change.
+        assert_eq!(admitted(&store, "spent", 11).await, 10);
+        store.reconfigure(five, 0, Duration::ZERO, 1_000).unwrap();
+        assert_eq!(clone.algorithm(), five, "every clone uses the new quota");
+        assert_eq!(admitted(&clone, "k", 1).await, 1, "{kind}");
+        store.reconfigure(ten, 0, Duration::ZERO, 1_000).unwrap();
+        assert_eq!(
+            admitted(&store, "k", 20).await,
+            2,
+            "{kind}: 3 left under 10, 1 spent under 5: 2 left under 10 again"
+        );
+        assert_eq!(admitted(&store, "spent", 20).await, 0, "{kind}");
+        assert_eq!(admitted(&store, "fresh", 20).await, 10, "{kind}");
+        // An algorithm the scripts cannot run changes nothing.
+        assert!(store
+            .reconfigure(
+                algorithm(Kind::SlidingLog, 5, "1/h"),
+                0,
+                Duration::ZERO,
+                1_000
+            )
+            .is_err());
+        assert_eq!(store.algorithm(), ten);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_restarted_with_a_smaller_quota_and_raised_again_gains_nothing() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    for kind in [Kind::Gcra, Kind::FixedWindow, Kind::SlidingWindow] {
+        let prefix = format!("restart-{kind}");
+        let (ten, five) = (algorithm(kind, 10, "1/h"), algorithm(kind, 5, "1/h"));
+        // Raised to 10 by a reload...
+        let raised = store_on(&server, &prefix, ten).await;
+        raised.convert_from(&five).await.unwrap();
+        drop(raised);
+        // ...restarted with 5 in the configuration, which spends the key...
+        let restarted = store_on(&server, &prefix, five).await;
+        assert_eq!(admitted(&restarted, "k", 10).await, 5, "{kind}");
+        // ...and raised to 10 again: the key has nothing left, as under 5.
+        let raised = store_on(&server, &prefix, ten).await;
+        raised.convert_from(&five).await.unwrap();
+        assert_eq!(admitted(&raised, "k", 10).await, 0, "{kind}");
+    }
+}
+
+/// The stamp of the values `alg` writes.
+fn stamp(alg: &AnyAlgorithm) -> String {
+    let family = match alg.which() {
+        Kind::FixedWindow => "fw",
+        Kind::SlidingWindow => "sw",
+        _ => "gcra",
+    };
+    format!(
+        "{family}:{}:{}",
+        alg.quota().capacity(),
+        alg.quota().interval_ns()
+    )
+}
+
+/// A stored value as `alg` writes it, for `saved` at `now`.
+fn value_of(alg: &AnyAlgorithm, saved: &SavedState, now: u64) -> String {
+    let body = match saved {
+        SavedState::Debt { debt_ns } => format!("{}", now + debt_ns),
+        SavedState::Window { ends_in_ns, count } => format!("{} {count}", now + ends_in_ns),
+        SavedState::Sliding {
+            ends_in_ns,
+            previous,
+            current,
+        } => format!("{} {previous} {current}", now + ends_in_ns),
+        SavedState::Log { .. } => unreachable!(),
+    };
+    format!("{}|{body}", stamp(alg))
+}
+
+/// The state in a stored value written under `alg`, relative to `now`.
+fn saved_in(alg: &AnyAlgorithm, value: &str, now: u64) -> SavedState {
+    let (head, body) = value.split_once('|').unwrap();
+    assert_eq!(head, stamp(alg), "{value}");
+    let n: Vec<u64> = body.split(' ').map(|x| x.parse().unwrap()).collect();
+    let rel = n[0].checked_sub(now).unwrap();
+    match alg.which() {
+        Kind::FixedWindow => SavedState::Window {
+            ends_in_ns: rel,
+            count: n[1],
+        },
+        Kind::SlidingWindow => SavedState::Sliding {
+            ends_in_ns: rel,
+            previous: n[1],
+            current: n[2],
+        },
+        _ => SavedState::Debt { debt_ns: rel },
+    }
+}
+
+/// A random algorithm of `kind` whose quota the scripts take.
+fn any_algorithm(rng: &mut impl Rng, kind: Kind) -> AnyAlgorithm {
+    let capacities = [1, 2, 3, 7, 10, 64, 1_000, 100_000, 50_000_000];
+    let intervals = [
+        1,
+        7,
+        1_000,
+        999_983,
+        100_000_000,
+        333_333_334,
+        1_000_000_000,
+        60_000_000_000,
+    ];
+    loop {
+        let capacity: u64 = capacities[rng.random_range(0..capacities.len())];
+        let interval: u64 = intervals[rng.random_range(0..intervals.len())];
+        let window = u128::from(capacity) * u128::from(interval);
+        let window_kind = matches!(kind, Kind::FixedWindow | Kind::SlidingWindow);
+        if window <= 1 << 52 && (!window_kind || capacity <= 94_906_265) {
+            let quota = Quota::new(
+                capacity,
+                sluice_core::Rate::from_interval_ns(interval).unwrap(),
+            )
+            .unwrap();
+            return AnyAlgorithm::new(kind, quota);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_quota_is_converted_on_read_as_the_core_converts_it() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut conn = raw(&server.url()).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let kinds = [
+        Kind::Gcra,
+        Kind::TokenBucket,
+        Kind::LeakyBucket,
+        Kind::FixedWindow,
+        Kind::SlidingWindow,
+    ];
+    let mut case = 0;
+    for _ in 0..40 {
+        let to_kind = kinds[rng.random_range(0..kinds.len())];
+        let to = any_algorithm(&mut rng, to_kind);
+        let store = store_on(&server, "exact", to).await;
+        for _ in 0..40 {
+            case += 1;
+            let same = rng.random_range(0..10) < 7;
+            let from_kind = if same {
+                to.which()
+            } else {
+                kinds[rng.random_range(0..kinds.len())]
+            };
+            let from = any_algorithm(&mut rng, from_kind);
+            let (n, w) = (from.quota().capacity(), from.quota().window_ns());
+            let saved = match from.which() {
+                Kind::FixedWindow => SavedState::Window {
+                    ends_in_ns: rng.random_range(0..=w),
+                    count: rng.random_range(0..=n + 1),
+                },
+                Kind::SlidingWindow => SavedState::Sliding {
+                    ends_in_ns: rng.random_range(0..=w),
+                    previous: rng.random_range(0..=n + 1),
+                    current: rng.random_range(0..=n + 1),
+                },
+                _ => SavedState::Debt {
+                    debt_ns: rng.random_range(0..=w),
+                },
+            };
+            let key = format!("case-{case}");
+            let now = unix_ns();
+            let _: () = redis::cmd("SET")
+                .arg(format!("exact:{{{key}}}"))
+                .arg(value_of(&from, &saved, now))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let got = store.check_at(&key, 0, now).await.unwrap();
+            let value: String = redis::cmd("GET")
+                .arg(format!("exact:{{{key}}}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let converted = saved_in(&to, &value, now);
+            let what = format!("case {case}: {saved:?} of {from:?} read by {to:?}");
+            let mut state = to.restore(&converted, now, 0).unwrap();
+            assert_eq!(
+                got,
+                to.check(&mut state, now, 0).unwrap(),
+                "{what}: the script decides on what it wrote"
+            );
+            let before = {
+                let mut state = from.restore(&saved, now, 0).unwrap();
+                from.check(&mut state, now, 0).unwrap().remaining
+            };
+            assert!(
+                got.remaining <= before.min(to.quota().capacity()),
+                "{what}: {} left, {before} before",
+                got.remaining
+            );
+            if same {
+                // (A value under the reader's own stamp is left as it is: normalised here.)
+                let normal = to.save(&to.restore(&converted, 0, 0).unwrap(), 0);
+                assert_eq!(
+                    normal,
+                    to.convert_saved(&from, &saved).unwrap(),
+                    "{what}: exactly as the core"
+                );
+            }
+        }
+    }
 }
 
 // === several processes share one limit ===
@@ -807,13 +1119,13 @@ async fn keys_expire_when_full_again() {
     ] {
         let store = RedisStore::connect(
             algorithm(kind, 10, "1/s"),
-            RedisConfig::new(server.url()).prefix("ttl"),
+            RedisConfig::new(server.url()).prefix(format!("ttl-{family}")),
         )
         .await
         .unwrap();
         let d = store.check("k", 3).await.unwrap();
         let ttl: i64 = server
-            .cli(&["PTTL", &format!("ttl:{family}:{{k}}")])
+            .cli(&["PTTL", &format!("ttl-{family}:{{k}}")])
             .trim()
             .parse()
             .unwrap();

@@ -1,21 +1,19 @@
 -- sluice: GCRA, the one script for token_bucket, gcra and leaky_bucket (they admit alike).
--- KEYS[1] the key; ARGV: interval_ns, tau_ns (capacity x interval), cost, [now_ns: tests only,
--- '' for Redis's time], [ago_ns: a refund of cost admitted ago_ns before now, see below]
--- State: the theoretical arrival time (when the bucket is full again), decimal ns since the
--- Unix epoch (time.lua, prepended, reads now and writes times and TTLs).
+-- ARGV (after time.lua and stamp.lua): stamp 'gcra:<capacity>:<interval_ns>', cost, [now_ns:
+-- tests only, '' for Redis's time], [ago_ns: a refund of cost admitted ago_ns before now, see
+-- below]. State: the theoretical arrival time (when the bucket is full again).
 -- Returns {allowed, remaining, retry_after_ns, reset_after_ns}, as sluice_core::Gcra::step.
-local interval = tonumber(ARGV[1])
-local tau = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
+local tau = W
 -- Stores "full again `owed` ns from now": a key that vanished while it still held debt would
 -- give tokens away, hence ttl_ms's margin.
 local function store(owed)
-  redis.call('SET', KEYS[1], end_string(owed), 'PX', ttl_ms(owed))
+  set(end_string(owed), owed)
 end
 local debt = 0
-local v = redis.call('GET', KEYS[1])
+local v = state()
 if v then
-  local ts, tn = split(v)
+  local ts, tn
+  if string.match(v, '^%d+$') then ts, tn = split(v) end
   if ts and tn then
     debt = (ts - s) * E9 + (tn - nn)
     if debt < 0 then debt = 0 end
@@ -27,11 +25,12 @@ if v then
 end
 -- A refund (sluice_core::Gcra::refund): the debt shrinks by the cost, never below none; the
 -- time of the admission does not matter to a debt. Returns {1, 0, 0, 0}.
-if ARGV[5] then
+if ARGV[4] then
   if debt > 0 then
     local left = debt - cost * interval
     if left <= 0 then
-      redis.call('DEL', KEYS[1])
+      -- Full now, kept as long as it was (see set).
+      redis.call('SET', KEYS[1], STAMP .. '|' .. end_string(0), 'KEEPTTL')
     else
       store(left)
     end

@@ -1,7 +1,8 @@
 -- sluice: the fixed window counter (sluice_core::FixedWindow), exactly.
--- State: "<window end, ns> <count>". Returns {allowed, remaining, retry_after_ns, reset_after_ns}.
+-- State (after the stamp): "<window end, ns> <count>". Returns {allowed, remaining,
+-- retry_after_ns, reset_after_ns}.
 local count, left = 0, nil
-local v = redis.call('GET', KEYS[1])
+local v = state()
 local e, cs, d
 if v then e, cs = string.match(v, '^(%d+) (%d+)$') end
 if e then
@@ -10,10 +11,10 @@ if e then
 end
 -- A refund (sluice_core::FixedWindow::refund): the count goes down only if the admission was
 -- counted in the stored window [end - W, end), i.e. -d < ago <= W - d. Returns {1, 0, 0, 0}.
-if ARGV[5] then
-  local ago = tonumber(ARGV[5])
+if ARGV[4] then
+  local ago = tonumber(ARGV[4])
   if d and ago > -d and ago <= W - d then
-    redis.call('SET', KEYS[1], e .. ' ' .. math.max(0, tonumber(cs) - cost), 'KEEPTTL')
+    redis.call('SET', KEYS[1], STAMP .. '|' .. e .. ' ' .. math.max(0, tonumber(cs) - cost), 'KEEPTTL')
   end
   return {1, 0, 0, 0}
 end
@@ -29,14 +30,14 @@ if d then
 elseif v then
   -- Unreadable: the worst case, everything spent now (written, so that it heals).
   count, left = cap, W
-  redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap, 'PX', ttl_ms(W))
+  set(end_string(W) .. ' ' .. cap, W)
 end
 if not left then left = aligned_left() end
 local used = math.min(count, cap)
 if used + cost <= cap then
   count = used + cost
   if cost > 0 then
-    redis.call('SET', KEYS[1], end_string(left) .. ' ' .. count, 'PX', ttl_ms(left))
+    set(end_string(left) .. ' ' .. count, left)
   end
   local reset = 0
   if count > 0 then reset = left end

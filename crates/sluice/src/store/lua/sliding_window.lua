@@ -1,9 +1,9 @@
 -- sluice: the sliding window counter (sluice_core::SlidingWindow), exactly.
--- State: "<window end, ns> <previous> <current>". Returns {allowed, remaining, retry_after_ns,
--- reset_after_ns}. Products that the core takes in u128 are split here so that every
--- intermediate stays an exact integer.
+-- State (after the stamp): "<window end, ns> <previous> <current>". Returns {allowed,
+-- remaining, retry_after_ns, reset_after_ns}. Products that the core takes in u128 are split
+-- here so that every intermediate stays an exact integer.
 local p, c, left = 0, 0, nil
-local v = redis.call('GET', KEYS[1])
+local v = state()
 local e, ps, cs, d
 if v then e, ps, cs = string.match(v, '^(%d+) (%d+) (%d+)$') end
 if e then
@@ -14,15 +14,15 @@ end
 -- A refund (sluice_core::SlidingWindow::refund): the admission is taken off the stored window
 -- that counted it, the current [end - W, end) or the previous [end - 2W, end - W), that is
 -- -d < ago <= W - d or W - d < ago <= 2W - d. Returns {1, 0, 0, 0}.
-if ARGV[5] then
-  local ago = tonumber(ARGV[5])
+if ARGV[4] then
+  local ago = tonumber(ARGV[4])
   if d then
     if ago > -d and ago <= W - d then
       c = math.max(0, c - cost)
     elseif ago > W - d and ago <= 2 * W - d then
       p = math.max(0, p - cost)
     end
-    redis.call('SET', KEYS[1], e .. ' ' .. p .. ' ' .. c, 'KEEPTTL')
+    redis.call('SET', KEYS[1], STAMP .. '|' .. e .. ' ' .. p .. ' ' .. c, 'KEEPTTL')
   end
   return {1, 0, 0, 0}
 end
@@ -37,7 +37,7 @@ if d then
 elseif v then
   -- Unreadable: the worst case, everything spent now (written, so that it heals).
   p, c, left = cap, 0, W
-  redis.call('SET', KEYS[1], end_string(W) .. ' ' .. cap .. ' 0', 'PX', ttl_ms(W))
+  set(end_string(W) .. ' ' .. cap .. ' 0', W)
 end
 if not left then left = aligned_left() end
 p, c = math.min(p, cap), math.min(c, cap)
@@ -63,7 +63,7 @@ local reset = 0
 if c > 0 then reset = left + W elseif p > 0 then reset = left end
 if allowed then
   if cost > 0 then
-    redis.call('SET', KEYS[1], end_string(left) .. ' ' .. p .. ' ' .. c, 'PX', ttl_ms(left + W))
+    set(end_string(left) .. ' ' .. p .. ' ' .. c, left + W)
   end
   return {1, remaining, 0, reset}
 end

@@ -1,5 +1,5 @@
 -- sluice: what every script shares, prepended to each: now, and times as stored.
--- ARGV[4]: now in ns since the Unix epoch (tests only; '' for Redis's time).
+-- ARGV[3]: now in ns since the Unix epoch (tests only; '' for Redis's time).
 -- Times are (seconds, nanoseconds) pairs since the Unix epoch: a Lua number holds integers
 -- exactly only below 2^53 (104 days of nanoseconds), so an absolute time in nanoseconds does
 -- not fit in one; every duration the scripts compute is below that.
@@ -12,8 +12,8 @@ local function split(t)
   return 0, tonumber(t)
 end
 local s, nn
-if ARGV[4] and ARGV[4] ~= '' then
-  s, nn = split(ARGV[4])
+if ARGV[3] and ARGV[3] ~= '' then
+  s, nn = split(ARGV[3])
 else
   local t = redis.call('TIME')
   s, nn = tonumber(t[1]), tonumber(t[2]) * 1000

@@ -1,19 +1,8 @@
--- sluice: what the window scripts share. Prepended (after time.lua) to sliding_window.lua and
--- fixed_window.lua.
--- KEYS[1] the key; ARGV: interval_ns, capacity, cost, [now_ns: tests only, '' for Redis's time],
--- [ago_ns: a refund of cost admitted ago_ns before now]
--- Windows are aligned to multiples of W = capacity x interval since the epoch, as the Rust core aligns them
--- to multiples of W since its clock's origin. The caller keeps W <= 2^52 and capacity^2 < 2^53.
-local interval = tonumber(ARGV[1])
-local cap = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local W = cap * interval
--- floor(a / b) for integers below 2^53, exact.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
+-- sluice: what the window scripts share. Prepended (after time.lua and stamp.lua) to
+-- sliding_window.lua and fixed_window.lua; W = capacity x interval, from the stamp.
+-- [ARGV[4]: ago_ns, a refund of cost admitted ago_ns before now]
+-- Windows are aligned to multiples of W since the epoch, as the Rust core aligns them to
+-- multiples of W since its clock's origin. The caller keeps W <= 2^52 and capacity^2 < 2^53.
 -- Time left in the aligned window holding now: W - (now mod W), with now = s * 1e9 + nn.
 local function aligned_left()
   local r

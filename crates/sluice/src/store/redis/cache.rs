@@ -1,6 +1,7 @@
 //! The local cache of denials: "cost c for this key is refused until T" stays true until T.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
@@ -27,7 +28,12 @@ struct Denial {
 pub(crate) struct DenialCache {
     hasher: Hasher,
     shards: Box<[Mutex<HashMap<String, Denial, Hasher>>]>,
-    per_shard: usize,
+    /// The bound of each shard (changed by `reset`).
+    per_shard: AtomicUsize,
+}
+
+fn per_shard(max_keys: usize) -> usize {
+    max_keys.div_ceil(SHARDS).max(1)
 }
 
 impl DenialCache {
@@ -38,7 +44,7 @@ impl DenialCache {
                 .map(|_| Mutex::new(HashMap::with_hasher(hasher)))
                 .collect(),
             hasher,
-            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            per_shard: AtomicUsize::new(per_shard(max_keys)),
         }
     }
 
@@ -78,9 +84,10 @@ impl DenialCache {
             *slot = denial;
             return;
         }
-        if shard.len() >= self.per_shard {
+        let bound = self.per_shard.load(Ordering::Relaxed);
+        if shard.len() >= bound {
             shard.retain(|_, d| d.until_ns > sent_ns);
-            if shard.len() >= self.per_shard {
+            if shard.len() >= bound {
                 return;
             }
         }
@@ -92,6 +99,12 @@ impl DenialCache {
         for shard in self.shards.iter() {
             shard.lock().clear();
         }
+    }
+
+    /// Forgets every denial and bounds the cache to `max_keys` from now on.
+    pub(crate) fn reset(&self, max_keys: usize) {
+        self.per_shard.store(per_shard(max_keys), Ordering::Relaxed);
+        self.clear();
     }
 
     /// Keys denied now, with their decisions as of `now`.

@@ -12,29 +12,70 @@
 //!
 //! | algorithm                                  | script               | Redis calls (allowed / denied) |
 //! |--------------------------------------------|----------------------|--------------------------------|
-//! | `gcra`, `token_bucket`, `leaky_bucket`     | `lua/debt.lua`       | TIME, GET, SET / TIME, GET     |
-//! | `sliding_window`                           | `lua/sliding_window.lua` | TIME, GET, SET / TIME, GET |
-//! | `fixed_window`                             | `lua/fixed_window.lua`   | TIME, GET, SET / TIME, GET |
+//! | `gcra`, `token_bucket`, `leaky_bucket`     | `lua/debt.lua`       | TIME, GET, PTTL, SET / TIME, GET |
+//! | `sliding_window`                           | `lua/sliding_window.lua` | TIME, GET, PTTL, SET / TIME, GET |
+//! | `fixed_window`                             | `lua/fixed_window.lua`   | TIME, GET, PTTL, SET / TIME, GET |
 //! | `sliding_log`                              | not offered: one entry per admission does not fit one lean script; use `sliding_window` or `gcra` |
 //!
-//! Each script is sent with `lua/time.lua` in front (reading now, writing times and TTLs), and
-//! the window scripts with `lua/window_prelude.lua` after it (window alignment).
+//! Each script is sent with `lua/time.lua` (reading now, writing times and TTLs) and
+//! `lua/stamp.lua` (its stamp, and converting a value another quota wrote) in front, and the
+//! window scripts with `lua/window_prelude.lua` after them (window alignment).
 //!
 //! The three bucket algorithms admit exactly alike (the core documents it), so they share the
-//! GCRA script and its one value per key. Every write sets the key's TTL to the time until the
-//! limit is full again, so idle keys vanish by themselves; a denial writes nothing. (Plus one
-//! second: Redis sets expiries from a cached clock that was measured to lag by several
-//! milliseconds, and a key that vanished while it still held debt would give tokens away.)
+//! GCRA script and its one value per key. Every write keeps the key until the limit is full
+//! again, and never less long than it already lived, so idle keys vanish by themselves; a
+//! denial writes nothing (unless it converted the key, below). (Plus one second: Redis sets
+//! expiries from a cached clock that was measured to lag by several milliseconds, and a key
+//! that vanished while it still held debt would give tokens away.)
 //!
 //! Times inside the scripts are (seconds, nanoseconds) pairs, because a Lua number holds
 //! integers exactly only below 2^53; the scripts therefore take windows up to 2^52 ns (52 days)
 //! and, for the window algorithms, capacities up to 94 million ([`RedisStoreError::Unsupported`]
 //! otherwise). The tests run random schedules through the core and through Redis, with the
-//! script's clock overridden (the optional last argument, which only tests send), and compare
+//! script's clock overridden (the optional third argument, which only tests send), and compare
 //! every decision field by field.
 //!
-//! Keys are `<prefix>:<family>:{<key>}`: the braces are a Redis Cluster hash tag, so every script
-//! touches one slot. Give each limit that shares a Redis its own prefix.
+//! # Keys and values
+//!
+//! One key per limit and key, whatever the algorithm: `<prefix>:{<key>}`. The braces are a
+//! Redis Cluster hash tag, so every script touches one slot. Give each limit that shares a
+//! Redis its own prefix. (Keys named by the older layout, `<prefix>:<family>:{<key>}`, are not
+//! read: after that upgrade every key starts full, and the old keys expire by themselves.)
+//!
+//! Every value says under which quota it was written: `<stamp>|<state>`. The stamp is
+//! `<family>:<capacity>:<interval_ns>`, the family `gcra` (the three bucket algorithms), `fw`
+//! or `sw`; the state is the family's: `gcra` "full again at", `fw` "window end, count", `sw`
+//! "window end, previous count, current count" (times in nanoseconds since the Unix epoch).
+//! Each script is sent its own stamp. A value with no stamp, or one that cannot be read, is
+//! taken as the worst case: everything spent now (and written so, so that it heals).
+//!
+//! # A changed quota or algorithm: converted on read
+//!
+//! A script that reads a value stamped with another quota, or another family, converts it to
+//! its own first, atomically, writes it back under its own stamp (whatever it then decides),
+//! and only then decides. The rule is
+//! [`SavedState::convert`](sluice_core::SavedState::convert)'s: no key has more whole tokens
+//! than it had under the quota it was written with, and at most the new capacity.
+//!
+//! - Within a family the conversion is exactly the core's
+//!   ([`AnyAlgorithm::convert_saved`](sluice_core::AnyAlgorithm::convert_saved)), debt kept in
+//!   the new rate's time; products that do not fit a Lua number are computed in parts, exact
+//!   (the tests compare thousands of random states with the core's).
+//! - From another family (say `gcra` to `fixed_window`), the key keeps what it has left now,
+//!   at most the new capacity, and the rest counts as spent now: a bucket owes it at the new
+//!   rate; a window counts it in a whole window of its own starting now, which gives it back
+//!   no sooner than the core's conversion (a fresh aligned window) would, often later: rounded
+//!   towards fewer tokens.
+//! - A refund of a key another quota wrote is converted first, then given back under this one.
+//!
+//! Nothing is converted ahead: a reload, [`RedisStore::reconfigure`] or a new store changes
+//! only what the scripts are sent. So gateways sharing a Redis need not reload together: one
+//! that has not reloaded converts each key back to its own quota when it reads it, by the same
+//! rule, and keys going back and forth between two quotas can only lose tokens, never gain. A
+//! key switched to another family and back is the one key, converted twice: no stale state
+//! revives. As a value must outlive whatever a quota that reads it counts on, a write never
+//! shortens a key's TTL, and a bucket that is full again is written as such rather than
+//! deleted (a deleted key is full under every quota).
 //!
 //! # When Redis is down or slow
 //!
@@ -60,18 +101,20 @@
 //! Only time adds tokens, so a denial "cost c is refused until T" stays true until T for any
 //! cost of at least c. Such denials are answered locally until T (measured from when the
 //! request was sent, so never later than Redis would allow), and a hot key that is being denied
-//! costs no round trip. The cache is exact: it never denies what Redis would admit.
+//! costs no round trip. The cache is exact: it never denies what Redis would admit, as long
+//! as every store of the prefix has one quota (a faster-refilling quota that another gateway
+//! converts the key to may make Redis admit sooner); [`RedisStore::reconfigure`] clears it.
 //!
 //! # Waiting
 //!
 //! [`Store::acquire`](crate::store::Store::acquire) waits in a per-key FIFO queue of this process
-//! (depth and maximum wait from the config), re-asking Redis when the `retry_after` it returned
+//! (depth and maximum wait from the config, or from the latest
+//! [`RedisStore::reconfigure`]), re-asking Redis when the `retry_after` it returned
 //! has passed. The order is first come, first served within one process, not across processes:
 //! waiters of several servers compete for the same tokens when they come back.
 
 mod cache;
 mod config;
-mod convert;
 mod link;
 mod queue;
 mod script;

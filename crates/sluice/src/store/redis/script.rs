@@ -12,37 +12,48 @@ const MAX_WINDOW_CAPACITY: u64 = 94_906_265;
 
 const DEBT: &str = concat!(
     include_str!("../lua/time.lua"),
+    include_str!("../lua/stamp.lua"),
     include_str!("../lua/debt.lua")
 );
 const SLIDING_WINDOW: &str = concat!(
     include_str!("../lua/time.lua"),
+    include_str!("../lua/stamp.lua"),
     include_str!("../lua/window_prelude.lua"),
     include_str!("../lua/sliding_window.lua")
 );
 const FIXED_WINDOW: &str = concat!(
     include_str!("../lua/time.lua"),
+    include_str!("../lua/stamp.lua"),
     include_str!("../lua/window_prelude.lua"),
     include_str!("../lua/fixed_window.lua")
 );
 
-/// One algorithm's script with its fixed arguments.
+/// One algorithm's script with its stamp.
 #[derive(Clone)]
 pub(crate) struct Program {
     script: Script,
-    /// The family's part of the key name.
-    family: &'static str,
-    /// ARGV[1] and ARGV[2]: interval and tau (debt), or interval and capacity (windows).
-    args: [u64; 2],
-    capacity: u64,
+    algorithm: AnyAlgorithm,
+    /// ARGV[1]: `<family>:<capacity>:<interval_ns>`, which every value written starts with.
+    stamp: String,
 }
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Program")
-            .field("family", &self.family)
+            .field("stamp", &self.stamp)
             .field("sha1", &self.script.get_hash())
-            .field("args", &self.args)
             .finish()
+    }
+}
+
+/// The state family of `kind` (its part of the stamp): the bucket algorithms admit alike and
+/// share one.
+fn family(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Gcra | Kind::TokenBucket | Kind::LeakyBucket => Some("gcra"),
+        Kind::SlidingWindow => Some("sw"),
+        Kind::FixedWindow => Some("fw"),
+        Kind::SlidingLog => None,
     }
 }
 
@@ -67,46 +78,45 @@ impl Program {
                 sluice_core::format_duration_ns(quota.window_ns())
             )));
         }
-        let (source, family, args) = match kind {
-            Kind::Gcra | Kind::TokenBucket | Kind::LeakyBucket => (
-                DEBT,
-                "gcra",
-                [quota.interval_ns(), quota.window_ns()],
-            ),
-            Kind::SlidingWindow | Kind::FixedWindow => {
-                if quota.capacity() > MAX_WINDOW_CAPACITY {
-                    return Err(unsupported(format!(
-                        "capacity {} is above the {MAX_WINDOW_CAPACITY} the window scripts compute exactly",
-                        quota.capacity()
-                    )));
-                }
-                let (source, family) = if kind == Kind::SlidingWindow {
-                    (SLIDING_WINDOW, "sw")
-                } else {
-                    (FIXED_WINDOW, "fw")
-                };
-                (source, family, [quota.interval_ns(), quota.capacity()])
+        let Some(family) = family(kind) else {
+            return Err(unsupported(String::from(
+                "it keeps one entry per admission, which one lean script cannot; use sliding_window (same window, O(1)) or gcra",
+            )));
+        };
+        let source = match family {
+            "gcra" => DEBT,
+            _ if quota.capacity() > MAX_WINDOW_CAPACITY => {
+                return Err(unsupported(format!(
+                "capacity {} is above the {MAX_WINDOW_CAPACITY} the window scripts compute exactly",
+                quota.capacity()
+            )))
             }
-            Kind::SlidingLog => {
-                return Err(unsupported(String::from(
-                    "it keeps one entry per admission, which one lean script cannot; use sliding_window (same window, O(1)) or gcra",
-                )))
-            }
+            "sw" => SLIDING_WINDOW,
+            _ => FIXED_WINDOW,
         };
         Ok(Program {
             script: Script::new(source),
-            family,
-            args,
-            capacity: quota.capacity(),
+            algorithm: *algorithm,
+            stamp: format!("{family}:{}:{}", quota.capacity(), quota.interval_ns()),
         })
     }
 
-    /// The Redis key of `key`: `<prefix>:<family>:{<key>}`, the braces a Cluster hash tag.
-    pub(crate) fn redis_key(&self, prefix: &str, key: &str) -> String {
-        let mut k = String::with_capacity(prefix.len() + self.family.len() + key.len() + 4);
+    /// The algorithm and quota.
+    pub(crate) fn algorithm(&self) -> AnyAlgorithm {
+        self.algorithm
+    }
+
+    /// The stamp of the values this program writes: `<family>:<capacity>:<interval_ns>`.
+    #[cfg(test)]
+    pub(crate) fn stamp(&self) -> &str {
+        &self.stamp
+    }
+
+    /// The Redis key of `key`: `<prefix>:{<key>}`, the braces a Cluster hash tag. The same
+    /// whatever the algorithm: the value's stamp says which wrote it.
+    pub(crate) fn redis_key(prefix: &str, key: &str) -> String {
+        let mut k = String::with_capacity(prefix.len() + key.len() + 3);
         k.push_str(prefix);
-        k.push(':');
-        k.push_str(self.family);
         k.push_str(":{");
         k.push_str(key);
         k.push('}');
@@ -118,8 +128,8 @@ impl Program {
         &self.script
     }
 
-    /// `EVALSHA <sha1> 1 <prefix>:<family>:{<key>} <args> <cost> [<now>]`: the decision of
-    /// `cost` for `key`, at Redis's time or at `now_unix_ns`. Built directly (not through
+    /// `EVALSHA <sha1> 1 <prefix>:{<key>} <stamp> <cost> [<now>]`: the decision of `cost` for
+    /// `key`, at Redis's time or at `now_unix_ns`. Built directly (not through
     /// `redis::ScriptInvocation`), which saves an allocation per argument on the hot path.
     pub(crate) fn command(
         &self,
@@ -129,15 +139,14 @@ impl Program {
         now_unix_ns: Option<u64>,
     ) -> redis::Cmd {
         let mut cmd = redis::Cmd::with_capacity(
-            7,
-            56 + prefix.len() + key.len() + self.family.len() + 4 + 4 * 20,
+            6,
+            56 + prefix.len() + key.len() + 3 + self.stamp.len() + 3 * 20,
         );
         cmd.arg("EVALSHA")
             .arg(self.script.get_hash())
             .arg(1)
-            .arg(self.redis_key(prefix, key))
-            .arg(self.args[0])
-            .arg(self.args[1])
+            .arg(Program::redis_key(prefix, key))
+            .arg(&self.stamp)
             .arg(cost);
         if let Some(now) = now_unix_ns {
             cmd.arg(now);
@@ -178,7 +187,7 @@ impl Program {
         }
         Some(Decision {
             allowed: n(0)? == 1,
-            limit: self.capacity,
+            limit: self.algorithm.quota().capacity(),
             remaining: n(1)?,
             retry_after_ns: n(2)?,
             reset_after_ns: n(3)?,
@@ -220,19 +229,31 @@ mod tests {
     }
 
     #[test]
-    fn keys_carry_a_hash_tag() {
+    fn keys_carry_a_hash_tag_and_values_a_stamp() {
         let p = Program::new(&AnyAlgorithm::new(
             Kind::Gcra,
             Quota::parse(1, "1/s").unwrap(),
         ))
         .unwrap();
-        assert_eq!(p.redis_key("api", "10.0.0.1"), "api:gcra:{10.0.0.1}");
+        assert_eq!(Program::redis_key("api", "10.0.0.1"), "api:{10.0.0.1}");
+        assert_eq!(p.stamp(), "gcra:1:1000000000");
         let packed = p.command("api", "10.0.0.1", 1, None).get_packed_command();
         let text = String::from_utf8_lossy(&packed);
         assert!(
-            text.contains("EVALSHA") && text.contains("api:gcra:{10.0.0.1}"),
+            text.contains("EVALSHA")
+                && text.contains("api:{10.0.0.1}")
+                && text.contains("gcra:1:1000000000"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_stamp_reader_takes_the_limits_of_program_new() {
+        assert_eq!(MAX_WINDOW_NS, 4_503_599_627_370_496);
+        for script in [DEBT, SLIDING_WINDOW, FIXED_WINDOW] {
+            assert!(script.contains("TWO52, TWO53 = 4503599627370496, 9007199254740992"));
+            assert!(script.contains(&format!("n > {MAX_WINDOW_CAPACITY}")));
+        }
     }
 
     #[test]

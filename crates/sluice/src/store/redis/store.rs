@@ -3,6 +3,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use sluice_core::{Algorithm, AnyAlgorithm, Decision};
 
 use crate::clock::{Clock, TokioClock};
@@ -46,15 +47,59 @@ pub struct RedisStore {
 
 #[derive(Debug)]
 struct Inner {
-    algorithm: AnyAlgorithm,
-    program: Program,
+    /// What [`RedisStore::reconfigure`] replaces; each decision reads it once.
+    current: RwLock<Arc<Settings>>,
     config: RedisConfig,
     clock: TokioClock,
     health: Health,
     denials: DenialCache,
-    fallback: Fallback,
     queues: Queues,
     metrics: StoreMetrics,
+}
+
+/// The algorithm's script and stamp, the policy's local store and the queue limits: swapped
+/// whole, so that a decision never mixes two quotas.
+#[derive(Debug)]
+struct Settings {
+    program: Program,
+    fallback: Fallback,
+    queue_depth: usize,
+    max_wait: Duration,
+}
+
+impl Settings {
+    /// The settings of `algorithm`; for `on_error = local`, `local` reconfigured, or a new
+    /// local store without it.
+    fn new(
+        algorithm: &AnyAlgorithm,
+        on_error: OnError,
+        local: Option<&MemoryStore>,
+        max_keys: usize,
+        queue_depth: usize,
+        max_wait: Duration,
+    ) -> Result<Settings, RedisStoreError> {
+        let program = Program::new(algorithm)?;
+        let fallback = match (on_error, local) {
+            (OnError::Allow, _) => Fallback::Allow,
+            (OnError::Deny, _) => Fallback::Deny,
+            (OnError::Local, Some(local)) => {
+                local.reconfigure(*algorithm, max_keys, queue_depth, max_wait);
+                Fallback::Local(local.clone())
+            }
+            (OnError::Local, None) => Fallback::Local(MemoryStore::new(
+                *algorithm,
+                max_keys,
+                queue_depth,
+                max_wait,
+            )),
+        };
+        Ok(Settings {
+            program,
+            fallback,
+            queue_depth,
+            max_wait,
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -113,7 +158,7 @@ impl RedisStore {
         let inner = &store.inner;
         let connected = tokio::time::timeout(inner.config.connect_timeout, async {
             let conn = Conn::open(&inner.config).await?;
-            conn.load(inner.program.script()).await?;
+            conn.load(inner.settings().program.script()).await?;
             Ok::<_, redis::RedisError>(conn)
         })
         .await;
@@ -135,17 +180,14 @@ impl RedisStore {
 
     fn build(algorithm: AnyAlgorithm, config: RedisConfig) -> Result<RedisStore, RedisStoreError> {
         link::validate(&config)?;
-        let program = Program::new(&algorithm)?;
-        let fallback = match config.on_error {
-            OnError::Allow => Fallback::Allow,
-            OnError::Deny => Fallback::Deny,
-            OnError::Local => Fallback::Local(MemoryStore::new(
-                algorithm,
-                config.max_keys,
-                config.queue_depth,
-                config.max_wait,
-            )),
-        };
+        let settings = Settings::new(
+            &algorithm,
+            config.on_error,
+            None,
+            config.max_keys,
+            config.queue_depth,
+            config.max_wait,
+        )?;
         let label = config.prefix.clone();
         let health = Health::new(&config);
         let counter = |name: &'static str| metrics::counter!(name, "store" => "redis", "prefix" => label.clone());
@@ -158,30 +200,85 @@ impl RedisStore {
                     errors: counter("sluice_store_errors_total"),
                 },
                 denials: DenialCache::new(config.max_keys),
-                algorithm,
-                program,
+                current: RwLock::new(Arc::new(settings)),
                 config,
                 clock: TokioClock::new(),
                 health,
-                fallback,
                 queues: Queues::default(),
             }),
         })
     }
 
-    /// The algorithm and quota.
-    pub fn algorithm(&self) -> &AnyAlgorithm {
-        &self.inner.algorithm
+    /// The algorithm and quota in use now (the latest [`RedisStore::reconfigure`]'s).
+    pub fn algorithm(&self) -> AnyAlgorithm {
+        self.inner.settings().program.algorithm()
     }
 
-    /// The configuration.
+    /// The configuration the store was made with. The queue limits and the bound on keys of
+    /// a [`RedisStore::reconfigure`] replace its own.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.config
     }
 
-    /// Forgets the denials this store remembers (see [`RedisStore::convert_from`]).
-    pub(crate) fn forget_denials(&self) {
+    /// Changes the algorithm (another quota, or another algorithm), the queue limits and the
+    /// bound on keys of this store in place, for every clone and every request waiting in it.
+    ///
+    /// Nothing is rewritten in Redis: each key is converted when it is next read, by the
+    /// script, so that it has no more tokens than it had (see the [module
+    /// documentation](crate::store::redis)). Decisions in flight finish under the quota they
+    /// started with; the next ones, waiters included, use the new one. The denials this
+    /// store remembers are forgotten, and the local store of `on_error = local` takes the
+    /// new quota, its keys converted by the same rule.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisStoreError::Unsupported`] for algorithms and quotas the scripts cannot run;
+    /// the store then keeps its algorithm.
+    pub fn reconfigure(
+        &self,
+        algorithm: AnyAlgorithm,
+        queue_depth: usize,
+        max_wait: Duration,
+        max_keys: usize,
+    ) -> Result<(), RedisStoreError> {
+        let inner = &*self.inner;
+        let max_keys = max_keys.max(1);
+        // Checked before anything changes: an algorithm the scripts cannot run changes nothing.
+        Program::new(&algorithm)?;
+        let current = inner.settings();
+        let local = match &current.fallback {
+            Fallback::Local(local) => Some(local),
+            _ => None,
+        };
+        // The local store converts its keys in place, before the swap: meanwhile it answers
+        // (while Redis does not) under the new quota, which never gives a key more.
+        let settings = Settings::new(
+            &algorithm,
+            inner.config.on_error,
+            local,
+            max_keys,
+            queue_depth,
+            max_wait,
+        )?;
+        *inner.current.write() = Arc::new(settings);
+        // After the swap: a denial inserted meanwhile was checked against the settings it was
+        // answered under (see `Inner::check`).
+        inner.denials.reset(max_keys);
+        Ok(())
+    }
+
+    /// Formerly converted every key of the prefix; conversion now happens when a key is read
+    /// (each value is stamped with the quota that wrote it, and a script reading another
+    /// stamp converts it first), so this only forgets the denials this store remembers and
+    /// returns `Ok(0)`. `from` is not used.
+    ///
+    /// # Errors
+    ///
+    /// None.
+    pub async fn convert_from(&self, from: &AnyAlgorithm) -> Result<usize, RedisStoreError> {
+        let _ = from;
         self.inner.denials.clear();
+        Ok(0)
     }
 
     /// Whether decisions come from Redis right now (`false` while the policy decides).
@@ -208,14 +305,15 @@ impl RedisStore {
         unix_ns: u64,
     ) -> Result<(), Error> {
         let inner = &*self.inner;
-        let cmd = inner.program.refund_command(
+        let settings = inner.settings();
+        let cmd = settings.program.refund_command(
             &inner.config.prefix,
             key,
             cost,
             nanos(ago),
             Some(unix_ns),
         );
-        inner.run_direct(&cmd).await.map(drop)
+        inner.run_direct(&settings, &cmd).await.map(drop)
     }
 
     /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
@@ -226,13 +324,14 @@ impl RedisStore {
     ///
     /// [`Error::InsufficientCapacity`], and [`Error::Unavailable`] if Redis does not answer.
     pub async fn check_at(&self, key: &str, cost: u64, unix_ns: u64) -> Result<Decision, Error> {
-        self.inner.ensure_cost(cost)?;
         let inner = &*self.inner;
-        let cmd = inner
+        let settings = inner.settings();
+        ensure_cost(&settings, cost)?;
+        let cmd = settings
             .program
             .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let reply = inner.run_direct(&cmd).await?;
-        inner.program.decision(&reply).ok_or(Error::Unavailable {
+        let reply = inner.run_direct(&settings, &cmd).await?;
+        settings.program.decision(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })
     }
@@ -245,7 +344,7 @@ async fn connect_until_done(inner: Weak<Inner>) {
             return;
         };
         let config = strong.config.clone();
-        let script = strong.program.script().clone();
+        let script = strong.settings().program.script().clone();
         drop(strong);
         let attempt = tokio::time::timeout(config.connect_timeout, async {
             let conn = Conn::open(&config).await?;
@@ -287,6 +386,14 @@ fn limited(decision: Decision) -> Error {
     }
 }
 
+fn ensure_cost(settings: &Settings, cost: u64) -> Result<(), Error> {
+    let capacity = settings.program.algorithm().quota().capacity();
+    if cost > capacity {
+        return Err(Error::InsufficientCapacity { cost, capacity });
+    }
+    Ok(())
+}
+
 /// Gives the probe back if its future is dropped before Redis answered.
 struct ProbeGuard<'a> {
     health: &'a Health,
@@ -302,39 +409,48 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl Inner {
-    fn ensure_cost(&self, cost: u64) -> Result<(), Error> {
-        let capacity = self.algorithm.quota().capacity();
-        if cost > capacity {
-            return Err(Error::InsufficientCapacity { cost, capacity });
-        }
-        Ok(())
+    /// The settings in use now.
+    fn settings(&self) -> Arc<Settings> {
+        Arc::clone(&self.current.read())
     }
 
-    /// One decision by Redis, within the timeout, if Redis may be asked now.
-    /// Runs `cmd` on the current connection, outside the failure policy and the health
-    /// bookkeeping (for `check_at` and `refund_at`).
-    async fn run_direct(&self, cmd: &redis::Cmd) -> Result<redis::Value, Error> {
+    /// Runs `cmd` on the current connection, within the timeout, outside the failure policy
+    /// and the health bookkeeping (for `check_at` and `refund_at`).
+    async fn run_direct(
+        &self,
+        settings: &Settings,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::Value, Error> {
         let unavailable = Error::Unavailable {
             retry_after: self.config.retry_interval,
         };
         let conn = self.health.conn.get().ok_or(unavailable)?;
-        let run = conn.run(cmd, self.program.script());
+        let run = conn.run(cmd, settings.program.script());
         match tokio::time::timeout(self.config.timeout, run).await {
             Ok(Ok(reply)) => Ok(reply),
             _ => Err(unavailable),
         }
     }
 
-    async fn ask(&self, key: &str, cost: u64, now: u64) -> Result<Decision, Unanswered> {
-        let cmd = self.program.command(&self.config.prefix, key, cost, None);
-        self.round_trip(&cmd, now, |reply| self.program.decision(reply))
+    async fn ask(
+        &self,
+        settings: &Settings,
+        key: &str,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, Unanswered> {
+        let program = &settings.program;
+        let cmd = program.command(&self.config.prefix, key, cost, None);
+        self.round_trip(program, &cmd, now, |reply| program.decision(reply))
             .await
     }
 
-    /// Runs the script `cmd` and reads its reply with `read`; a failure (no connection, no
-    /// answer in time, an error or a reply `read` rejects) marks Redis down.
+    /// Runs the script `cmd` of `program` and reads its reply with `read`, within the timeout;
+    /// a failure (no connection, no answer in time, an error or a reply `read` rejects) marks
+    /// Redis down.
     async fn round_trip<T>(
         &self,
+        program: &Program,
         cmd: &redis::Cmd,
         now: u64,
         read: impl FnOnce(&redis::Value) -> Option<T>,
@@ -349,17 +465,18 @@ impl Inner {
             armed: probe,
         };
         self.metrics.round_trips.increment(1);
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
         let run = async {
             if probe {
                 conn.ping().await?;
             }
-            conn.run(cmd, self.program.script()).await
+            conn.run(cmd, program.script()).await
         };
-        let reply = tokio::time::timeout(self.config.timeout, run).await;
-        guard.armed = false;
+        let reply = tokio::time::timeout_at(deadline, run).await;
         let error = match reply {
             Ok(Ok(reply)) => match read(&reply) {
                 Some(value) => {
+                    guard.armed = false;
                     self.health.success(probe);
                     return Ok(value);
                 }
@@ -368,6 +485,7 @@ impl Inner {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.config.timeout),
         };
+        guard.armed = false;
         self.metrics.errors.increment(1);
         let retry_at_ns = self
             .clock
@@ -383,30 +501,36 @@ impl Inner {
         if cost == 0 {
             return;
         }
+        let settings = self.settings();
         if !self.health.is_up() {
-            if let Fallback::Local(local) = &self.fallback {
+            if let Fallback::Local(local) = &settings.fallback {
                 local.keyed().refund(key, cost, ago);
             }
             return;
         }
         let now = self.clock.now_ns();
-        let cmd = self
-            .program
-            .refund_command(&self.config.prefix, key, cost, nanos(ago), None);
+        let program = &settings.program;
+        let cmd = program.refund_command(&self.config.prefix, key, cost, nanos(ago), None);
         // Unanswered: the tokens stay spent.
         let _ = self
-            .round_trip(&cmd, now, |reply| {
+            .round_trip(program, &cmd, now, |reply| {
                 matches!(reply, redis::Value::Array(_)).then_some(())
             })
             .await;
     }
 
     /// What the policy decides while Redis does not answer.
-    fn fallback(&self, key: &str, cost: u64, unanswered: Unanswered) -> Result<Decision, Error> {
+    fn fallback(
+        &self,
+        settings: &Settings,
+        key: &str,
+        cost: u64,
+        unanswered: Unanswered,
+    ) -> Result<Decision, Error> {
         self.metrics.fallbacks.increment(1);
-        match &self.fallback {
+        match &settings.fallback {
             Fallback::Allow => {
-                let limit = self.algorithm.quota().capacity();
+                let limit = settings.program.algorithm().quota().capacity();
                 Ok(Decision {
                     allowed: true,
                     limit,
@@ -430,7 +554,8 @@ impl Inner {
     }
 
     async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.ensure_cost(cost)?;
+        let settings = self.settings();
+        ensure_cost(&settings, cost)?;
         let now = self.clock.now_ns();
         if cost > 0 {
             if let Some(decision) = self.denials.get(key, cost, now) {
@@ -438,13 +563,19 @@ impl Inner {
                 return Err(limited(decision));
             }
         }
-        match self.ask(key, cost, now).await {
+        match self.ask(&settings, key, cost, now).await {
             Ok(decision) if decision.allowed => Ok(decision),
             Ok(decision) => {
-                self.denials.insert(key, cost, now, decision);
+                // Only a denial under the settings in use now: `reconfigure` clears the cache
+                // after it swapped them.
+                let current = self.current.read();
+                if Arc::ptr_eq(&current, &settings) {
+                    self.denials.insert(key, cost, now, decision);
+                }
+                drop(current);
                 Err(limited(decision))
             }
-            Err(unanswered) => self.fallback(key, cost, unanswered),
+            Err(unanswered) => self.fallback(&settings, key, cost, unanswered),
         }
     }
 }
@@ -468,7 +599,10 @@ impl Store for RedisStore {
     ) -> Result<Decision, Error> {
         let inner = &*self.inner;
         let start = inner.clock.now_ns();
-        let depth = inner.config.queue_depth;
+        let (depth, config_wait) = {
+            let settings = inner.settings();
+            (settings.queue_depth, settings.max_wait)
+        };
         // Newcomers queue behind the waiters of this process; otherwise ask first.
         let predicted = if depth > 0 && inner.queues.has_waiters(key) {
             None
@@ -478,9 +612,7 @@ impl Store for RedisStore {
                 other => return other,
             }
         };
-        let max_wait = options
-            .max_wait
-            .map_or(inner.config.max_wait, |w| w.min(inner.config.max_wait));
+        let max_wait = options.max_wait.map_or(config_wait, |w| w.min(config_wait));
         let deadline = start.saturating_add(nanos(max_wait));
         let mut wait = predicted.unwrap_or(Duration::ZERO);
         if wait > max_wait {
@@ -524,7 +656,7 @@ impl Store for RedisStore {
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
         let inner = &*self.inner;
         let mut all = inner.denials.denied(inner.clock.now_ns());
-        if let Fallback::Local(local) = &inner.fallback {
+        if let Fallback::Local(local) = &inner.settings().fallback {
             if !inner.health.is_up() {
                 all.extend(local.hottest(n));
             }
