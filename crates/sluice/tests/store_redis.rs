@@ -1052,6 +1052,36 @@ async fn a_decision_whose_answer_is_lost_is_not_sent_again() {
     assert_eq!(store.peek("k").await.unwrap().remaining, 5);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_is_followed_at_once_by_decisions_on_redis() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let proxy = LossyProxy::start(server.port()).await;
+    // A retry interval far beyond the test: only a store that reconnects at once passes.
+    let config = RedisConfig::new(proxy.url())
+        .on_error(OnError::Deny)
+        .timeout(Duration::from_millis(500))
+        .retry_interval(Duration::from_secs(60));
+    let store = RedisStore::connect(algorithm(Kind::Gcra, 10, "1/min"), config)
+        .await
+        .unwrap();
+    assert_eq!(store.check("k", 1).await.unwrap().remaining, 9);
+    proxy.lose_next_answer();
+    assert!(matches!(
+        store.check("k", 1).await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert_eq!(proxy.lost(), 1);
+    assert!(store.is_using_redis(), "Redis answers: still in use");
+    let started = Instant::now();
+    for left in [7, 6, 5] {
+        assert_eq!(store.check("k", 1).await.unwrap().remaining, left);
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(store.last_error().is_some());
+}
+
 // === the denial cache, TTLs, waiting ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -232,6 +232,20 @@ impl Health {
         *self.last_error.lock() = Some(error);
     }
 
+    /// A connection broke under a request (its decision went unanswered), and Redis answered
+    /// `PING` over a new one at once: Redis stays in use (or, after a probe, is back).
+    pub(crate) fn reconnected(&self, probe: bool, error: String) {
+        self.success(probe);
+        tracing::info!(
+            redis = %self.target,
+            prefix = %self.prefix,
+            on_error = %self.on_error,
+            error = %error,
+            "redis store reconnected: a connection broke under a request, whose decision followed on_error; Redis answers"
+        );
+        *self.last_error.lock() = Some(error);
+    }
+
     /// A probe ended without an answer either way (its future was dropped).
     pub(crate) fn abandon_probe(&self) {
         self.probing.store(false, Ordering::Release);

@@ -88,6 +88,12 @@
 //! old connection turns out broken: `PING` decides nothing), so that a server that came back
 //! gets the probe's decision over a fresh connection.
 //!
+//! A connection that breaks under a request (cut by a proxy, a firewall, `CLIENT KILL`) is
+//! not an outage: that request, whose decision may have been made, follows [`OnError`], and
+//! `PING` goes at once over a new connection; when Redis answers, it stays in use and the
+//! next request goes to it (logged as `redis store reconnected`, info). Only a Redis that does
+//! not answer that `PING` either is left alone for the retry interval.
+//!
 //! So a Redis that stops answering (a hung or `SIGSTOP`ped server, whose connections stay
 //! open) costs each request in flight at most the timeout, later requests nothing until the
 //! next probe; when it answers again, decisions are back on it within the retry interval and

@@ -445,9 +445,11 @@ impl Inner {
             .await
     }
 
-    /// Runs the script `cmd` of `program` and reads its reply with `read`, within the timeout;
-    /// a failure (no connection, no answer in time, an error or a reply `read` rejects) marks
-    /// Redis down.
+    /// Runs the script `cmd` of `program` and reads its reply with `read`, all within the
+    /// timeout. A failure (no connection, no answer in time, an error or a reply `read`
+    /// rejects) marks Redis down, except a connection that broke under the request while
+    /// Redis still answers `PING` at once over a new one: only this request then goes
+    /// unanswered.
     async fn round_trip<T>(
         &self,
         program: &Program,
@@ -482,6 +484,22 @@ impl Inner {
                 }
                 None => format!("unexpected script reply {reply:?}"),
             },
+            Ok(Err(e)) if lost_connection(&e) => {
+                // The request may have been decided: it follows the policy. Redis itself may
+                // be fine (a connection cut by a proxy, a firewall, a client kill): the client
+                // reconnects, and if Redis answers `PING` at once it stays in use.
+                let error = e.to_string();
+                let ping = tokio::time::timeout_at(deadline, conn.ping()).await;
+                if matches!(ping, Ok(Ok(()))) {
+                    guard.armed = false;
+                    self.metrics.errors.increment(1);
+                    self.health.reconnected(probe, error);
+                    return Err(Unanswered {
+                        retry_at_ns: self.clock.now_ns(),
+                    });
+                }
+                error
+            }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.config.timeout),
         };
@@ -578,6 +596,12 @@ impl Inner {
             Err(unanswered) => self.fallback(&settings, key, cost, unanswered),
         }
     }
+}
+
+/// Whether `e` says the connection broke (the client reconnects by itself) rather than that
+/// Redis refused or did not answer.
+fn lost_connection(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 impl Store for RedisStore {
