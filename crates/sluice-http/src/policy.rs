@@ -309,6 +309,13 @@ impl PolicyBuilder {
         self.reuse_pool(old)
     }
 
+    /// Uses `pool` (shared, with its slots in use) as the concurrency limit, whatever size this
+    /// builder asks for: the caller resizes it ([`Pool::resize`]).
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
     /// Carries over `old`'s concurrency pool (its slots in use included) when this builder
     /// asks for the same size.
     pub fn reuse_pool(mut self, old: &Policy) -> Self {

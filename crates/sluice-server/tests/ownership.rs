@@ -540,3 +540,50 @@ async fn a_reload_that_changes_the_store_backend_is_refused_and_keeps_the_keys()
         "{summary}\n{metrics}"
     );
 }
+
+/// A reload that lowers `concurrency` while requests hold every slot: the pool is resized in
+/// place, so no request starts until fewer than the new size run (two pools would each let
+/// their size run), and once they finished exactly the new size runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_concurrency_counts_the_requests_already_running() {
+    let up = Upstream::start().await;
+    let config = |n: u32| {
+        policy(
+            &up.url(),
+            "",
+            "gcra",
+            1000,
+            "1000/s",
+            "global",
+            &format!("concurrency = {n}"),
+        )
+        .replace("/api/", "/slow/")
+    };
+    let gw = Gateway::start("", &config(4)).await;
+    let slow = |ms: u64| {
+        let url = gw.url(&format!("/slow/{ms}"));
+        tokio::spawn(async move { get_with(&url, &[]).await.status })
+    };
+    // Four hold every slot for 2 s.
+    let holding: Vec<_> = (0..4).map(|_| slow(2000)).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.rewrite("", &config(2));
+    let line = reload(&gw, 1).await;
+    assert!(line.contains("SIGHUP: reloaded"), "{line}");
+    // Four run, the new size is 2: a newcomer finds no slot.
+    let late = slow(10).await.unwrap();
+    eprintln!("a request during the surplus: {late}");
+    assert_eq!(late, StatusCode::TOO_MANY_REQUESTS, "{}", gw.log_text());
+    for h in holding {
+        assert_eq!(h.await.unwrap(), StatusCode::OK);
+    }
+    // Now exactly two run at once.
+    let three: Vec<_> = (0..3).map(|_| slow(800)).collect();
+    let mut statuses = Vec::new();
+    for t in three {
+        statuses.push(t.await.unwrap());
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    eprintln!("three at once after the surplus: {statuses:?}");
+    assert_eq!(ok, 2, "{statuses:?}");
+}

@@ -197,3 +197,76 @@ async fn throttle_bounds_both_concurrency_and_rate() {
     // The burst of 20 goes at once (5 at a time), then one every 3 s: the 60th at 120 s.
     assert_eq!(*starts.last().unwrap(), 120 * SEC);
 }
+
+/// A pool resized in place, with tasks in flight and callers waiting: a larger size lets the
+/// waiters in at once; a smaller one cuts no task short but starts none until fewer than the
+/// new size run, however the slots come back.
+#[tokio::test(start_paused = true)]
+async fn a_resized_pool_never_runs_more_than_its_size_once_the_surplus_finished() {
+    let pool = Pool::bounded(
+        NonZeroUsize::new(4).unwrap(),
+        100,
+        Duration::from_secs(60),
+        "resize",
+    );
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let start = |ms: u64| {
+        let (pool, running, most) = (pool.clone(), running.clone(), most.clone());
+        tokio::spawn(async move {
+            pool.run(async {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+            })
+            .await
+        })
+    };
+    let tasks: Vec<_> = (0..12).map(|i| start(100 + i * 10)).collect();
+    tokio::task::yield_now().await;
+    assert_eq!(pool.in_flight(), 4);
+    assert_eq!(running.load(Ordering::SeqCst), 4);
+
+    // Down to 2 with 4 running: none is cut, and no new one starts until only one runs.
+    pool.resize(NonZeroUsize::new(2).unwrap());
+    assert_eq!(pool.size(), 2);
+    assert_eq!(pool.in_flight(), 4, "the tasks in flight run on");
+    most.store(running.load(Ordering::SeqCst), Ordering::SeqCst);
+    for _ in 0..20 {
+        tokio::time::advance(Duration::from_millis(20)).await;
+        tokio::task::yield_now().await;
+        let now = running.load(Ordering::SeqCst);
+        assert!(now <= 4, "{now} running");
+        if now <= 2 {
+            break;
+        }
+    }
+    most.store(0, Ordering::SeqCst);
+    for _ in 0..20 {
+        tokio::time::advance(Duration::from_millis(20)).await;
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "{} ran at once at size 2",
+        most.load(Ordering::SeqCst)
+    );
+
+    // Up to 5: the waiters get in at once.
+    pool.resize(NonZeroUsize::new(5).unwrap());
+    tokio::task::yield_now().await;
+    assert!(
+        running.load(Ordering::SeqCst) > 2,
+        "a larger pool lets waiters in"
+    );
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= 5);
+    assert_eq!(pool.in_flight(), 0);
+    // Every slot is back: exactly 5 can run now.
+    let held: Vec<_> = (0..5).map(|_| pool.try_acquire().unwrap()).collect();
+    assert!(pool.try_acquire().is_err());
+    drop(held);
+}

@@ -48,6 +48,9 @@ pub struct Runtime {
 enum Handover {
     /// A store kept from the previous runtime, reconfigured in place before the swap.
     Reconfigure(String, Backend, Settings),
+    /// A concurrency pool kept from the previous runtime (its slots in use included),
+    /// resized in place before the swap: its size, queue depth and longest wait.
+    Resize(sluice::Pool, usize, usize, std::time::Duration),
     /// A file store the new runtime does not use: closed once it is in use, its final file
     /// clean.
     Close(String, FileStore),
@@ -241,20 +244,27 @@ impl Runtime {
             let mut handovers = self.lock_handovers();
             let (now, later) = std::mem::take(&mut *handovers)
                 .into_iter()
-                .partition(|h| matches!(h, Handover::Reconfigure(..)));
+                .partition(|h| matches!(h, Handover::Reconfigure(..) | Handover::Resize(..)));
             *handovers = later;
             now
         };
         for handover in reconfigure {
-            if let Handover::Reconfigure(name, backend, settings) = handover {
-                match settings.apply(&backend) {
+            match handover {
+                Handover::Reconfigure(name, backend, settings) => match settings.apply(&backend) {
                     Ok(keys) => {
                         tracing::info!(policy = %name, store = backend.kind(), keys, "policy reconfigured in place: each key converted to the new quota")
                     }
                     Err(e) => {
                         tracing::warn!(policy = %name, error = %e, "policy not reconfigured: its store keeps the previous quota")
                     }
+                },
+                Handover::Resize(pool, size, depth, max_wait) => {
+                    if let Some(size) = std::num::NonZeroUsize::new(size) {
+                        pool.resize(size);
+                    }
+                    pool.set_queue(depth, max_wait);
                 }
+                Handover::Close(..) => {}
             }
         }
     }
@@ -400,11 +410,8 @@ fn build_policy(
             ));
             Carry::Converted
         };
-        let policy = builder
-            .backend(backend)
-            .reuse_pool(old)
-            .build()
-            .map_err(|e| fail(e.to_string()))?;
+        builder = keep_pool(builder.backend(backend), p, previous, handovers);
+        let policy = builder.build().map_err(|e| fail(e.to_string()))?;
         return Ok((policy, how));
     }
     match config.store.backend {
@@ -445,12 +452,27 @@ fn build_policy(
             builder = builder.backend(Backend::File(store));
         }
     }
-    if let Some(old) = previous {
-        // Keep at least the concurrency pool when only the rate changed.
-        builder = builder.reuse_pool(old);
-    }
+    builder = keep_pool(builder, p, previous, handovers);
     let policy = builder.build().map_err(|e| fail(e.to_string()))?;
     Ok((policy, Carry::Fresh))
+}
+
+/// Keeps the previous policy's concurrency pool, with its slots in use, and has it resized in
+/// place before the swap: two pools would each admit their size.
+fn keep_pool(
+    builder: sluice_http::PolicyBuilder,
+    p: &PolicyConfig,
+    previous: Option<&Arc<Policy>>,
+    handovers: &mut Vec<Handover>,
+) -> sluice_http::PolicyBuilder {
+    let (Some(size), Some(pool)) = (p.concurrency, previous.and_then(|o| o.concurrency())) else {
+        return builder;
+    };
+    let (depth, max_wait) = p
+        .queue
+        .map_or((0, std::time::Duration::ZERO), |q| (q.depth, q.max_wait));
+    handovers.push(Handover::Resize(pool.clone(), size, depth, max_wait));
+    builder.pool(pool.clone())
 }
 
 /// Whether two Redis configurations reach the same keys the same way: all but the quota, the

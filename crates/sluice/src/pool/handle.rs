@@ -43,10 +43,17 @@ pub struct Pool {
 }
 
 struct Inner {
-    size: usize,
+    size: AtomicUsize,
     semaphore: Semaphore,
-    depth: usize,
-    max_wait: Option<Duration>,
+    /// Slots a shrink took away while they were in use: each is taken off the next slot
+    /// given back (or handed out) instead of going to a caller, so that the pool never runs
+    /// more than its new size once the surplus has finished.
+    owed: AtomicUsize,
+    /// Held by a resize.
+    resizing: parking_lot::Mutex<()>,
+    depth: AtomicUsize,
+    /// The longest wait, in nanoseconds; `u64::MAX`: none.
+    max_wait_ns: AtomicU64,
     waiting: AtomicUsize,
     /// Exponentially weighted mean task time in nanoseconds, for `retry_after` hints.
     mean_task_ns: AtomicU64,
@@ -56,7 +63,7 @@ struct Inner {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
-            .field("size", &self.inner.size)
+            .field("size", &self.size())
             .field("in_flight", &self.in_flight())
             .field("waiting", &self.waiting())
             .finish()
@@ -78,10 +85,43 @@ impl std::fmt::Debug for PoolPermit {
 
 impl Drop for PoolPermit {
     fn drop(&mut self) {
-        self.inner.semaphore.add_permits(1);
-        let in_flight = self.inner.size - self.inner.semaphore.available_permits();
-        self.inner.metrics.in_flight.set(in_flight as f64);
+        if !self.inner.absorb_one() {
+            self.inner.semaphore.add_permits(1);
+        }
+        self.inner
+            .metrics
+            .in_flight
+            .set(self.inner.in_flight() as f64);
     }
+}
+
+impl Inner {
+    /// Pays one slot of the debt a shrink left, if any: the caller's slot leaves the pool.
+    fn absorb_one(&self) -> bool {
+        self.owed.load(Ordering::Acquire) > 0
+            && self
+                .owed
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| o.checked_sub(1))
+                .is_ok()
+    }
+
+    fn in_flight(&self) -> usize {
+        (self.size.load(Ordering::Acquire) + self.owed.load(Ordering::Acquire))
+            .saturating_sub(self.semaphore.available_permits())
+    }
+
+    fn max_wait(&self) -> Option<Duration> {
+        match self.max_wait_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+}
+
+fn wait_ns(max_wait: Option<Duration>) -> u64 {
+    max_wait.map_or(u64::MAX, |d| {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+    })
 }
 
 impl Pool {
@@ -109,10 +149,12 @@ impl Pool {
         let size = size.min(Semaphore::MAX_PERMITS);
         Pool {
             inner: Arc::new(Inner {
-                size,
+                size: AtomicUsize::new(size),
                 semaphore: Semaphore::new(size),
-                depth,
-                max_wait,
+                owed: AtomicUsize::new(0),
+                resizing: parking_lot::Mutex::new(()),
+                depth: AtomicUsize::new(depth),
+                max_wait_ns: AtomicU64::new(wait_ns(max_wait)),
                 waiting: AtomicUsize::new(0),
                 mean_task_ns: AtomicU64::new(0),
                 metrics: PoolMetrics::new(name),
@@ -122,12 +164,57 @@ impl Pool {
 
     /// The number of slots.
     pub fn size(&self) -> usize {
-        self.inner.size
+        self.inner.size.load(Ordering::Acquire)
     }
 
     /// Tasks holding a slot now.
     pub fn in_flight(&self) -> usize {
-        self.inner.size - self.inner.semaphore.available_permits()
+        self.inner.in_flight()
+    }
+
+    /// Changes the number of slots in place, for every clone and every caller waiting. A
+    /// larger pool lets waiters in at once. A smaller one takes free slots away now and the
+    /// others as the tasks holding them finish: tasks in flight are never cut short, and no
+    /// new one starts until fewer than `size` run.
+    pub fn resize(&self, size: NonZeroUsize) {
+        let inner = &*self.inner;
+        let _one = inner.resizing.lock();
+        let new = size.get().min(Semaphore::MAX_PERMITS);
+        let old = inner.size.swap(new, Ordering::AcqRel);
+        if new > old {
+            let grow = new - old;
+            // Debt first: slots owed need not be given back to be added again.
+            let owed = inner
+                .owed
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
+                    Some(o.saturating_sub(grow))
+                })
+                .unwrap_or(0);
+            inner.semaphore.add_permits(grow - owed.min(grow));
+        } else if new < old {
+            inner.owed.fetch_add(old - new, Ordering::AcqRel);
+            // The free slots leave now; the rest as they are given back.
+            while inner.owed.load(Ordering::Acquire) > 0 {
+                let Ok(free) = inner.semaphore.try_acquire() else {
+                    break;
+                };
+                free.forget();
+                if !inner.absorb_one() {
+                    inner.semaphore.add_permits(1);
+                    break;
+                }
+            }
+        }
+        inner.metrics.in_flight.set(inner.in_flight() as f64);
+    }
+
+    /// Changes the queue in place: at most `depth` waiters (those already waiting stay), each
+    /// waiting at most `max_wait` (from the next wait on).
+    pub fn set_queue(&self, depth: usize, max_wait: Duration) {
+        self.inner.depth.store(depth, Ordering::Relaxed);
+        self.inner
+            .max_wait_ns
+            .store(wait_ns(Some(max_wait)), Ordering::Relaxed);
     }
 
     /// Callers waiting for a slot now.
@@ -141,12 +228,19 @@ impl Pool {
     ///
     /// [`Error::QueueFull`] when no slot is free, [`Error::Closed`] after [`Pool::close`].
     pub fn try_acquire(&self) -> Result<PoolPermit, Error> {
-        match self.inner.semaphore.try_acquire() {
-            Ok(permit) => Ok(self.permit(permit)),
-            Err(TryAcquireError::NoPermits) => Err(Error::QueueFull {
-                retry_after: self.retry_hint(),
-            }),
-            Err(TryAcquireError::Closed) => Err(Error::Closed),
+        loop {
+            match self.inner.semaphore.try_acquire() {
+                Ok(permit) => match self.permit(permit) {
+                    Some(permit) => return Ok(permit),
+                    None => continue,
+                },
+                Err(TryAcquireError::NoPermits) => {
+                    return Err(Error::QueueFull {
+                        retry_after: self.retry_hint(),
+                    })
+                }
+                Err(TryAcquireError::Closed) => return Err(Error::Closed),
+            }
         }
     }
 
@@ -163,12 +257,13 @@ impl Pool {
     /// given to the next waiter.
     pub async fn acquire(&self) -> Result<PoolPermit, Error> {
         let inner = &*self.inner;
-        if let Ok(permit) = inner.semaphore.try_acquire() {
-            return Ok(self.permit(permit));
+        match self.try_acquire() {
+            Err(Error::QueueFull { .. }) => {}
+            done => return done,
         }
         let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
         let _leave = Leave(&inner.waiting);
-        if waiting >= inner.depth {
+        if waiting >= inner.depth.load(Ordering::Relaxed) {
             inner.metrics.queue_full.increment(1);
             return Err(Error::QueueFull {
                 retry_after: self.retry_hint(),
@@ -179,26 +274,32 @@ impl Pool {
         inner.metrics.queued.increment(1);
         let _queued = Lower(&inner.metrics.queued);
         let started = tokio::time::Instant::now();
-        let acquire = inner.semaphore.acquire();
-        let result = match inner.max_wait {
-            Some(max_wait) => match tokio::time::timeout(max_wait, acquire).await {
-                Ok(r) => r,
-                Err(_) => {
-                    inner.metrics.timeout.increment(1);
-                    return Err(Error::Timeout {
-                        retry_after: self.retry_hint(),
-                    });
-                }
-            },
-            None => acquire.await,
-        };
-        inner
-            .metrics
-            .queue_wait
-            .record(started.elapsed().as_secs_f64());
-        match result {
-            Ok(permit) => Ok(self.permit(permit)),
-            Err(_) => Err(Error::Closed),
+        let deadline = inner.max_wait().map(|w| started + w);
+        loop {
+            let acquire = inner.semaphore.acquire();
+            let result = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, acquire).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        inner.metrics.timeout.increment(1);
+                        return Err(Error::Timeout {
+                            retry_after: self.retry_hint(),
+                        });
+                    }
+                },
+                None => acquire.await,
+            };
+            let Ok(permit) = result else {
+                return Err(Error::Closed);
+            };
+            // A slot a shrink claimed goes, and the wait goes on.
+            if let Some(permit) = self.permit(permit) {
+                inner
+                    .metrics
+                    .queue_wait
+                    .record(started.elapsed().as_secs_f64());
+                return Ok(permit);
+            }
         }
     }
 
@@ -227,17 +328,18 @@ impl Pool {
         self.inner.semaphore.close();
     }
 
-    fn permit(&self, permit: SemaphorePermit<'_>) -> PoolPermit {
+    /// The caller's slot, or `None` when a shrink claims it.
+    fn permit(&self, permit: SemaphorePermit<'_>) -> Option<PoolPermit> {
         permit.forget();
         let inner = &self.inner;
-        inner.metrics.admitted.increment(1);
-        inner
-            .metrics
-            .in_flight
-            .set((inner.size - inner.semaphore.available_permits()) as f64);
-        PoolPermit {
-            inner: Arc::clone(inner),
+        if inner.absorb_one() {
+            return None;
         }
+        inner.metrics.admitted.increment(1);
+        inner.metrics.in_flight.set(inner.in_flight() as f64);
+        Some(PoolPermit {
+            inner: Arc::clone(inner),
+        })
     }
 
     fn record_task_time(&self, took: Duration) {
@@ -257,7 +359,7 @@ impl Pool {
     /// A guess at the wait: the waiters ahead, shared among the slots, times the mean task time.
     fn retry_hint(&self) -> Duration {
         let mean = self.inner.mean_task_ns.load(Ordering::Relaxed);
-        let rounds = (self.waiting() / self.inner.size) as u64 + 1;
+        let rounds = (self.waiting() / self.size().max(1)) as u64 + 1;
         Duration::from_nanos(mean.saturating_mul(rounds))
     }
 }
