@@ -25,12 +25,15 @@
 //! - **No file**: a fresh start, every key full.
 //! - **Clean file** (written by [`FileStore::close`], or by dropping the last handle): nothing
 //!   was admitted after it was written, so every saved key is restored exactly, its time
-//!   counted from `written_at` to `r`; keys not in it were idle, hence full. (A clean file of
-//!   another algorithm cannot be read key by key; it is treated as a crash at `written_at`.)
+//!   counted from `written_at` to `r`; keys not in it were idle, hence full, unless they were
+//!   evicted busy at the key cap: the file keeps those keys with the emptiest state each may
+//!   come back with, and the next table remembers them again.
 //! - **Any other file** (the process died): every key, **whether in the file or not**, starts
 //!   as if it had spent everything at `e = min(lease_end, r)`, i.e.
-//!   [`Algorithm::exhausted_state`] at `e`, advanced to now. This lasts until `e + W` (W =
-//!   capacity × interval), after which every key is full anyway.
+//!   [`Algorithm::exhausted_state`] at `e`, advanced to now: a floor under every key of the
+//!   table ([`Keyed::set_floor`]), which holds for keys evicted and brought back as for any
+//!   other. This lasts until `e + W` (W = capacity × interval), after which every key is full
+//!   anyway.
 //!
 //! Why every key: the lost consumption (after the last write) can be any key's, including
 //! keys the file has never seen, and it can be a whole burst in a microsecond. Only the
@@ -48,16 +51,16 @@
 //! below 2N, with the windows restarted at `e`). A wall clock that jumps forward while the
 //! process is down shortens the wait, as for any snapshot; one that goes back lengthens it.
 //!
-//! A clean file written under another quota of the same algorithm is converted key by key so
-//! that no key gains tokens ([`sluice_core::SavedState::convert`]).
+//! A file written under another quota or algorithm is converted key by key so that no key
+//! gains tokens ([`sluice_core::SavedState::convert`]), its records and floor too.
 //!
 //! # Reloads
 //!
-//! [`FileStore::succeed`] builds the store of a changed policy from the live one, each key
-//! converted to the new quota, without touching the old store; [`FileStore::take_over`], once
-//! the new store is in use, makes the old one stop writing (on the same file) or closes it (on
-//! another) and starts the new one's writer. Until then the new store admits within the lease
-//! of the old one's last write, so the crash rule still covers every admission.
+//! The store is the one owner of its keys' state: [`FileStore::reconfigure`] converts every
+//! key, record and floor in place under each shard's lock, the requests waiting stay queued,
+//! and the next write records the new quota with the converted states. No second store ever
+//! writes the file or admits beside this one. The file's path and the write interval D are
+//! fixed for the store's life.
 //!
 //! # A corrupt or foreign file
 //!
@@ -78,9 +81,12 @@
 //!
 //! # Format
 //!
-//! JSON: `{"format": "sluice-file-store", "version": 1, "algorithm", "capacity",
+//! JSON: `{"format": "sluice-file-store", "version": 2, "algorithm", "capacity",
 //! "interval_ns", "write_interval_ms", "written_at_unix_ms", "lease_until_unix_ms", "clean",
-//! "keys": [{"key", "state": <sluice_core::SavedState>}]}`.
+//! "keys": [{"key", "state": <sluice_core::SavedState>}], "evicted": [{"key", "state"}],
+//! "floor": <SavedState> or null}`, every state under the file's own algorithm and quota.
+//! Version 1 (without `evicted` and `floor`) is still read; an older build refuses version 2
+//! as a foreign format rather than lose the records.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
