@@ -15,23 +15,28 @@ const MAX_WINDOW_CAPACITY = 94906265n;
 
 const sha1 = (text) => createHash('sha1').update(text).digest('hex');
 
+// The script of `algorithm` and its stamp `<family>:<capacity>:<interval_ns>`, which starts
+// every value it writes: a script reading another stamp converts the value to its own first.
 function program(algorithm, capacity, intervalNs) {
   const kind = ALGORITHMS[algorithmCode(algorithm)];
   const window = capacity * intervalNs;
   if (window > MAX_WINDOW_NS) {
     throw new RangeError(`${kind}: its window (capacity x interval) is above the 52 days (2^52 ns) the Redis scripts compute exactly`);
   }
+  const stamp = (family) => `${family}:${capacity}:${intervalNs}`;
   switch (kind) {
     case 'gcra':
     case 'token_bucket':
     case 'leaky_bucket':
-      return { source: DEBT, family: 'gcra', args: [intervalNs, window] };
+      return { source: DEBT, stamp: stamp('gcra') };
     case 'sliding_window':
     case 'fixed_window':
       if (capacity > MAX_WINDOW_CAPACITY) {
         throw new RangeError(`${kind}: capacity ${capacity} is above the ${MAX_WINDOW_CAPACITY} the window scripts compute exactly`);
       }
-      return { source: kind === 'sliding_window' ? SLIDING_WINDOW : FIXED_WINDOW, family: kind === 'sliding_window' ? 'sw' : 'fw', args: [intervalNs, capacity] };
+      return kind === 'sliding_window'
+        ? { source: SLIDING_WINDOW, stamp: stamp('sw') }
+        : { source: FIXED_WINDOW, stamp: stamp('fw') };
     default:
       throw new RangeError(`${kind} is not available on Redis (it keeps one entry per admission); use sliding_window (same window, O(1)) or gcra`);
   }
@@ -46,8 +51,9 @@ function sender(client) {
 
 /**
  * One limit in Redis: `capacity` and `rate` by `algorithm`, each key's bucket at
- * `<prefix>:<family>:{<key>}` (family `gcra` for token_bucket, gcra and leaky_bucket; `sw`,
- * `fw` for the windows), decided by Redis's clock. `sluice serve` keeps policy P of
+ * `<prefix>:{<key>}` whatever the algorithm, its value stamped with the quota that wrote it
+ * (a store with another quota or algorithm converts it on read, never giving a key more than
+ * it had left), decided by Redis's clock. `sluice serve` keeps policy P of
  * `[store] prefix = "X"` under the prefix `X:P`: give that prefix here to share its buckets.
  */
 export class RedisStore {
@@ -73,9 +79,9 @@ export class RedisStore {
     this.maxWaitNs = maxWait === undefined ? null : durationNs(maxWait, 'maxWait');
   }
 
-  /** The Redis key of `key`: `<prefix>:<family>:{<key>}` (the braces a Cluster hash tag). */
+  /** The Redis key of `key`: `<prefix>:{<key>}` (the braces a Cluster hash tag). */
   redisKey(key) {
-    return `${this.prefix}:${this.#program.family}:{${key}}`;
+    return `${this.prefix}:{${key}}`;
   }
 
   async #eval(args) {
@@ -94,8 +100,7 @@ export class RedisStore {
   async check(key, cost = 1) {
     if (!Number.isSafeInteger(cost) || cost < 0) throw new RangeError(`cost must be a whole number of zero or more, got ${cost}`);
     if (cost > this.capacity) throw new InsufficientCapacityError(cost, this.capacity);
-    const [a, b] = this.#program.args;
-    const reply = await this.#eval(['1', this.redisKey(String(key)), String(a), String(b), String(cost)]);
+    const reply = await this.#eval(['1', this.redisKey(String(key)), this.#program.stamp, String(cost)]);
     if (!Array.isArray(reply) || reply.length !== 4) throw new Error(`unexpected reply from the Redis script: ${JSON.stringify(reply)}`);
     const [allowed, remaining, retryNs, resetNs] = reply.map(Number);
     return {

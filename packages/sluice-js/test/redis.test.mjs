@@ -24,7 +24,8 @@ test('RedisStore: the Rust crate\'s key layout, exact denials, waits, aborts and
     const denied = await store.check('u1');
     assert.equal(denied.allowed, false);
     assert.ok(denied.retryAfterMs > 0 && denied.retryAfterMs <= 100, `retry after ${denied.retryAfterMs}`);
-    assert.deepEqual(await client.keys('*'), ['app:api:gcra:{u1}']);
+    assert.deepEqual(await client.keys('*'), ['app:api:{u1}']);
+    assert.match(await client.get('app:api:{u1}'), /^gcra:5:100000000\|\d+$/);
     assert.equal(await client.sendCommand(['SCRIPT', 'EXISTS', (await import('node:crypto')).createHash('sha1').update(DEBT).digest('hex')]).then((r) => Number(r[0])), 1);
     // The script is gone (a restarted Redis): EVALSHA fails with NOSCRIPT and EVAL follows.
     await client.sendCommand(['SCRIPT', 'FLUSH']);
@@ -45,7 +46,18 @@ test('RedisStore: the Rust crate\'s key layout, exact denials, waits, aborts and
     assert.equal(await sw.tryAcquire('w'), true);
     assert.equal(await sw.tryAcquire('w'), true);
     assert.equal(await sw.tryAcquire('w'), false);
-    assert.ok((await client.keys('app:api:sw:*')).includes('app:api:sw:{w}'));
+    assert.match(await client.get('app:api:{w}'), /^sw:2:1000000000\|\d+ \d+ \d+$/);
+    // Another quota or algorithm on the same key converts it on read: never more than it had left.
+    const one = new RedisStore({ client, prefix: 'app:api', algorithm: 'gcra', capacity: 5, rate: '1/h' });
+    const other = new RedisStore({ client, prefix: 'app:api', algorithm: 'fixed_window', capacity: 10, rate: '1/h' });
+    for (let i = 0; i < 3; i++) assert.equal(await one.tryAcquire('c'), true);
+    let admitted = 0;
+    for (let i = 0; i < 6; i++) {
+      if (await other.tryAcquire('c')) admitted++;
+      if (await one.tryAcquire('c')) admitted++;
+    }
+    assert.equal(admitted, 2, 'the 2 left, however the two stores alternate');
+    assert.deepEqual((await client.keys('app:api:*c*')), ['app:api:{c}']);
   } finally {
     await client.quit();
     await redis.close();
@@ -65,7 +77,7 @@ test('RedisStore with an ioredis client: the same decisions and key', async (t) 
     const denied = await store.check('k');
     assert.equal(denied.allowed, false);
     assert.ok(denied.retryAfterMs > 900 && denied.retryAfterMs <= 1000, `retry after ${denied.retryAfterMs}`);
-    assert.deepEqual(await client.keys('*'), ['io:api:gcra:{k}']);
+    assert.deepEqual(await client.keys('*'), ['io:api:{k}']);
     await client.call('SCRIPT', 'FLUSH');
     assert.equal((await store.check('other')).allowed, true, 'EVAL after NOSCRIPT');
   } finally {
@@ -159,7 +171,8 @@ test('interop: sluice serve and two Node processes share one bucket in Redis', {
     // The very key the Rust store names, written by all three.
     const client = await createClient({ url: redis.url }).connect();
     try {
-      assert.equal(await client.exists('interop:api:gcra:{shared}'), 1);
+      assert.equal(await client.exists('interop:api:{shared}'), 1);
+      assert.match(await client.get('interop:api:{shared}'), /^gcra:20:10000000\|\d+$/);
     } finally {
       await client.quit();
     }
