@@ -151,10 +151,10 @@ enum Subject {
 }
 
 impl Subject {
-    fn store(&self) -> Box<dyn Fn(&str, u64) -> Result<(), Error> + '_> {
+    fn check(&self, key: &str, cost: u64) -> Result<(), Error> {
         match self {
-            Subject::Memory(s) => Box::new(|k, c| s.check_now(k, c).map(drop)),
-            Subject::File { store, .. } => Box::new(|k, c| store.check_now(k, c).map(drop)),
+            Subject::Memory(s) => s.check_now(key, cost).map(drop),
+            Subject::File { store, .. } => store.check_now(key, cost).map(drop),
         }
     }
 
@@ -205,7 +205,7 @@ async fn run(ops: Vec<Op>, file: bool) {
         let context = format!("step {step} ({op:?})");
         match op {
             Op::Admit { key, cost } => {
-                if subject.store()(KEYS[key], cost).is_ok() {
+                if subject.check(KEYS[key], cost).is_ok() {
                     admissions
                         .lock()
                         .push((key, cost, tokio::time::Instant::now()));

@@ -267,20 +267,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Formerly converted every key of the prefix; conversion now happens when a key is read
-    /// (each value is stamped with the quota that wrote it, and a script reading another
-    /// stamp converts it first), so this only forgets the denials this store remembers and
-    /// returns `Ok(0)`. `from` is not used.
-    ///
-    /// # Errors
-    ///
-    /// None.
-    pub async fn convert_from(&self, from: &AnyAlgorithm) -> Result<usize, RedisStoreError> {
-        let _ = from;
-        self.inner.denials.clear();
-        Ok(0)
-    }
-
     /// Whether decisions come from Redis right now (`false` while the policy decides).
     pub fn is_using_redis(&self) -> bool {
         self.inner.health.is_up()
