@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{client, send, Gateway, TempDir, Upstream};
+use common::{client, most_in_a_window, send, Gateway, TempDir, Upstream};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 
@@ -96,19 +96,6 @@ async fn drive(
         sent.push(t.await.unwrap());
     }
     sent
-}
-
-/// The most of `times` (sorted) that fall in one window `[t, t + window]`.
-fn most_in_a_window(times: &[Instant], window: Duration) -> usize {
-    let mut most = 0;
-    let mut end = 0;
-    for (start, &t) in times.iter().enumerate() {
-        while end < times.len() && times[end] <= t + window {
-            end += 1;
-        }
-        most = most.max(end - start);
-    }
-    most
 }
 
 /// Counts of each status (or `error`), for failure messages.

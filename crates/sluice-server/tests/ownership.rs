@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{client, get_with, send, Answer, Gateway, TempDir, Upstream};
+use common::{client, get_with, most_in_a_window, send, Answer, Gateway, TempDir, Upstream};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 
@@ -149,19 +149,6 @@ async fn stop_and_start(gw: &mut Gateway) {
     assert!(status.success(), "{status}: {}", gw.log_text());
     // The process is gone: this only starts it again.
     gw.crash_and_restart().await;
-}
-
-/// The most of `times` (sorted) that fall in one window `[t, t + window]`.
-fn most_in_a_window(times: &[Instant], window: Duration) -> usize {
-    let mut most = 0;
-    let mut end = 0;
-    for (start, &t) in times.iter().enumerate() {
-        while end < times.len() && times[end] <= t + window {
-            end += 1;
-        }
-        most = most.max(end - start);
-    }
-    most
 }
 
 // === a change while requests wait ===

@@ -175,6 +175,25 @@ impl Subject {
 
 type Admissions = Arc<Mutex<Vec<(usize, u64, tokio::time::Instant)>>>;
 
+/// A task that waits in `store`'s queue for `cost` of a key and records its admission.
+fn wait_on<S: Store + 'static>(
+    store: S,
+    key: usize,
+    cost: u64,
+    admitted: Admissions,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let r = store
+            .acquire(KEYS[key], cost, AcquireOptions::default())
+            .await;
+        if r.is_ok() {
+            admitted
+                .lock()
+                .push((key, cost, tokio::time::Instant::now()));
+        }
+    })
+}
+
 /// Runs `ops` on a store with `max_keys` keys (2: evictions happen), checking the model after
 /// each step.
 async fn run(ops: Vec<Op>, file: bool) {
@@ -214,28 +233,8 @@ async fn run(ops: Vec<Op>, file: bool) {
             Op::Wait { key, cost } => {
                 let admitted = Arc::clone(&admissions);
                 let task = match &subject {
-                    Subject::Memory(s) => {
-                        let s = s.clone();
-                        tokio::spawn(async move {
-                            let r = s.acquire(KEYS[key], cost, AcquireOptions::default()).await;
-                            if r.is_ok() {
-                                admitted
-                                    .lock()
-                                    .push((key, cost, tokio::time::Instant::now()));
-                            }
-                        })
-                    }
-                    Subject::File { store, .. } => {
-                        let s = store.clone();
-                        tokio::spawn(async move {
-                            let r = s.acquire(KEYS[key], cost, AcquireOptions::default()).await;
-                            if r.is_ok() {
-                                admitted
-                                    .lock()
-                                    .push((key, cost, tokio::time::Instant::now()));
-                            }
-                        })
-                    }
+                    Subject::Memory(s) => wait_on(s.clone(), key, cost, admitted),
+                    Subject::File { store, .. } => wait_on(store.clone(), key, cost, admitted),
                 };
                 tasks.push(task);
                 settle().await;

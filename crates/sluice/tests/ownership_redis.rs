@@ -66,6 +66,17 @@ struct Bound {
 }
 
 impl Bound {
+    /// The bound once a gateway of `capacity` and `interval` read the key at `t`: converted
+    /// to its quota, and written back so.
+    fn reread(&self, t: u64, capacity: f64, interval: f64) -> Bound {
+        Bound {
+            tokens: self.read(t, capacity),
+            at: t,
+            capacity,
+            interval,
+        }
+    }
+
     /// At most this many tokens at `t`, read under a quota of `capacity`.
     fn read(&self, t: u64, capacity: f64) -> f64 {
         let refilled =
@@ -113,13 +124,8 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) {
                 now += elapsed;
                 let (capacity, interval) = quota[gw];
                 let admitted = gateways[gw].check_at(KEYS[key], cost, now).await;
-                let had = bounds[key].read(now, capacity);
-                bounds[key] = Bound {
-                    tokens: had,
-                    at: now,
-                    capacity,
-                    interval,
-                };
+                bounds[key] = bounds[key].reread(now, capacity, interval);
+                let had = bounds[key].tokens;
                 if admitted.is_ok_and(|d| d.allowed) {
                     assert!(
                         had + EPS >= cost as f64,
@@ -152,14 +158,9 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) {
             for (key, name) in KEYS.iter().enumerate() {
                 let seen = store.check_at(name, 0, now).await.unwrap().remaining;
                 let (capacity, interval) = quota[gw];
-                let allowed = bounds[key].read(now, capacity);
                 // Any read converts the key to the reader's quota, and writes it so.
-                bounds[key] = Bound {
-                    tokens: allowed,
-                    at: now,
-                    capacity,
-                    interval,
-                };
+                bounds[key] = bounds[key].reread(now, capacity, interval);
+                let allowed = bounds[key].tokens;
                 assert!(
                     seen as f64 <= allowed + EPS,
                     "{context}: gateway {gw} sees {seen} tokens in key {name}, the model allows {allowed:.4}"

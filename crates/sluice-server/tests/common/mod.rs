@@ -413,3 +413,16 @@ pub async fn post(url: &str, body: &str) -> Answer {
         .unwrap();
     send(&client(), req).await.unwrap()
 }
+
+/// The most of `times` (sorted) that fall in one window `[t, t + window]`.
+pub fn most_in_a_window(times: &[std::time::Instant], window: Duration) -> usize {
+    let mut most = 0;
+    let mut end = 0;
+    for (start, &t) in times.iter().enumerate() {
+        while end < times.len() && times[end] <= t + window {
+            end += 1;
+        }
+        most = most.max(end - start);
+    }
+    most
+}

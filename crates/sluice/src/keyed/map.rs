@@ -128,11 +128,15 @@ where
 #[repr(align(64))]
 pub(crate) struct Padded<T>(pub(crate) T);
 
+/// In this order (`repr(C)`): the lock, the table and the algorithm's pointer share the first
+/// cache line a check touches.
+#[repr(C)]
 pub(crate) struct Shard<K, A: LocalAlgorithm> {
-    /// The algorithm every state of this shard is held under. Each shard has its copy, read
-    /// under its lock, so that [`Keyed::reconfigure`] changes it together with the states.
-    pub(crate) algorithm: A,
     pub(crate) table: HashTable<(K, A::State)>,
+    /// The algorithm every state of this shard is held under, read under the shard's lock, so
+    /// that [`Keyed::reconfigure`] changes it together with the states. Shared by the shards
+    /// (one allocation that every check reads, so it stays in cache), swapped in each.
+    pub(crate) algorithm: Arc<A>,
     /// No key of `table` goes idle before this time: a lower bound of their
     /// [`idle_at`](sluice_core::Algorithm::idle_at), lowered whenever a state may have moved
     /// closer to idle (an insert, a refund, a store) and recomputed by a sweep. A check never
@@ -375,10 +379,11 @@ where
         // bytes per key of the cap, plus the keys of live records): they are all live only
         // when that many busy keys were evicted within one refill time.
         let evicted_buckets = (per_shard / 8 / WAYS).clamp(4, 1 << 14).next_power_of_two();
+        let algorithm = Arc::new(b.algorithm.clone());
         let shards: Box<[_]> = (0..shard_count)
             .map(|_| {
                 Padded(Mutex::new(Shard {
-                    algorithm: b.algorithm.clone(),
+                    algorithm: Arc::clone(&algorithm),
                     table: HashTable::with_capacity(reserve),
                     next_idle: u64::MAX,
                     pinned: Vec::new(),
@@ -616,7 +621,7 @@ where
         let mut floor = 0;
         for shard in s.shards.iter() {
             let shard = shard.0.lock();
-            let alg = &shard.algorithm;
+            let alg = &*shard.algorithm;
             for (k, state) in shard.table.iter() {
                 if alg.idle_at(state) > now {
                     saved.keys.push((k.clone(), alg.save(state, now)));
@@ -732,7 +737,7 @@ where
             }
             let until = now + (span - spent_ago_ns);
             shard.floor = shard.floor.max(until);
-            let spent = spent_until(&shard.algorithm, until, now);
+            let spent = spent_until(&*shard.algorithm, until, now);
             for (_, state) in shard.table.iter_mut() {
                 if shard.algorithm.idle_at(state) < until {
                     *state = spent.clone();
@@ -766,10 +771,11 @@ where
         let now = s.clock.now_ns();
         let max_keys = max_keys.max(1);
         let mut converted = 0;
+        let shared_algorithm = Arc::new(algorithm.clone());
         for shard in s.shards.iter() {
             let mut guard = shard.0.lock();
             let shard = &mut *guard;
-            let old = std::mem::replace(&mut shard.algorithm, algorithm.clone());
+            let old = std::mem::replace(&mut shard.algorithm, Arc::clone(&shared_algorithm));
             let mut next_idle = u64::MAX;
             for (_, state) in shard.table.iter_mut() {
                 *state = algorithm.convert(&old, state, now);
@@ -779,12 +785,12 @@ where
             shard.next_idle = next_idle;
             for r in shard.evicted.iter_mut() {
                 r.until = if r.until > now {
-                    convert_until(&algorithm, &old, r.until, now)
+                    convert_until(&algorithm, &*old, r.until, now)
                 } else {
                     0
                 };
             }
-            shard.floor = convert_until(&algorithm, &old, shard.floor, now);
+            shard.floor = convert_until(&algorithm, &*old, shard.floor, now);
         }
         *current = algorithm;
         drop(current);
@@ -987,7 +993,7 @@ where
         let mut shard = self.shard_of(hash).lock();
         let shard = &mut *shard;
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k == key) {
-            let r = f(&shard.algorithm, state);
+            let r = f(&*shard.algorithm, state);
             // A store or a refund may have moved the state closer to idle.
             shard.next_idle = shard.next_idle.min(shard.algorithm.idle_at(state));
             return r;
@@ -1001,7 +1007,7 @@ where
             .table
             .insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         let state = &mut entry.into_mut().1;
-        let r = f(&shard.algorithm, state);
+        let r = f(&*shard.algorithm, state);
         let idle_at = shard.algorithm.idle_at(state);
         shard.next_idle = shard.next_idle.min(idle_at);
         r
@@ -1052,7 +1058,7 @@ where
         if until <= now {
             return shard.algorithm.initial_state();
         }
-        spent_until(&shard.algorithm, until, now)
+        spent_until(&*shard.algorithm, until, now)
     }
 
     /// Drops the idle keys of `shard` that have no queue, and recomputes its `next_idle`.

@@ -85,13 +85,15 @@ impl std::fmt::Debug for PoolPermit {
 
 impl Drop for PoolPermit {
     fn drop(&mut self) {
-        if !self.inner.absorb_one() {
-            self.inner.semaphore.add_permits(1);
+        let inner = &*self.inner;
+        let owed = inner.owed.load(Ordering::Acquire);
+        if owed == 0 || !inner.absorb_one() {
+            inner.semaphore.add_permits(1);
         }
-        self.inner
+        inner
             .metrics
             .in_flight
-            .set(self.inner.in_flight() as f64);
+            .set(inner.in_flight_owing(owed) as f64);
     }
 }
 
@@ -106,7 +108,13 @@ impl Inner {
     }
 
     fn in_flight(&self) -> usize {
-        (self.size.load(Ordering::Acquire) + self.owed.load(Ordering::Acquire))
+        self.in_flight_owing(self.owed.load(Ordering::Acquire))
+    }
+
+    /// In flight, with the debt read already (the gauge's figure; exact when no resize runs
+    /// meanwhile).
+    fn in_flight_owing(&self, owed: usize) -> usize {
+        (self.size.load(Ordering::Relaxed) + owed)
             .saturating_sub(self.semaphore.available_permits())
     }
 
@@ -257,9 +265,10 @@ impl Pool {
     /// given to the next waiter.
     pub async fn acquire(&self) -> Result<PoolPermit, Error> {
         let inner = &*self.inner;
-        match self.try_acquire() {
-            Err(Error::QueueFull { .. }) => {}
-            done => return done,
+        if let Ok(permit) = inner.semaphore.try_acquire() {
+            if let Some(permit) = self.permit(permit) {
+                return Ok(permit);
+            }
         }
         let waiting = inner.waiting.fetch_add(1, Ordering::AcqRel);
         let _leave = Leave(&inner.waiting);
@@ -332,11 +341,15 @@ impl Pool {
     fn permit(&self, permit: SemaphorePermit<'_>) -> Option<PoolPermit> {
         permit.forget();
         let inner = &self.inner;
-        if inner.absorb_one() {
+        let owed = inner.owed.load(Ordering::Acquire);
+        if owed != 0 && inner.absorb_one() {
             return None;
         }
         inner.metrics.admitted.increment(1);
-        inner.metrics.in_flight.set(inner.in_flight() as f64);
+        inner
+            .metrics
+            .in_flight
+            .set(inner.in_flight_owing(owed) as f64);
         Some(PoolPermit {
             inner: Arc::clone(inner),
         })
