@@ -84,9 +84,14 @@ impl Default for Exchange {
 }
 
 impl Exchange {
-    /// A request's head is complete: the connection is busy until its response ends.
-    pub fn start(self: &Arc<Self>) {
+    /// A request's head is complete: the connection is busy until the returned [`Ongoing`]
+    /// is dropped (with the response body, or with the handler if no response comes).
+    #[must_use = "the request is over when the guard is dropped"]
+    pub fn start(self: &Arc<Self>) -> Ongoing {
         self.started.fetch_add(1, Ordering::Relaxed);
+        Ongoing {
+            exchange: Arc::clone(self),
+        }
     }
 
     /// The connection switches protocols after this response: no more request heads.
@@ -367,23 +372,36 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeIo<S> {
     }
 }
 
-/// A response body that tells the connection's [`Exchange`] when it is dropped: the
-/// request is over, and the connection idle until the next one.
-pub struct Ending<B> {
-    body: B,
+/// One request of a connection, from its head to the end of its response: dropping it ends
+/// the request, whatever ended it. It goes into the response body ([`Ending`]); a request
+/// that never produces one (the client reset its HTTP/2 stream, and the handler was dropped)
+/// ends with the handler that held it. Counting starts and ends instead would leave a
+/// cancelled request started for ever, and the connection busy: never idle, never closed.
+#[derive(Debug)]
+pub struct Ongoing {
     exchange: Arc<Exchange>,
 }
 
-impl<B> Drop for Ending<B> {
+impl Drop for Ongoing {
     fn drop(&mut self) {
         self.exchange.end();
     }
 }
 
+/// A response body that carries its request's [`Ongoing`]: when it is dropped (sent, or
+/// abandoned), the request is over, and the connection idle until the next one.
+pub struct Ending<B> {
+    body: B,
+    _request: Ongoing,
+}
+
 impl<B> Ending<B> {
-    /// `body`, ending the current request of `exchange` when dropped.
-    pub fn new(body: B, exchange: Arc<Exchange>) -> Ending<B> {
-        Ending { body, exchange }
+    /// `body`, ending `request` when dropped.
+    pub fn new(body: B, request: Ongoing) -> Ending<B> {
+        Ending {
+            body,
+            _request: request,
+        }
     }
 }
 
@@ -550,11 +568,10 @@ mod clock_tests {
         let exchange = Arc::new(Exchange::default());
         let io = EdgeIo::new(server, Arc::clone(&exchange), TIMEOUTS);
         let service = service_fn(move |_req| {
-            exchange.start();
-            let exchange = Arc::clone(&exchange);
+            let request = exchange.start();
             async move {
                 tokio::time::sleep(think).await;
-                let body = Ending::new(Full::new(Bytes::from_static(b"ok")), exchange);
+                let body = Ending::new(Full::new(Bytes::from_static(b"ok")), request);
                 Ok::<_, Infallible>(hyper::Response::new(body))
             }
         });

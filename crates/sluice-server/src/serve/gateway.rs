@@ -329,17 +329,26 @@ async fn accept_loop(
         }
         let exchange = Arc::new(Exchange::default());
         let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
+        // Held by the connection's task and by every tunnel it hands over: an upgraded
+        // socket is still one of `max_connections` until its tunnel closes.
+        let counted = Arc::new(counted);
+        let for_tunnels = Arc::clone(&counted);
         let service = service_fn(move |mut req: Request<Incoming>| {
-            exchange.start();
+            // Over when its response body is dropped, or with this future if the client
+            // cancels the request before a response (an HTTP/2 stream reset).
+            let request = exchange.start();
             if req.version() == Version::HTTP_2 {
                 exchange.multiplexed();
                 if req.method() == Method::CONNECT {
                     // A stream that may become a WebSocket tunnel (RFC 8441) keeps the
                     // connection busy until the tunnel closes, not only until its `200`.
-                    exchange.start();
-                    let held = Ending::new((), Arc::clone(&exchange));
+                    let held = (exchange.start(), Arc::clone(&for_tunnels));
                     req.extensions_mut().insert(Hold::new(held));
                 }
+            } else if req.headers().contains_key(http::header::UPGRADE) {
+                // The socket itself may become a tunnel: it stays counted while it is one.
+                req.extensions_mut()
+                    .insert(Hold::new(Arc::clone(&for_tunnels)));
             }
             let exchange = Arc::clone(&exchange);
             async move {
@@ -348,7 +357,7 @@ async fn accept_loop(
                     // An upgrade: the connection becomes a tunnel, with its own idle limit.
                     exchange.tunnel();
                 }
-                Ok::<_, Infallible>(response.map(|body| Ending::new(body, exchange)))
+                Ok::<_, Infallible>(response.map(|body| Ending::new(body, request)))
             }
         });
         // Taken now, so that a shutdown signalled while the connection starts (its TLS

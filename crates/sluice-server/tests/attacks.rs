@@ -1,0 +1,157 @@
+//! The edge against known HTTP/2 and connection attacks, with real sockets: a hand-driven
+//! HTTP/2 client (the `h2` crate: stream resets as an attacker sends them) and raw upgrades.
+
+mod common;
+mod pyenv;
+
+use std::time::Duration;
+
+use common::{Gateway, Upstream};
+use pyenv::{python, Server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A policy that admits everything on `/slow/` (the upstream answers `/slow/MS` after MS ms)
+/// and on `/ws/` (a WebSocket upstream, when given).
+fn config(upstream: &str, ws_port: Option<u16>) -> String {
+    let mut text = format!(
+        r#"
+[[policy]]
+name = "open"
+capacity = 100000
+rate = "100000/s"
+
+[[route]]
+path_prefix = "/slow/"
+policies = ["open"]
+upstream = "{upstream}"
+"#
+    );
+    if let Some(port) = ws_port {
+        text.push_str(&format!(
+            r#"
+[[route]]
+path_prefix = "/ws/"
+policies = ["open"]
+upstream = "http://127.0.0.1:{port}"
+"#
+        ));
+    }
+    text
+}
+
+/// The sum of `series` over its labels, from `/metrics`.
+async fn metric(gw: &Gateway, series: &str) -> f64 {
+    let text = common::get(&gw.admin("/metrics")).await.unwrap().body;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A request cancelled by the client (RST_STREAM) before its response ends that request: the
+/// connection goes idle and closes after `keep_alive_timeout`, however long the client stays
+/// and answers pings. Counted as started and never ended, it used to keep the connection open
+/// for ever (200 such connections then filled `max_connections` for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_stream_leaves_its_connection_idle_and_closed_at_the_keep_alive_timeout() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "h2c = true\nkeep_alive_timeout = \"2s\"",
+        &config(&up.url(), None),
+    )
+    .await;
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    // Drives the connection (and answers the server's pings) until the server closes it.
+    let open = tokio::spawn(connection);
+    let request = http::Request::get(format!("http://127.0.0.1:{}/slow/10000", gw.port))
+        .body(())
+        .unwrap();
+    let (_response, mut stream) = client.send_request(request, true).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.send_reset(h2::Reason::CANCEL);
+    let started = std::time::Instant::now();
+    // The client keeps its handle, so it never closes the connection itself.
+    let closed = tokio::time::timeout(Duration::from_secs(8), open).await;
+    eprintln!(
+        "after the cancel the connection was {} after {:?}",
+        if closed.is_ok() {
+            "closed"
+        } else {
+            "still open"
+        },
+        started.elapsed()
+    );
+    assert!(
+        closed.is_ok(),
+        "still open 8 s after the cancel, with keep_alive_timeout = 2s"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "closed before the keep-alive timeout: {:?}",
+        started.elapsed()
+    );
+    drop(client);
+}
+
+/// A WebSocket upgrade over HTTP/1.1 (the upgraded socket is handed to a tunnel) stays one
+/// of `max_connections` until its tunnel closes: 300 upgrades on a cap of 200 open at most 200
+/// tunnels, and `sluice_connections_open` counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_tunnels_count_against_max_connections() {
+    let Some(py) = python() else { return };
+    let ws = Server::start(&py, "ws_server.py", &[]);
+    let up = Upstream::start().await;
+    let gw = Gateway::start("max_connections = 200", &config(&up.url(), Some(ws.port))).await;
+    let mut tunnels = Vec::new();
+    let mut refused = 0;
+    for i in 0..300 {
+        let Ok(mut tcp) = TcpStream::connect(("127.0.0.1", gw.port)).await else {
+            refused += 1;
+            continue;
+        };
+        let upgrade = format!(
+            "GET /ws/{i} HTTP/1.1\r\nhost: 127.0.0.1\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+        );
+        if tcp.write_all(upgrade.as_bytes()).await.is_err() {
+            refused += 1;
+            continue;
+        }
+        let mut head = [0u8; 12];
+        match tokio::time::timeout(Duration::from_secs(5), tcp.read_exact(&mut head)).await {
+            Ok(Ok(_)) if head.starts_with(b"HTTP/1.1 101") => tunnels.push(tcp),
+            _ => refused += 1,
+        }
+    }
+    let open = metric(&gw, "sluice_connections_open").await;
+    let tunnels_open = metric(&gw, "sluice_tunnels_open").await;
+    eprintln!(
+        "{} tunnels opened, {refused} refused; sluice_connections_open {open}, sluice_tunnels_open {tunnels_open}",
+        tunnels.len()
+    );
+    assert!(
+        tunnels.len() <= 200,
+        "{} tunnels on a cap of 200",
+        tunnels.len()
+    );
+    assert!(
+        tunnels.len() >= 190,
+        "only {} tunnels opened",
+        tunnels.len()
+    );
+    assert!(
+        tunnels_open >= tunnels.len() as f64 - 1.0,
+        "sluice_tunnels_open {tunnels_open} for {} tunnels",
+        tunnels.len()
+    );
+    assert!(
+        open >= tunnels_open,
+        "sluice_connections_open {open} < sluice_tunnels_open {tunnels_open}"
+    );
+    drop(tunnels);
+}
