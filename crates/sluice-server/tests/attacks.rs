@@ -155,3 +155,97 @@ async fn websocket_tunnels_count_against_max_connections() {
     );
     drop(tunnels);
 }
+
+/// Wrong admin tokens are limited per client address by the gateway's own limiter: after 30
+/// within a minute the address gets 429 with `Retry-After`, its token not even looked at,
+/// each failure is logged, and `/healthz` stays open. Without the limit every guess got an
+/// answer, as fast as the client could send them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_admin_tokens_are_limited_per_address_and_logged() {
+    let up = Upstream::start().await;
+    let dir = common::TempDir::new();
+    let token_file = dir.0.join("admin-token");
+    std::fs::write(&token_file, "the-real-token-7c1e\n").unwrap();
+    let gw = Gateway::start(
+        &format!("admin_token = \"file:{}\"", token_file.display()),
+        &config(&up.url(), None),
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for i in 0..40 {
+        let a = common::get_with(
+            &gw.admin("/metrics"),
+            &[("authorization", &format!("Bearer guess-{i}"))],
+        )
+        .await;
+        statuses.push((
+            a.status.as_u16(),
+            a.header("retry-after").map(str::to_owned),
+        ));
+    }
+    let unauthorized = statuses.iter().filter(|(s, _)| *s == 401).count();
+    let limited: Vec<_> = statuses.iter().filter(|(s, _)| *s == 429).collect();
+    eprintln!(
+        "40 wrong tokens: {unauthorized} answered 401, {} answered 429",
+        limited.len()
+    );
+    assert_eq!(unauthorized, 30, "{statuses:?}");
+    assert_eq!(limited.len(), 10, "{statuses:?}");
+    assert!(
+        limited.iter().all(|(_, retry)| retry.is_some()),
+        "{statuses:?}"
+    );
+    // Even the right token waits now; health checks never do.
+    let right = common::get_with(
+        &gw.admin("/metrics"),
+        &[("authorization", "Bearer the-real-token-7c1e")],
+    )
+    .await;
+    assert_eq!(right.status.as_u16(), 429);
+    let health = common::get_with(&gw.admin("/healthz"), &[]).await;
+    assert_eq!(health.status.as_u16(), 200);
+    let log = gw.log_text();
+    assert!(
+        log.matches("admin: request without the admin token")
+            .count()
+            >= 30,
+        "{log}"
+    );
+    assert!(!log.contains("the-real-token-7c1e"));
+}
+
+/// The admin listener holds at most 256 connections: a flood of idle ones beyond it is
+/// closed at accept, and those within it are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_holds_at_most_256_connections() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start("", &config(&up.url(), None)).await;
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        if let Ok(tcp) = TcpStream::connect(("127.0.0.1", gw.admin_port)).await {
+            held.push(tcp);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut served = 0;
+    for tcp in &mut held {
+        if tcp
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        let mut head = [0u8; 12];
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_secs(2), tcp.read_exact(&mut head)).await
+        {
+            if head.starts_with(b"HTTP/1.1 200") {
+                served += 1;
+            }
+        }
+    }
+    eprintln!("300 admin connections: {served} served");
+    assert!(served <= 256, "{served} served");
+    assert!(served >= 250, "only {served} served");
+}

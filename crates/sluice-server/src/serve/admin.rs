@@ -9,8 +9,12 @@
 //! | `GET /v1/policies`, `PUT /v1/policies/NAME` | the policies in force; a live change of one (see [`crate::serve::policies`]) |
 //!
 //! With `server.admin_token`, every endpoint but `/healthz` answers 401 unless the request
-//! carries `Authorization: Bearer <token>`. The listener has the main listener's
-//! `header_read_timeout` and `max_header_bytes`.
+//! carries `Authorization: Bearer <token>`. A client address that presented a wrong token
+//! [`FAILED_TOKENS`] times within a minute gets 429 (with `Retry-After`) without its token
+//! being looked at, until a failure has aged out: guessing is limited by the gateway's own
+//! limiter, and each failure is logged. The listener has the main listener's
+//! `header_read_timeout` and `max_header_bytes`, and holds at most [`MAX_CONNECTIONS`]
+//! connections (more are closed at accept).
 
 use axum::body::Bytes;
 use std::time::Duration;
@@ -25,7 +29,6 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use serde::Deserialize;
 use sluice::Error;
 use sluice_core::Decision;
@@ -36,6 +39,33 @@ use crate::serve::state::Shared;
 
 /// The largest `/v1/check` body.
 pub const MAX_CHECK_BODY: usize = 64 * 1024;
+
+/// The most connections the admin listener holds at once: enough for dashboards, scrapers
+/// and operators, few enough that a flood of them costs the gateway no descriptors to speak of.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Wrong tokens a client address may present per minute (one comes back every 2 s): no use
+/// to a guesser, room for an operator mistyping.
+pub const FAILED_TOKENS: u64 = 30;
+
+/// The client address of an admin request (put in its extensions at accept).
+#[derive(Debug, Clone, Copy)]
+struct Peer(std::net::IpAddr);
+
+/// Wrong tokens per client address: a GCRA of [`FAILED_TOKENS`] per minute.
+fn failures() -> &'static sluice::Keyed<std::net::IpAddr, sluice_core::Gcra> {
+    static FAILURES: std::sync::OnceLock<sluice::Keyed<std::net::IpAddr, sluice_core::Gcra>> =
+        std::sync::OnceLock::new();
+    FAILURES.get_or_init(|| {
+        let rate = sluice_core::Rate::from_interval_ns(60_000_000_000 / FAILED_TOKENS)
+            .expect("a positive interval");
+        let quota = sluice_core::Quota::new(FAILED_TOKENS, rate).expect("a valid quota");
+        sluice::Keyed::builder(sluice_core::Gcra::new(quota))
+            .max_keys(10_000)
+            .name("admin_failed_tokens")
+            .build()
+    })
+}
 
 /// The admin routes.
 pub fn router(shared: &'static Shared) -> Router {
@@ -60,19 +90,44 @@ pub fn router(shared: &'static Shared) -> Router {
 /// `Authorization: Bearer <token>`. The token is compared in constant time, read from the
 /// configuration in force (a reload changes it at once), and never logged.
 async fn authorize(State(shared): State<&'static Shared>, req: Request, next: Next) -> Response {
-    let allowed = req.uri().path() == "/healthz" || {
-        let runtime = shared.current();
-        match runtime.config.server.admin_token.as_ref() {
-            None => true,
-            Some(token) => req
-                .headers()
-                .get(AUTHORIZATION)
-                .and_then(|v| bearer(v.as_bytes()))
-                .is_some_and(|presented| token.matches(presented)),
-        }
+    if req.uri().path() == "/healthz" {
+        return next.run(req).await;
+    }
+    let runtime = shared.current();
+    let Some(token) = runtime.config.server.admin_token.as_ref() else {
+        return next.run(req).await;
     };
+    let peer = req.extensions().get::<Peer>().map(|p| p.0);
+    if let Some(peer) = peer {
+        // Out of wrong guesses: refused before the token is looked at.
+        let left = failures().peek(&peer);
+        if left.remaining == 0 {
+            let wait = Duration::from_nanos(
+                left.reset_after_ns
+                    .saturating_sub((FAILED_TOKENS - 1) * (60_000_000_000 / FAILED_TOKENS)),
+            )
+            .max(Duration::from_secs(1));
+            let mut r = problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many wrong admin tokens from this address; try again later",
+            );
+            if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+                r.headers_mut().insert(RETRY_AFTER, v);
+            }
+            return r;
+        }
+    }
+    let allowed = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| bearer(v.as_bytes()))
+        .is_some_and(|presented| token.matches(presented));
     if allowed {
         return next.run(req).await;
+    }
+    if let Some(peer) = peer {
+        let _ = failures().try_acquire(&peer, 1);
+        tracing::warn!(%peer, path = %req.uri().path(), "admin: request without the admin token (401)");
     }
     let mut r = problem(
         StatusCode::UNAUTHORIZED,
@@ -101,15 +156,16 @@ pub async fn serve(
     shared: &'static Shared,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let service = TowerToHyperService::new(router(shared));
+    let router = router(shared);
     let graceful = GracefulShutdown::new();
+    let open = std::sync::Arc::new(());
     loop {
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(|s| *s) => break,
             accepted = listener.accept() => accepted,
         };
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
                 tracing::warn!(error = %e, "admin accept failed");
@@ -117,6 +173,12 @@ pub async fn serve(
                 continue;
             }
         };
+        // Each connection holds a clone: the strong count is the connections open, plus this.
+        if std::sync::Arc::strong_count(&open) > MAX_CONNECTIONS {
+            drop(stream);
+            continue;
+        }
+        let held = std::sync::Arc::clone(&open);
         let (read_timeout, max_header_bytes) = {
             let runtime = shared.current();
             let server = &runtime.config.server;
@@ -128,10 +190,17 @@ pub async fn serve(
             .header_read_timeout(read_timeout)
             .max_buf_size(max_header_bytes)
             .keep_alive(true);
-        let connection = builder.serve_connection(TokioIo::new(stream), service.clone());
+        let router = router.clone();
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(Peer(peer.ip()));
+                tower_service::Service::call(&mut router.clone(), req)
+            });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         let watched = graceful.watch(connection);
         tokio::spawn(async move {
             let _ = watched.await;
+            drop(held);
         });
     }
     drop(listener);
