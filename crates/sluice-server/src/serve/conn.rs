@@ -382,6 +382,14 @@ pub struct Ongoing {
     exchange: Arc<Exchange>,
 }
 
+impl Ongoing {
+    /// The connection switches protocols after this request's response: no more request
+    /// heads ([`Exchange::tunnel`]).
+    pub fn tunnel(&self) {
+        self.exchange.tunnel();
+    }
+}
+
 impl Drop for Ongoing {
     fn drop(&mut self) {
         self.exchange.end();

@@ -350,12 +350,11 @@ async fn accept_loop(
                 req.extensions_mut()
                     .insert(Hold::new(Arc::clone(&for_tunnels)));
             }
-            let exchange = Arc::clone(&exchange);
             async move {
                 let response = handle(shared, proxy, req, peer).await;
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     // An upgrade: the connection becomes a tunnel, with its own idle limit.
-                    exchange.tunnel();
+                    request.tunnel();
                 }
                 Ok::<_, Infallible>(response.map(|body| Ending::new(body, request)))
             }

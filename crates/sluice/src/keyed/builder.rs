@@ -19,6 +19,18 @@ pub struct KeyedBuilder<A, C = TokioClock> {
     pub(crate) name: String,
 }
 
+/// The queue limits of `depth` waiters per key, each waiting at most `max_wait` (no queue at
+/// depth 0).
+pub(crate) fn queue_limits(depth: usize, max_wait: Duration) -> QueueConfig {
+    if depth == 0 {
+        return QueueConfig::NONE;
+    }
+    QueueConfig {
+        depth,
+        max_wait_ns: builder_duration_ns(max_wait),
+    }
+}
+
 /// The default cap on keys.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
@@ -49,12 +61,9 @@ impl<A: LocalAlgorithm, C: Clock + Clone> KeyedBuilder<A, C> {
     }
 
     /// Each key may have up to `depth` waiters, each waiting at most `max_wait`. Without this,
-    /// `acquire` denies at once.
+    /// or with a depth of 0, `acquire` denies at once.
     pub fn queue(mut self, depth: usize, max_wait: Duration) -> Self {
-        self.queue = QueueConfig {
-            depth,
-            max_wait_ns: builder_duration_ns(max_wait),
-        };
+        self.queue = queue_limits(depth, max_wait);
         self
     }
 

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, RwLock};
 use sluice_core::queue::QueueConfig;
-use sluice_core::{Decision, SavedState, SnapshotError};
+use sluice_core::Decision;
 
 use crate::cell::LocalAlgorithm;
 use crate::clock::{Clock, TokioClock};
@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::keyed::builder::KeyedBuilder;
 use crate::keyed::cell::KeyCell;
 use crate::keyed::follow::Follow;
+use crate::keyed::shard::{plan_shards, spent_until, Evicted, Padded, Shard, WAYS};
 use crate::limiter::{AcquireOptions, Builder, Limiter};
 use crate::metrics::LimiterMetrics;
 
@@ -34,11 +35,11 @@ use crate::metrics::LimiterMetrics;
 type Hasher = ahash::RandomState;
 
 /// The limiter of a waiting key's queue.
-type WaitLimiter<K, A, C> = Limiter<Follow<A>, C, KeyCell<K, A, C>>;
+pub(crate) type WaitLimiter<K, A, C> = Limiter<Follow<A>, C, KeyCell<K, A, C>>;
 
 /// The limiter of one waiting key, with the number of `acquire` calls holding it.
 pub(crate) struct WaitEntry<K: Key, A: LocalAlgorithm, C: Clock> {
-    limiter: WaitLimiter<K, A, C>,
+    pub(super) limiter: WaitLimiter<K, A, C>,
     /// Tasks that took this limiter to wait on it and have not let go. Changed only under the
     /// shard's lock, and the entry is removed only when it falls to zero, so no task can
     /// hold a limiter that is no longer in the map: a key has one queue at a time.
@@ -55,22 +56,6 @@ pub(crate) type WaitersShard<K, A, C> = Padded<Mutex<Waiters<K, A, C>>>;
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
 
 impl<T: Hash + Eq + Clone + Send + Sync + 'static> Key for T {}
-
-/// Everything a table must not forget across a restart, as of one moment and under one
-/// algorithm: what [`Keyed::export`] gives and [`Keyed::import_saved`] takes back. Every time
-/// in it is relative to that moment.
-#[derive(Debug, Clone)]
-pub struct Saved<K, A> {
-    /// The algorithm, with the quota, that every state here was held under.
-    pub algorithm: A,
-    /// Every key that is not idle.
-    pub keys: Vec<(K, SavedState)>,
-    /// Busy keys evicted for room: each comes back no fuller than this state.
-    pub evicted: Vec<(K, SavedState)>,
-    /// A bound on every key the table does not hold: such a key starts no fuller than this
-    /// (after a crash, or when the records of evicted keys overflowed and were merged).
-    pub floor: Option<SavedState>,
-}
 
 /// One limit per key. Clones share the table.
 ///
@@ -124,163 +109,6 @@ where
     }
 }
 
-/// A shard on its own cache line, so two cores updating neighbouring shards do not collide.
-#[repr(align(64))]
-pub(crate) struct Padded<T>(pub(crate) T);
-
-/// In this order (`repr(C)`): the lock, the table and the algorithm's pointer share the first
-/// cache line a check touches.
-#[repr(C)]
-pub(crate) struct Shard<K, A: LocalAlgorithm> {
-    pub(crate) table: HashTable<(K, A::State)>,
-    /// The algorithm every state of this shard is held under, read under the shard's lock, so
-    /// that [`Keyed::reconfigure`] changes it together with the states. Shared by the shards
-    /// (one allocation that every check reads, so it stays in cache), swapped in each.
-    pub(crate) algorithm: Arc<A>,
-    /// No key of `table` goes idle before this time: a lower bound of their
-    /// [`idle_at`](sluice_core::Algorithm::idle_at), lowered whenever a state may have moved
-    /// closer to idle (an insert, a refund, a store) and recomputed by a sweep. A check never
-    /// makes a busy state idle, so checks leave it alone. While it is in the future there is
-    /// no idle key to find, and no sweep is needed.
-    next_idle: u64,
-    /// The hashes of the keys that have a queue now, each with the number of such keys (two
-    /// keys may share a hash). Their entries are never evicted: the queue's waiters count on
-    /// the state they wait for.
-    pinned: Vec<(u64, u32)>,
-    /// The busy keys evicted for room, until they would have gone idle: see [`Evicted`].
-    evicted: Box<[Evicted<K>]>,
-    /// Every key absent from this shard starts no fuller than the emptiest state that is idle
-    /// at this time (0: no floor). Set after a crash ([`Keyed::set_floor`]) and by records
-    /// merged under a flood of evictions that [`Keyed::import_saved`] brings back.
-    floor: u64,
-}
-
-/// The record of a busy key evicted for room: the key, its hash and when its state would have
-/// been idle. A key absent from the table with a live record comes back as the emptiest state
-/// that is idle at that time, so an evicted key never comes back fuller than it left.
-///
-/// Records live in buckets of [`WAYS`] by their hash. A record expires when its time
-/// passes. When a bucket is full of live records, a new one is merged into the one that ends
-/// first, which then stands for every key of the bucket ([`SHARED`], without a key): no
-/// evicted key is forgotten, and under a flood of evictions new keys of that bucket may start
-/// emptier than a fresh key would (they are limited until the merged time), never fuller.
-///
-/// The key is kept so that the record survives what changes the hashes: a restart (a new
-/// random hasher) exports and imports it by key.
-#[derive(Debug, Clone)]
-struct Evicted<K> {
-    key: Option<K>,
-    hash: u64,
-    until: u64,
-}
-
-impl<K> Evicted<K> {
-    const fn empty() -> Self {
-        Evicted {
-            key: None,
-            hash: 0,
-            until: 0,
-        }
-    }
-}
-
-/// Records per bucket of [`Evicted`].
-const WAYS: usize = 4;
-
-/// The hash of a merged [`Evicted`] record, which applies to every key of its bucket.
-const SHARED: u64 = u64::MAX;
-
-impl<K, A: LocalAlgorithm> Shard<K, A> {
-    fn is_pinned(&self, hash: u64) -> bool {
-        self.pinned.iter().any(|&(h, _)| h == hash)
-    }
-
-    fn evicted_bucket(&mut self, hash: u64) -> &mut [Evicted<K>] {
-        let buckets = self.evicted.len() / WAYS;
-        let b = hash as usize & (buckets - 1);
-        &mut self.evicted[b * WAYS..(b + 1) * WAYS]
-    }
-
-    /// When the key of `hash`, absent from the table, would be idle: as evicted, or under the
-    /// floor; 0 if neither applies any more.
-    fn absent_until(&mut self, hash: u64, now: u64) -> u64 {
-        let floor = if self.floor > now { self.floor } else { 0 };
-        self.evicted_bucket(hash)
-            .iter()
-            .filter(|r| (r.hash == hash || r.hash == SHARED) && r.until > now)
-            .map(|r| r.until)
-            .max()
-            .unwrap_or(0)
-            .max(floor)
-    }
-
-    fn record_eviction(&mut self, key: K, hash: u64, until: u64, now: u64) {
-        let bucket = self.evicted_bucket(hash);
-        if let Some(r) = bucket.iter_mut().find(|r| r.hash == hash && r.until > now) {
-            r.until = r.until.max(until);
-        } else if let Some(r) = bucket.iter_mut().find(|r| r.until <= now) {
-            *r = Evicted {
-                key: Some(key),
-                hash,
-                until,
-            };
-        } else if let Some(r) = bucket.iter_mut().min_by_key(|r| r.until) {
-            *r = Evicted {
-                key: None,
-                hash: SHARED,
-                until: r.until.max(until),
-            };
-        }
-    }
-
-    fn pin(&mut self, hash: u64) {
-        match self.pinned.iter_mut().find(|(h, _)| *h == hash) {
-            Some((_, n)) => *n += 1,
-            None => self.pinned.push((hash, 1)),
-        }
-    }
-
-    fn unpin(&mut self, hash: u64) {
-        if let Some(i) = self.pinned.iter().position(|&(h, _)| h == hash) {
-            self.pinned[i].1 -= 1;
-            if self.pinned[i].1 == 0 {
-                self.pinned.swap_remove(i);
-            }
-        }
-    }
-}
-
-/// The emptiest state of `algorithm` that is idle at `until`: everything spent as late as
-/// still leaves it idle then. For the buckets (GCRA, token, leaky) this is exactly a state
-/// that was idle at `until`, whose refill is linear; for the windows it counts the full
-/// capacity until then, never less than such a state had.
-///
-/// The moment of that spending may lie before the clock's origin (a table opened moments
-/// ago, bounded by a crash a while back): the state is then the spent one restored with the
-/// time since.
-fn spent_until<A: LocalAlgorithm>(algorithm: &A, until: u64, now: u64) -> A::State {
-    let span = algorithm
-        .idle_at(&algorithm.exhausted_state(now))
-        .saturating_sub(now);
-    if until >= span {
-        return algorithm.exhausted_state(until - span);
-    }
-    let spent = algorithm.save(&algorithm.exhausted_state(0), 0);
-    let since = now.saturating_add(span - until);
-    algorithm
-        .restore(&spent, now, since)
-        .unwrap_or_else(|_| algorithm.exhausted_state(now))
-}
-
-/// When the state that `until` stands for under `from` (see [`spent_until`]) is idle once
-/// converted to `to` at `now`.
-fn convert_until<A: LocalAlgorithm>(to: &A, from: &A, until: u64, now: u64) -> u64 {
-    if until <= now {
-        return 0;
-    }
-    to.idle_at(&to.convert(from, &spent_until(from, until, now), now))
-}
-
 pub(crate) struct Shared<K, A: LocalAlgorithm, C>
 where
     K: Key,
@@ -308,44 +136,6 @@ where
     pub(crate) reconfiguring: Mutex<()>,
     pub(crate) metrics: LimiterMetrics,
     pub(crate) evicted: metrics::Counter,
-}
-
-/// Chooses the shard count that wastes the least table space when `max_keys` keys are held,
-/// mirroring hashbrown's sizing (buckets = next power of two of capacity × 8/7).
-fn plan_shards(max_keys: usize, min_shards: usize) -> (usize, usize) {
-    fn buckets(capacity: usize) -> usize {
-        if capacity < 8 {
-            if capacity < 4 {
-                4
-            } else {
-                8
-            }
-        } else {
-            (capacity.saturating_mul(8) / 7).next_power_of_two()
-        }
-    }
-    // Small caps get few shards, so that each holds enough keys to even out.
-    let min_shards = min_shards.min((max_keys / 64).max(1));
-    let max_shards = (min_shards * 8).max(64).min(max_keys.max(1));
-    let mut best = (min_shards, usize::MAX);
-    for shards in min_shards..=max_shards {
-        let per_shard = max_keys.div_ceil(shards);
-        // Room for an unlucky shard: four standard deviations of a uniform hash.
-        let margin = 4 * (per_shard as f64).sqrt() as usize + 8;
-        let total = buckets(per_shard + margin).saturating_mul(shards);
-        if total < best.1 {
-            best = (shards, total);
-        }
-    }
-    let shards = best.0;
-    (shards, per_shard_capacity(max_keys, shards))
-}
-
-/// The entries one of `shards` shards holds for its share of `max_keys`, with room for an
-/// unlucky shard (four standard deviations of a uniform hash).
-fn per_shard_capacity(max_keys: usize, shards: usize) -> usize {
-    let per_shard = max_keys.div_ceil(shards);
-    per_shard + 4 * (per_shard as f64).sqrt() as usize + 8
 }
 
 impl<A: LocalAlgorithm> Keyed<(), A, TokioClock> {
@@ -603,215 +393,6 @@ where
         removed
     }
 
-    /// Everything that is not idle, saved relative to now under the algorithm in force: the
-    /// keys, the records of busy keys evicted for room, and the floor. What a snapshot holds
-    /// (the [`FileStore`](crate::store::FileStore) writes it); [`Keyed::import_saved`] takes it
-    /// back, converting it if the quota changed meanwhile.
-    pub fn export(&self) -> Saved<K, A> {
-        let s = &*self.shared;
-        let _one = s.reconfiguring.lock();
-        let now = s.clock.now_ns();
-        let algorithm = self.algorithm();
-        let mut saved = Saved {
-            algorithm: algorithm.clone(),
-            keys: Vec::new(),
-            evicted: Vec::new(),
-            floor: None,
-        };
-        let mut floor = 0;
-        for shard in s.shards.iter() {
-            let shard = shard.0.lock();
-            let alg = &*shard.algorithm;
-            for (k, state) in shard.table.iter() {
-                if alg.idle_at(state) > now {
-                    saved.keys.push((k.clone(), alg.save(state, now)));
-                }
-            }
-            for r in shard.evicted.iter().filter(|r| r.until > now) {
-                match &r.key {
-                    Some(k) => saved
-                        .evicted
-                        .push((k.clone(), alg.save(&spent_until(alg, r.until, now), now))),
-                    // A merged record stands for keys it no longer names: after a restart,
-                    // with other hashes, it can only bound every key.
-                    None => floor = floor.max(r.until),
-                }
-            }
-            floor = floor.max(shard.floor);
-        }
-        if floor > now {
-            saved.floor = Some(algorithm.save(&spent_until(&algorithm, floor, now), now));
-        }
-        saved
-    }
-
-    /// Takes back what [`Keyed::export`] saved, `elapsed_ns` later (a restart), converted from
-    /// the algorithm it was saved under to the one in force: each key is set to its state
-    /// (replacing what the table holds), each evicted key's record is kept again, and the floor
-    /// is raised to the saved one. Returns the keys set.
-    ///
-    /// # Errors
-    ///
-    /// As [`Algorithm::restore`](sluice_core::Algorithm::restore), naming nothing: the first
-    /// state that cannot be read stops the import (what came before it stays).
-    pub fn import_saved(
-        &self,
-        saved: &Saved<K, A>,
-        elapsed_ns: u64,
-    ) -> Result<usize, SnapshotError> {
-        let s = &*self.shared;
-        let _one = s.reconfiguring.lock();
-        let now = s.clock.now_ns();
-        let from = &saved.algorithm;
-        let read = |state: &SavedState, to: &A| -> Result<A::State, SnapshotError> {
-            let held = from.restore(state, now, elapsed_ns)?;
-            Ok(to.convert(from, &held, now))
-        };
-        let mut set = 0;
-        for (key, state) in &saved.keys {
-            let hash = s.hasher.hash_one(key);
-            let mut shard = s.shard_of(hash).lock();
-            let state = read(state, &shard.algorithm)?;
-            if s.put(&mut shard, hash, key.clone(), state, now, true) {
-                set += 1;
-            }
-        }
-        for (key, state) in &saved.evicted {
-            let hash = s.hasher.hash_one(key);
-            let mut shard = s.shard_of(hash).lock();
-            let state = read(state, &shard.algorithm)?;
-            let until = shard.algorithm.idle_at(&state);
-            if until > now && shard.table.find(hash, |(k, _)| k == key).is_none() {
-                shard.record_eviction(key.clone(), hash, until, now);
-            }
-        }
-        if let Some(floor) = &saved.floor {
-            for shard in s.shards.iter() {
-                let mut shard = shard.0.lock();
-                let state = read(floor, &shard.algorithm)?;
-                let until = shard.algorithm.idle_at(&state);
-                shard.floor = shard.floor.max(until);
-            }
-        }
-        Ok(set)
-    }
-
-    /// Sets `key` to the state `saved` restores to, `elapsed_ns` after it was saved. With
-    /// `replace` false, a key already in the table keeps its state. A restored state that is
-    /// idle is not inserted.
-    ///
-    /// # Errors
-    ///
-    /// As [`Algorithm::restore`](sluice_core::Algorithm::restore); the table is then unchanged.
-    pub fn import(
-        &self,
-        key: K,
-        saved: &SavedState,
-        elapsed_ns: u64,
-        replace: bool,
-    ) -> Result<(), SnapshotError> {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        let hash = s.hasher.hash_one(&key);
-        let mut shard = s.shard_of(hash).lock();
-        let state = shard.algorithm.restore(saved, now, elapsed_ns)?;
-        s.put(&mut shard, hash, key, state, now, replace);
-        Ok(())
-    }
-
-    /// Every key, held or not, is from now on no fuller than everything spent `spent_ago_ns`
-    /// ago: the rule after a crash, when the lost consumption may have been any key's. A held
-    /// key that was emptier keeps its state; a floor already higher stays.
-    pub fn set_floor(&self, spent_ago_ns: u64) {
-        let s = &*self.shared;
-        let now = s.clock.now_ns();
-        for shard in s.shards.iter() {
-            let mut guard = shard.0.lock();
-            let shard = &mut *guard;
-            let span = shard
-                .algorithm
-                .idle_at(&shard.algorithm.exhausted_state(now))
-                .saturating_sub(now);
-            if span <= spent_ago_ns {
-                continue;
-            }
-            let until = now + (span - spent_ago_ns);
-            shard.floor = shard.floor.max(until);
-            let spent = spent_until(&*shard.algorithm, until, now);
-            for (_, state) in shard.table.iter_mut() {
-                if shard.algorithm.idle_at(state) < until {
-                    *state = spent.clone();
-                }
-            }
-        }
-    }
-
-    /// Changes the algorithm (its quota, or another algorithm), the cap on keys and the queue
-    /// limits in place, for every clone of this table and every request waiting in it.
-    ///
-    /// Each shard is converted under its own lock: every state, every record of an evicted
-    /// key and the floor go from what they were under the old algorithm to the new one so
-    /// that no key gains tokens ([`LocalAlgorithm::convert`]: what a key has left becomes at
-    /// most `min(left, new capacity)`). Waiting requests stay in their queues, with their
-    /// deadlines, and are admitted under the new quota from then on; a lower cap on keys
-    /// evicts the surplus as new keys come. Returns the keys converted.
-    pub fn reconfigure(&self, algorithm: A, max_keys: usize, queue: QueueConfig) -> usize {
-        let s = &*self.shared;
-        let _one = s.reconfiguring.lock();
-        // No queue is created meanwhile, and every existing one is held still, so that no
-        // queue plans with one algorithm and admits with the other.
-        let waiters: Vec<MutexGuard<'_, Waiters<K, A, C>>> =
-            s.waiters.iter().map(|w| w.0.lock()).collect();
-        let limiters: Vec<WaitLimiter<K, A, C>> = waiters
-            .iter()
-            .flat_map(|w| w.values().map(|e| e.limiter.clone()))
-            .collect();
-        let mut inners: Vec<_> = limiters.iter().map(|l| l.shared.inner.lock()).collect();
-        let mut current = s.current.write();
-        let now = s.clock.now_ns();
-        let max_keys = max_keys.max(1);
-        let mut converted = 0;
-        let shared_algorithm = Arc::new(algorithm.clone());
-        for shard in s.shards.iter() {
-            let mut guard = shard.0.lock();
-            let shard = &mut *guard;
-            let old = std::mem::replace(&mut shard.algorithm, Arc::clone(&shared_algorithm));
-            let mut next_idle = u64::MAX;
-            for (_, state) in shard.table.iter_mut() {
-                *state = algorithm.convert(&old, state, now);
-                next_idle = next_idle.min(algorithm.idle_at(state));
-                converted += 1;
-            }
-            shard.next_idle = next_idle;
-            for r in shard.evicted.iter_mut() {
-                r.until = if r.until > now {
-                    convert_until(&algorithm, &*old, r.until, now)
-                } else {
-                    0
-                };
-            }
-            shard.floor = convert_until(&algorithm, &*old, shard.floor, now);
-        }
-        *current = algorithm;
-        drop(current);
-        s.max_keys.store(max_keys, Ordering::Relaxed);
-        s.shard_capacity.store(
-            per_shard_capacity(max_keys, s.shards.len()).saturating_mul(2),
-            Ordering::Relaxed,
-        );
-        *s.queue.lock() = queue;
-        for inner in &mut inners {
-            inner.queue.set_config(queue);
-        }
-        drop(inners);
-        drop(waiters);
-        // Each queue's driver plans again with the new quota.
-        for limiter in &limiters {
-            limiter.shared.notify.notify_one();
-        }
-        converted
-    }
-
     /// The limiter of `key`'s queue, made if the key has none, held for the caller until the
     /// returned guard is dropped.
     fn waiting_limiter<'a, Q>(&'a self, key: &'a Q) -> Waiting<'a, K, A, C, Q>
@@ -923,7 +504,7 @@ where
     }
 
     #[inline]
-    fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A>> {
+    pub(super) fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A>> {
         &self.shards[self.shard_index(hash)].0
     }
 
@@ -1015,7 +596,7 @@ where
 
     /// Sets `key` to `state` (with `replace` false, a key already held keeps its own). A state
     /// that is idle is not inserted. Returns whether the key now holds `state`.
-    fn put(
+    pub(super) fn put(
         &self,
         shard: &mut Shard<K, A>,
         hash: u64,

@@ -23,6 +23,11 @@ mod builder;
 mod cell;
 mod follow;
 mod map;
+mod reconfigure;
+mod saved;
+mod shard;
 
+pub(crate) use builder::queue_limits;
 pub use builder::KeyedBuilder;
-pub use map::{Key, Keyed, Saved};
+pub use map::{Key, Keyed};
+pub use saved::Saved;

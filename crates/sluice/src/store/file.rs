@@ -97,11 +97,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
-use sluice_core::queue::QueueConfig;
 use sluice_core::{Algorithm, AnyAlgorithm, Decision, Kind, Quota, Rate, SavedState};
 
 use crate::error::Error;
-use crate::keyed::{Keyed, Saved};
+use crate::keyed::{queue_limits, Keyed, Saved};
 use crate::limiter::AcquireOptions;
 use crate::store::Store;
 
@@ -599,13 +598,10 @@ impl FileStore {
         let lock = Lock::take(&path)?;
         let image = read(&path)?;
         let now_unix_ms = unix_ms();
-        let builder = Keyed::builder(algorithm).max_keys(options.max_keys);
-        let builder = if options.queue_depth > 0 {
-            builder.queue(options.queue_depth, options.max_wait)
-        } else {
-            builder
-        };
-        let keyed: Keyed<String, AnyAlgorithm> = builder.build();
+        let keyed: Keyed<String, AnyAlgorithm> = Keyed::builder(algorithm)
+            .max_keys(options.max_keys)
+            .queue(options.queue_depth, options.max_wait)
+            .build();
         let corrupt = |reason: String| FileStoreError::Corrupt {
             path: path.clone(),
             reason,
@@ -694,7 +690,7 @@ impl FileStore {
         self.inner.keyed.reconfigure(
             algorithm,
             options.max_keys,
-            queue_config(options.queue_depth, options.max_wait),
+            queue_limits(options.queue_depth, options.max_wait),
         )
     }
 
@@ -753,17 +749,6 @@ impl FileStore {
         let decision = inner.keyed.try_acquire(key, cost)?;
         inner.confirm(cost)?;
         Ok(decision)
-    }
-}
-
-/// The queue limits of `depth` waiters waiting at most `max_wait` (no queue at depth 0).
-fn queue_config(depth: usize, max_wait: Duration) -> QueueConfig {
-    if depth == 0 {
-        return QueueConfig::NONE;
-    }
-    QueueConfig {
-        depth,
-        max_wait_ns: nanos(max_wait),
     }
 }
 

@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use sluice_core::queue::QueueConfig;
 use sluice_core::{AnyAlgorithm, Decision};
 
 use crate::error::Error;
-use crate::keyed::Keyed;
+use crate::keyed::{queue_limits, Keyed};
 use crate::limiter::AcquireOptions;
 use crate::store::Store;
 
@@ -40,14 +39,11 @@ impl MemoryStore {
         queue_depth: usize,
         max_wait: Duration,
     ) -> MemoryStore {
-        let builder = Keyed::builder(algorithm).max_keys(max_keys);
-        let builder = if queue_depth > 0 {
-            builder.queue(queue_depth, max_wait)
-        } else {
-            builder
-        };
         MemoryStore {
-            keyed: builder.build(),
+            keyed: Keyed::builder(algorithm)
+                .max_keys(max_keys)
+                .queue(queue_depth, max_wait)
+                .build(),
         }
     }
 
@@ -73,15 +69,8 @@ impl MemoryStore {
         queue_depth: usize,
         max_wait: Duration,
     ) -> usize {
-        let queue = if queue_depth == 0 {
-            QueueConfig::NONE
-        } else {
-            QueueConfig {
-                depth: queue_depth,
-                max_wait_ns: crate::limiter::builder_duration_ns(max_wait),
-            }
-        };
-        self.keyed.reconfigure(algorithm, max_keys, queue)
+        self.keyed
+            .reconfigure(algorithm, max_keys, queue_limits(queue_depth, max_wait))
     }
 
     /// The same check, without the future (the memory store never waits to check).
