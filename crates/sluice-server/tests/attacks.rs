@@ -249,3 +249,70 @@ async fn the_admin_listener_holds_at_most_256_connections() {
     assert!(served <= 256, "{served} served");
     assert!(served >= 250, "only {served} served");
 }
+
+/// A client that grants no HTTP/2 flow-control window (SETTINGS_INITIAL_WINDOW_SIZE = 0)
+/// stalls its stream's response without a socket write ever blocking. The stream's send
+/// stall clock resets it after `send_timeout`, which releases the route's concurrency permit
+/// and the upstream connection: a `concurrency = 1` route serves others again. Without that
+/// clock the stream held its permit for as long as the client kept the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_flow_control_window_is_reset_after_send_timeout() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "h2c = true\nsend_timeout = \"1s\"\nkeep_alive_timeout = \"30s\"",
+        &format!(
+            "[[policy]]\nname = \"one\"\ncapacity = 1000\nrate = \"1000/s\"\nconcurrency = 1\n\n\
+             [[route]]\npath_prefix = \"/one/\"\npolicies = [\"one\"]\nupstream = \"{}\"\n",
+            up.url()
+        ),
+    )
+    .await;
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (mut client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://127.0.0.1:{}/one/a", gw.port))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let sent = std::time::Instant::now();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    // The headers came; the body cannot. Meanwhile the route's one slot is taken.
+    let refused = common::get(&gw.url("/one/b")).await.unwrap();
+    assert_eq!(refused.status.as_u16(), 429);
+    let served = loop {
+        let a = common::get(&gw.url("/one/b")).await.unwrap();
+        if a.status.as_u16() == 200 {
+            break sent.elapsed();
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(8),
+            "the route is still taken {:?} after the stalled request",
+            sent.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ended = tokio::time::timeout(Duration::from_secs(2), body.data()).await;
+    eprintln!("the route served others again {served:?} after the stalled stream; its body ended with {ended:?}");
+    assert!(
+        served >= Duration::from_millis(900) && served < Duration::from_secs(4),
+        "{served:?}"
+    );
+    match ended {
+        Ok(Some(Err(e))) => assert_eq!(e.reason(), Some(h2::Reason::CANCEL), "{e}"),
+        other => panic!("the stalled stream was not reset: {other:?}"),
+    }
+    assert_eq!(
+        metric(
+            &gw,
+            "sluice_connection_timeouts_total{timeout=\"stream_send\"}"
+        )
+        .await,
+        1.0
+    );
+}

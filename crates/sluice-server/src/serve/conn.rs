@@ -41,6 +41,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::stall::SendClock;
+
 /// The timeouts of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
@@ -281,8 +283,9 @@ impl<S> EdgeIo<S> {
     }
 }
 
-/// Counts a connection closed by one of its timeouts (`header_read`, `keep_alive`, `send`).
-fn timed_out(which: &'static str) {
+/// Counts a connection closed by one of its timeouts (`header_read`, `keep_alive`, `send`),
+/// or an HTTP/2 stream reset by its send stall clock (`stream_send`).
+pub(crate) fn timed_out(which: &'static str) {
     metrics::counter!("sluice_connection_timeouts_total", "timeout" => which).increment(1);
 }
 
@@ -291,7 +294,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_connection_timeouts_total",
         metrics::Unit::Count,
-        "Client connections of the main listener closed by a timeout, by `timeout`: `header_read` (a request head too slow), `keep_alive` (idle between requests), `send` (the client did not read its response for send_timeout)."
+        "Client connections of the main listener closed by a timeout, by `timeout`: `header_read` (a request head too slow), `keep_alive` (idle between requests), `send` (the client did not read its response for send_timeout), `stream_send` (an HTTP/2 stream reset: the client granted no flow-control window for its response for send_timeout)."
     );
 }
 
@@ -397,18 +400,21 @@ impl Drop for Ongoing {
 }
 
 /// A response body that carries its request's [`Ongoing`]: when it is dropped (sent, or
-/// abandoned), the request is over, and the connection idle until the next one.
+/// abandoned), the request is over, and the connection idle until the next one. On an
+/// HTTP/2 stream it also tells the stream's [`SendClock`] when a chunk it returned is sent.
 pub struct Ending<B> {
     body: B,
     _request: Ongoing,
+    clock: Option<Arc<SendClock>>,
 }
 
 impl<B> Ending<B> {
-    /// `body`, ending `request` when dropped.
-    pub fn new(body: B, request: Ongoing) -> Ending<B> {
+    /// `body`, ending `request` when dropped; `clock` is the stream's send stall clock.
+    pub fn new(body: B, request: Ongoing, clock: Option<Arc<SendClock>>) -> Ending<B> {
         Ending {
             body,
             _request: request,
+            clock,
         }
     }
 }
@@ -422,7 +428,16 @@ impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for Ending<B>
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let this = self.get_mut();
+        let Some(clock) = &this.clock else {
+            return Pin::new(&mut this.body).poll_frame(cx);
+        };
+        clock.polled();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled {
+            clock.handed();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -579,7 +594,7 @@ mod clock_tests {
             let request = exchange.start();
             async move {
                 tokio::time::sleep(think).await;
-                let body = Ending::new(Full::new(Bytes::from_static(b"ok")), request);
+                let body = Ending::new(Full::new(Bytes::from_static(b"ok")), request, None);
                 Ok::<_, Infallible>(hyper::Response::new(body))
             }
         });

@@ -16,7 +16,7 @@ use http::header::HeaderValue;
 use http::{HeaderName, Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
@@ -28,6 +28,7 @@ use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
+use crate::serve::stall::{self, EdgeExecutor};
 use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
@@ -211,16 +212,16 @@ const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 /// hyper's connection builders for one setting of `max_header_bytes`.
 struct Protocols {
     /// HTTP/1.1, or HTTP/2 when the connection opens with its preface (prior knowledge).
-    detect: auto::Builder<TokioExecutor>,
+    detect: auto::Builder<EdgeExecutor>,
     /// HTTP/1.1 only (TLS with ALPN `http/1.1` or none; plain text with `h2c = false`).
-    http1: auto::Builder<TokioExecutor>,
+    http1: auto::Builder<EdgeExecutor>,
     /// HTTP/2 only (TLS with ALPN `h2`).
-    http2: auto::Builder<TokioExecutor>,
+    http2: auto::Builder<EdgeExecutor>,
 }
 
 impl Protocols {
     fn new(max_header_bytes: usize) -> Protocols {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+        let mut builder = auto::Builder::new(EdgeExecutor);
         // hyper's HTTP/1 header timer also runs while a connection waits for its next
         // request, so the header and keep-alive timeouts are kept by the socket wrapper
         // (`conn::EdgeIo`): no timer is given to HTTP/1.
@@ -328,6 +329,7 @@ async fn accept_loop(
             protocols = Arc::new(Protocols::new(max_header_bytes));
         }
         let exchange = Arc::new(Exchange::default());
+        let send_timeout = timeouts.send;
         let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
         // Held by the connection's task and by every tunnel it hands over: an upgraded
         // socket is still one of `max_connections` until its tunnel closes.
@@ -337,8 +339,10 @@ async fn accept_loop(
             // Over when its response body is dropped, or with this future if the client
             // cancels the request before a response (an HTTP/2 stream reset).
             let request = exchange.start();
+            let mut clock = None;
             if req.version() == Version::HTTP_2 {
                 exchange.multiplexed();
+                clock = Some(stall::clock_for_next_stream(send_timeout));
                 if req.method() == Method::CONNECT {
                     // A stream that may become a WebSocket tunnel (RFC 8441) keeps the
                     // connection busy until the tunnel closes, not only until its `200`.
@@ -356,7 +360,7 @@ async fn accept_loop(
                     // An upgrade: the connection becomes a tunnel, with its own idle limit.
                     request.tunnel();
                 }
-                Ok::<_, Infallible>(response.map(|body| Ending::new(body, request)))
+                Ok::<_, Infallible>(response.map(|body| Ending::new(body, request, clock)))
             }
         });
         // Taken now, so that a shutdown signalled while the connection starts (its TLS

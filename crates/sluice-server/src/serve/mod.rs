@@ -24,6 +24,7 @@ pub mod demo;
 pub mod gateway;
 pub mod otlp;
 pub mod policies;
+pub mod stall;
 pub mod state;
 
 use std::path::PathBuf;
