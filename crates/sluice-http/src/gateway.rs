@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{
-    HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, SEC_WEBSOCKET_ACCEPT,
+    HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, SEC_WEBSOCKET_ACCEPT,
     SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION,
     TRANSFER_ENCODING, UPGRADE,
 };
@@ -52,6 +52,9 @@ pub enum Outcome<'a> {
     UpstreamRefused,
     /// Admitted, but the upstream did not answer in time (504).
     UpstreamTimeout,
+    /// Admitted, but no upstream connection to spare: the process's budget, or the client
+    /// connection's share of it, is in use (503).
+    UpstreamBusy,
     /// Some upstreams would read the path as another one (400; see [`crate::path`]).
     AmbiguousPath,
     /// The request body is larger than the route's `max_body` (413).
@@ -80,6 +83,7 @@ impl fmt::Display for Outcome<'_> {
             Outcome::MethodNotAllowed => f.write_str("method_not_allowed"),
             Outcome::UpstreamRefused => f.write_str("upstream_refused"),
             Outcome::UpstreamTimeout => f.write_str("upstream_timeout"),
+            Outcome::UpstreamBusy => f.write_str("upstream_busy"),
             Outcome::AmbiguousPath => f.write_str("ambiguous_path"),
             Outcome::BodyTooLarge => f.write_str("body_too_large"),
             Outcome::BodyTimeout => f.write_str("body_timeout"),
@@ -365,6 +369,17 @@ impl Gateway {
                     "the upstream did not answer in time",
                 );
                 (r, Outcome::UpstreamTimeout)
+            }
+            Err(ProxyError::Budget(why)) => {
+                tracing::debug!(route = route.path_prefix(), "{why}");
+                let mut r = refusal(
+                    protocol,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the gateway has no upstream connection to spare",
+                );
+                r.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                (r, Outcome::UpstreamBusy)
             }
             Err(e) if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
                 let (status, outcome, detail) = match e.body_error() {

@@ -112,6 +112,7 @@ pub fn describe() {
     use metrics::{describe_counter, describe_gauge, Unit};
 
     sluice::describe_metrics();
+    crate::proxy::describe_metrics();
     describe_counter!(
         "sluice_policy_admitted_total",
         Unit::Count,

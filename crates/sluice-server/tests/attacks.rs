@@ -316,3 +316,343 @@ async fn a_stream_without_flow_control_window_is_reset_after_send_timeout() {
         1.0
     );
 }
+
+/// An h2c client connection to the gateway, driven in the background.
+async fn h2_client(gw: &Gateway) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+fn h2_get(gw: &Gateway, path: &str) -> http::Request<()> {
+    http::Request::get(format!("http://127.0.0.1:{}{path}", gw.port))
+        .body(())
+        .unwrap()
+}
+
+/// An upstream that counts the TCP connections it accepts and answers each request `200`
+/// after 200 ms.
+async fn counting_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(AtomicU64::new(0));
+    let count = std::sync::Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = tcp.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if tcp.write_all(answer).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (url, accepted)
+}
+
+/// Rapid Reset paced below h2's burst detection (HEADERS then RST_STREAM, one pair every 5 ms):
+/// once a connection has cancelled 64 requests, more than half of its own, it gets `GOAWAY`;
+/// and a stream cancelled in the same breath as it opened never reaches the upstream.
+/// Without that, one connection sent 11,700 such pairs in 14 s, each opening an upstream
+/// connection. (Faster pacing meets h2's own limit on streams reset before they are done
+/// with, `GOAWAY ENHANCE_YOUR_CALM`, sooner.) The client runs on one thread, so that each
+/// HEADERS and its RST_STREAM leave in one write, as an attacker sends them.
+#[tokio::test]
+async fn a_paced_rapid_reset_is_cut_off_and_never_reaches_the_upstream() {
+    let (upstream, accepted) = counting_upstream().await;
+    let gw = Gateway::start("h2c = true", &config(&upstream, None)).await;
+    let mut client = h2_client(&gw).await;
+    let mut sent = 0u32;
+    let started = std::time::Instant::now();
+    for _ in 0..1000 {
+        let Ok(ready) = tokio::time::timeout(Duration::from_secs(2), client.clone().ready()).await
+        else {
+            break;
+        };
+        let Ok(mut ready) = ready else { break };
+        match ready.send_request(h2_get(&gw, "/slow/200"), true) {
+            Ok((_, mut stream)) => {
+                stream.send_reset(h2::Reason::CANCEL);
+                sent += 1;
+            }
+            Err(_) => break,
+        }
+        client = ready;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let reached = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let closed_early = metric(
+        &gw,
+        "sluice_connections_closed_early_total{reason=\"cancelled\"}",
+    )
+    .await;
+    eprintln!(
+        "paced Rapid Reset: the connection took {sent} HEADERS + RST_STREAM pairs in {:?} before GOAWAY; the upstream accepted {reached} connections; closed early (cancelled): {closed_early}",
+        started.elapsed()
+    );
+    assert!(sent < 300, "{sent} pairs taken without a GOAWAY");
+    assert!(
+        reached <= 5,
+        "the upstream accepted {reached} connections for cancelled requests"
+    );
+    assert_eq!(closed_early, 1.0);
+    // An ordinary client is served.
+    let mut other = h2_client(&gw).await;
+    let (response, _) = other.send_request(h2_get(&gw, "/slow/0"), true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+}
+
+/// `server.max_requests_per_connection` (nginx's `keepalive_requests`): after that many
+/// requests an HTTP/2 connection gets `GOAWAY` and an HTTP/1.1 connection `Connection: close`,
+/// and the next request needs a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_closed_gracefully_after_max_requests_per_connection() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "h2c = true\nmax_requests_per_connection = 20",
+        &config(&up.url(), None),
+    )
+    .await;
+    // HTTP/2.
+    let mut client = h2_client(&gw).await;
+    let mut answered = 0;
+    for _ in 0..30 {
+        let Ok(ready) = client.clone().ready().await else {
+            break;
+        };
+        client = ready;
+        let Ok((response, _)) = client.send_request(h2_get(&gw, "/slow/0"), true) else {
+            break;
+        };
+        match response.await {
+            Ok(r) if r.status() == 200 => answered += 1,
+            _ => break,
+        }
+    }
+    eprintln!("HTTP/2: {answered} requests answered on one connection (max 20)");
+    assert_eq!(answered, 20);
+    // HTTP/1.1.
+    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake::<
+        _,
+        http_body_util::Empty<bytes::Bytes>,
+    >(hyper_util::rt::TokioIo::new(tcp))
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let mut answered = 0;
+    let mut last_close = false;
+    for _ in 0..30 {
+        if sender.ready().await.is_err() {
+            break;
+        }
+        let request = http::Request::get("/slow/0")
+            .header("host", "x")
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        match sender.send_request(request).await {
+            Ok(r) if r.status() == 200 => {
+                answered += 1;
+                last_close = r
+                    .headers()
+                    .get("connection")
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+                let _ = http_body_util::BodyExt::collect(r.into_body()).await;
+            }
+            _ => break,
+        }
+    }
+    eprintln!(
+        "HTTP/1.1: {answered} requests answered on one connection, the last with Connection: close = {last_close}"
+    );
+    assert_eq!(answered, 20);
+    assert!(last_close);
+    assert_eq!(
+        metric(
+            &gw,
+            "sluice_connections_closed_early_total{reason=\"max_requests\"}"
+        )
+        .await,
+        2.0
+    );
+}
+
+/// `server.max_upstream_connections`: beyond that many upstream sockets requests get 503 with
+/// `Retry-After` at once, rather than the process running out of descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_upstream_budget_get_503_with_retry_after() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "h2c = true\nmax_upstream_connections = 20\nmax_upstream_per_connection = 100",
+        &config(&up.url(), None),
+    )
+    .await;
+    let mut client = h2_client(&gw).await;
+    let mut pending = Vec::new();
+    for _ in 0..40 {
+        client = client.ready().await.unwrap();
+        let (response, _) = client
+            .send_request(h2_get(&gw, "/slow/1500"), true)
+            .unwrap();
+        pending.push(response);
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    let mut retry_after = 0;
+    for response in pending {
+        let r = response.await.unwrap();
+        retry_after += usize::from(r.headers().contains_key("retry-after"));
+        *statuses.entry(r.status().as_u16()).or_insert(0) += 1;
+    }
+    eprintln!("40 slow requests on a budget of 20 upstream sockets: {statuses:?}");
+    assert_eq!(statuses.get(&200), Some(&20), "{statuses:?}");
+    assert_eq!(statuses.get(&503), Some(&20), "{statuses:?}");
+    assert_eq!(retry_after, 20);
+    assert_eq!(
+        metric(&gw, "sluice_upstream_budget_refused_total{scope=\"total\"}").await,
+        20.0
+    );
+}
+
+/// `server.max_upstream_per_connection`: the requests of one HTTP/2 connection take turns for
+/// its shares of upstream sockets; all are answered, a share at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_requests_of_one_connection_take_turns_for_its_upstream_shares() {
+    let up = Upstream::start().await;
+    let gw = Gateway::start(
+        "h2c = true\nmax_upstream_per_connection = 4",
+        &config(&up.url(), None),
+    )
+    .await;
+    let mut client = h2_client(&gw).await;
+    let started = std::time::Instant::now();
+    let mut pending = Vec::new();
+    for _ in 0..8 {
+        client = client.ready().await.unwrap();
+        let (response, _) = client
+            .send_request(h2_get(&gw, "/slow/1000"), true)
+            .unwrap();
+        pending.push(response);
+    }
+    for response in pending {
+        assert_eq!(response.await.unwrap().status(), 200);
+    }
+    let took = started.elapsed();
+    eprintln!("8 requests of 1 s on 4 shares took {took:?}");
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+}
+
+/// The soft and hard open-files limits of process `pid`.
+fn open_files_of(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let mut fields = line.split_whitespace().skip(3).map(|v| v.parse().unwrap());
+    (fields.next().unwrap(), fields.next().unwrap())
+}
+
+/// Without `max_connections` set, on a machine whose hard open-files limit (20,000) cannot
+/// hold the default's 20,256 descriptors, the cap is sized from the limit (9,872: a client and
+/// an upstream socket each, and 256), the log says so, and nothing warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_sized_from_the_open_files_limit_when_not_set() {
+    let up = Upstream::start().await;
+    let gw =
+        Gateway::start_with_open_files(Some((1024, 20_000)), "", &config(&up.url(), None)).await;
+    let log = gw.log_text();
+    let limits = open_files_of(gw.child.id());
+    let line = log
+        .lines()
+        .find(|l| l.contains("sized from the open-files limit"))
+        .unwrap_or_default();
+    eprintln!("open files {limits:?}; {line}");
+    assert!(line.contains("max_connections=9872"), "{log}");
+    assert!(line.contains("max_upstream_connections=9872"), "{log}");
+    assert!(!log.contains("need more open files"), "{log}");
+    assert_eq!(limits, (20_000, 20_000));
+}
+
+/// HTTP/2 multiplies upstream sockets: 8 connections × 125 slow streams would need 1,000
+/// upstream sockets. Under a hard open-files limit of 600 (so `max_connections` 172, and as
+/// many upstream sockets), the upstream sockets stop at the budget, the requests beyond it
+/// get 503 (or wait their connection's turn and reuse a socket), and the process never runs
+/// out of descriptors: an ordinary client connecting during the attack is answered.
+/// Without the budget every stream opened its socket until `accept` failed with "Too many
+/// open files".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multiplied_upstream_sockets_stop_at_the_budget_before_descriptors_run_out() {
+    let up = Upstream::start().await;
+    let gw =
+        Gateway::start_with_open_files(Some((600, 600)), "h2c = true", &config(&up.url(), None))
+            .await;
+    let mut attackers = Vec::new();
+    for _ in 0..8 {
+        let mut client = h2_client(&gw).await;
+        let mut pending = Vec::new();
+        for _ in 0..125 {
+            client = client.ready().await.unwrap();
+            let (response, _) = client
+                .send_request(h2_get(&gw, "/slow/3000"), true)
+                .unwrap();
+            pending.push(response);
+        }
+        attackers.push((client, pending));
+    }
+    // The attack's requests are all in flight: an ordinary client now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ordinary =
+        tokio::time::timeout(Duration::from_secs(5), common::get(&gw.url("/slow/0"))).await;
+    // The gauge is refreshed every second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let sockets = metric(&gw, "sluice_upstream_connections_open").await;
+    let mut statuses = std::collections::BTreeMap::new();
+    for (_client, pending) in attackers {
+        for response in pending {
+            let status = match response.await {
+                Ok(r) => r.status().as_u16(),
+                Err(_) => 0,
+            };
+            *statuses.entry(status).or_insert(0) += 1;
+        }
+    }
+    let log = gw.log_text();
+    eprintln!(
+        "1,000 slow streams under 600 open files: {statuses:?}; {sockets} upstream sockets open during the attack; an ordinary client during the attack: {:?}; \"Too many open files\" in the log: {}",
+        ordinary.as_ref().map(|a| a.as_ref().map(|a| a.status)),
+        log.matches("Too many open files").count()
+    );
+    assert!(!log.contains("Too many open files"), "{log}");
+    let ordinary = ordinary
+        .expect("an ordinary client not served within 5 s")
+        .unwrap();
+    assert!(
+        [200, 503].contains(&ordinary.status.as_u16()),
+        "{:?}",
+        ordinary.status
+    );
+    assert!(
+        (100.0..=172.0).contains(&sockets),
+        "{sockets} upstream sockets"
+    );
+    let served = statuses.get(&200).copied().unwrap_or(0);
+    assert!(served >= 172, "{statuses:?}");
+    assert_eq!(
+        served + statuses.get(&503).copied().unwrap_or(0),
+        1000,
+        "{statuses:?}"
+    );
+}

@@ -983,12 +983,14 @@ async fn the_open_files_limit_is_raised_to_what_max_connections_needs_up_to_the_
     // connections need (a client and an upstream connection each, and 256), no warning.
     let ((soft, _), log) = open_files_limit_with(2000).await;
     assert_eq!(soft, 2 * 2000 + 256, "{log}");
-    assert!(!log.contains("needs more open files"), "{log}");
+    assert!(!log.contains("need more open files"), "{log}");
     // More than the hard limit allows: raised as far as it goes, and a warning names the setting.
     let ((soft, hard_now), log) = open_files_limit_with(hard).await;
     assert_eq!((soft, hard_now), (hard, hard), "{log}");
     assert!(
-        log.contains("server.max_connections needs more open files"),
+        log.contains(
+            "server.max_connections and server.max_upstream_connections need more open files"
+        ),
         "{log}"
     );
 }

@@ -25,7 +25,10 @@ use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 use crate::body::{BodyError, RequestBody};
+use crate::proxy::budget::{self, Budgeted, Socket, UpstreamShare};
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
 use crate::route::{Protocol, Route, Upstream};
 
@@ -65,6 +68,10 @@ pub enum ProxyError {
     /// trusted (502).
     #[error("TLS with the upstream failed: {0}")]
     Tls(#[source] std::io::Error),
+    /// No upstream connection to spare: the process's budget is spent, or the client
+    /// connection's shares stayed taken for the connect timeout (503).
+    #[error("no upstream connection to spare: {0}")]
+    Budget(String),
 }
 
 impl ProxyError {
@@ -164,6 +171,8 @@ pub struct Lease<B> {
     authority: Authority,
     tls: usize,
     pool: Weak<Pool<B>>,
+    /// The client connection's share the request holds, if it carried an [`UpstreamShare`].
+    _share: Option<OwnedSemaphorePermit>,
 }
 
 impl<B> std::fmt::Debug for Lease<B> {
@@ -284,7 +293,13 @@ where
         parts.version = Version::HTTP_11;
         let timeout = route.timeout();
         let tls = upstream.pool_id();
+        let share = parts.extensions.remove::<UpstreamShare>();
         let exchange = async {
+            // Waits in turn behind the client connection's other requests, if it is shared.
+            let share = match share {
+                Some(share) => Some(share.take(self.connect_timeout()).await?),
+                None => None,
+            };
             let mut request = Request::from_parts(parts, body);
             // A pooled connection the upstream closed meanwhile hands the request back
             // unsent: then try a fresh one.
@@ -296,7 +311,7 @@ where
                 };
                 match sender.try_send_request(request).await {
                     Ok(response) => {
-                        return Ok((response, Some(self.lease(sender, authority, tls))))
+                        return Ok((response, Some(self.lease(sender, authority, tls, share))))
                     }
                     Err(mut e) => match e.take_message() {
                         Some(unsent) if reused => request = unsent,
@@ -308,13 +323,44 @@ where
         within(timeout, exchange).await
     }
 
-    fn lease(&self, sender: SendRequest<B>, authority: &Authority, tls: usize) -> Lease<B> {
+    fn lease(
+        &self,
+        sender: SendRequest<B>,
+        authority: &Authority,
+        tls: usize,
+        share: Option<OwnedSemaphorePermit>,
+    ) -> Lease<B> {
         Lease {
             sender: Some(sender),
             authority: authority.clone(),
             tls,
             pool: Arc::downgrade(&self.pool),
+            _share: share,
         }
+    }
+
+    /// A socket of the process's budget; when it is spent, closes this proxy's oldest idle
+    /// connection to make room, and with none to close refuses.
+    fn budget_socket(&self) -> Result<Socket, ProxyError> {
+        if let Some(socket) = Socket::take() {
+            return Ok(socket);
+        }
+        // Each list is oldest first.
+        let closed = {
+            let mut idle = self.pool.idle.lock();
+            let oldest = idle
+                .iter_mut()
+                .filter(|(_, list)| !list.is_empty())
+                .min_by_key(|(_, list)| list[0].1);
+            oldest.map(|(_, list)| list.remove(0))
+        };
+        if closed.is_some() {
+            return Ok(Socket::instead_of_closing());
+        }
+        budget::refused("total");
+        Err(ProxyError::Budget(
+            "the gateway holds as many upstream connections as it may (server.max_upstream_connections)".to_owned(),
+        ))
     }
 
     /// [`Proxy::forward`] to an `h2c://` upstream: HTTP/2 with prior knowledge over the
@@ -457,8 +503,10 @@ where
         found
     }
 
-    /// A TCP connection to `upstream`, within the connect timeout.
-    async fn connect_tcp(&self, upstream: &Upstream) -> Result<TcpStream, ProxyError> {
+    /// A TCP connection to `upstream`, within the connect timeout, and its socket of the
+    /// budget: keep it as long as the connection.
+    async fn connect_tcp(&self, upstream: &Upstream) -> Result<Budgeted<TcpStream>, ProxyError> {
+        let socket = self.budget_socket()?;
         let host = upstream
             .authority()
             .host()
@@ -472,7 +520,7 @@ where
             Err(_) => return Err(ProxyError::ConnectTimeout(limit)),
         };
         let _ = stream.set_nodelay(true);
-        Ok(stream)
+        Ok(Budgeted::new(stream, socket))
     }
 
     /// A new HTTP/1.1 connection to `upstream`: over TCP, or TLS for `https://` (the TLS

@@ -14,12 +14,18 @@
 //!
 //! An upgrade request (WebSocket) goes on an HTTP/1.1 connection of its own
 //! ([`forward_upgrade`]), keeping `Upgrade` and `Connection: upgrade`.
+//!
+//! Every upstream socket counts against the process's budget ([`set_upstream_budget`]), and
+//! the requests of one client connection carrying an [`UpstreamShare`] take turns for its
+//! shares: beyond either, [`ProxyError::Budget`] (503).
 
+mod budget;
 mod client;
 mod forward;
 mod tls;
 mod upgrade;
 
+pub use budget::{describe_metrics, set_upstream_budget, upstream_open, UpstreamShare};
 pub use client::{Lease, Proxy, ProxyError};
 pub use forward::{append_forwarded_for, remove_hop_by_hop};
 pub use tls::{client_config, pem_certificates, provider, TlsError};

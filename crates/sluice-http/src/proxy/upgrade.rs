@@ -13,6 +13,7 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::proxy::budget::{self, Budgeted, Socket};
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
 use crate::proxy::ProxyError;
 use crate::route::{Protocol, Route};
@@ -70,13 +71,19 @@ pub async fn forward_upgrade(
         .host()
         .trim_start_matches('[')
         .trim_end_matches(']');
+    let Some(socket) = Socket::take() else {
+        budget::refused("total");
+        return Err(ProxyError::Budget(
+            "the gateway holds as many upstream connections as it may (server.max_upstream_connections)".to_owned(),
+        ));
+    };
     let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect((host, port))).await
     {
-        Ok(Ok(stream)) => stream,
+        Ok(Ok(stream)) => Budgeted::new(stream, socket),
         Ok(Err(e)) => return Err(ProxyError::Connect(e)),
         Err(_) => return Err(ProxyError::ConnectTimeout(connect_timeout)),
     };
-    let _ = stream.set_nodelay(true);
+    let _ = stream.get_ref().set_nodelay(true);
     let timeout = route.timeout();
     let exchange = async {
         let (mut sender, connection) = http1::Builder::new()

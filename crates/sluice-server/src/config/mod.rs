@@ -89,6 +89,18 @@ pub struct ServerConfig {
     /// The most open client connections on the main listener, for the whole process; beyond
     /// it new connections are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// When `max_connections` was not set and the open-files limit could not hold its default:
+    /// that hard limit, from which `max_connections` was sized instead.
+    pub max_connections_sized_from: Option<u64>,
+    /// The most upstream sockets the process holds at once (pooled, in use, tunnels); beyond
+    /// it requests get 503.
+    pub max_upstream_connections: usize,
+    /// The most requests of one client connection (HTTP/2) holding upstream sockets at once;
+    /// the others wait their turn for at most the connect timeout.
+    pub max_upstream_per_connection: usize,
+    /// The most requests one client connection may send; then it is closed gracefully
+    /// (HTTP/1.1 `Connection: close`, HTTP/2 `GOAWAY`), as nginx's `keepalive_requests`.
+    pub max_requests_per_connection: u32,
     /// The longest a write to a client may stall before its connection is closed.
     pub send_timeout: Duration,
     /// How long a client connection may stay idle between requests.
@@ -258,8 +270,44 @@ fn read_secret(source: &str, what: &str) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The default `server.max_connections`.
+/// The default `server.max_connections`, on a machine whose open-files limit holds it.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Descriptors the process needs beside its client and upstream connections: the listeners,
+/// state files, Redis and the logs.
+pub const DESCRIPTOR_RESERVE: u64 = 256;
+
+/// The open files `max_connections` client connections and `max_upstream` upstream sockets
+/// need, with the reserve.
+pub fn descriptors_needed(max_connections: usize, max_upstream: usize) -> u64 {
+    max_connections as u64 + max_upstream as u64 + DESCRIPTOR_RESERVE
+}
+
+/// The hard open-files limit of this process, the most it may raise its soft limit to
+/// (`None`: unlimited).
+pub fn open_files_hard_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum
+}
+
+/// The default `server.max_connections` under a hard open-files limit of `hard`: 10,000, or
+/// as many as fit with an upstream socket each and the reserve.
+pub fn default_max_connections(hard: Option<u64>) -> (usize, Option<u64>) {
+    match hard {
+        Some(hard)
+            if hard < descriptors_needed(DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS) =>
+        {
+            let fit = hard.saturating_sub(DESCRIPTOR_RESERVE) / 2;
+            (usize::try_from(fit.max(1)).unwrap_or(1), Some(hard))
+        }
+        _ => (DEFAULT_MAX_CONNECTIONS, None),
+    }
+}
+
+/// The default `server.max_upstream_per_connection`.
+pub const DEFAULT_MAX_UPSTREAM_PER_CONNECTION: usize = 32;
+
+/// The default `server.max_requests_per_connection` (nginx's `keepalive_requests`).
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 
 /// The default `server.max_body`: nginx's `client_max_body_size`.
 pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
@@ -701,18 +749,45 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
                 None
             }
         });
-    let max_connections = match f.uint("max_connections", errors) {
-        None => DEFAULT_MAX_CONNECTIONS,
+    let (max_connections, max_connections_sized_from) = match f.uint("max_connections", errors) {
+        None => default_max_connections(open_files_hard_limit()),
         Some((n, at)) if n == 0 || n > 1_000_000 => {
             errors.at(
                 at,
                 "server.max_connections",
                 format!("must be between 1 and 1000000, got {n}"),
             );
-            DEFAULT_MAX_CONNECTIONS
+            (DEFAULT_MAX_CONNECTIONS, None)
         }
-        Some((n, _)) => n as usize,
+        Some((n, _)) => (n as usize, None),
     };
+    let mut count = |key: &'static str, default: u64, max: u64| match f.uint(key, errors) {
+        None => default,
+        Some((n, at)) if n == 0 || n > max => {
+            errors.at(
+                at,
+                &format!("server.{key}"),
+                format!("must be between 1 and {max}, got {n}"),
+            );
+            default
+        }
+        Some((n, _)) => n,
+    };
+    let max_upstream_connections = count(
+        "max_upstream_connections",
+        max_connections as u64,
+        1_000_000,
+    ) as usize;
+    let max_upstream_per_connection = count(
+        "max_upstream_per_connection",
+        DEFAULT_MAX_UPSTREAM_PER_CONNECTION as u64,
+        100_000,
+    ) as usize;
+    let max_requests_per_connection = count(
+        "max_requests_per_connection",
+        u64::from(DEFAULT_MAX_REQUESTS_PER_CONNECTION),
+        u64::from(u32::MAX),
+    ) as u32;
     let request_id = match f.get("request_id") {
         None => true,
         Some(value) => match value.get_ref() {
@@ -759,6 +834,10 @@ fn server(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         upstream_idle_timeout,
         request_id,
         max_connections,
+        max_connections_sized_from,
+        max_upstream_connections,
+        max_upstream_per_connection,
+        max_requests_per_connection,
         admin_token,
         tls,
         h2c,

@@ -39,6 +39,7 @@ use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 use super::stall::SendClock;
@@ -54,11 +55,23 @@ pub struct Timeouts {
     pub send: Duration,
 }
 
-/// Where the connection's requests stand, shared by the socket wrapper and the service.
+/// Where the connection's requests stand, shared by the socket wrapper, the service and the
+/// connection's task.
 #[derive(Debug)]
 pub struct Exchange {
-    /// Requests whose head was complete (the service was called).
+    /// Requests in flight and done, and tunnels held: the connection is busy while this
+    /// differs from `ended`.
     started: AtomicU32,
+    /// Requests whose head was complete (the service was called).
+    requests: AtomicU32,
+    /// Requests cancelled by the client before their response: their handler was dropped
+    /// (an HTTP/2 stream reset, or the connection gone).
+    cancelled: AtomicU32,
+    /// After this many requests the connection is closed gracefully.
+    max_requests: u32,
+    /// Set once when the connection is to close gracefully; [`Exchange::drained`] wakes.
+    draining: AtomicBool,
+    drain: Notify,
     /// Requests whose response body has been dropped (sent, or abandoned).
     ended: AtomicU32,
     /// When the last request ended, in nanoseconds since `origin`: the keep-alive clock
@@ -74,8 +87,25 @@ pub struct Exchange {
 
 impl Default for Exchange {
     fn default() -> Self {
+        Exchange::new(u32::MAX)
+    }
+}
+
+/// A connection is closed gracefully once it has had at least this many cancelled requests
+/// and they are more than half of its requests: a client that opens streams only to reset
+/// them (Rapid Reset, however paced) makes the gateway work for nothing.
+const CANCELLED_AT_LEAST: u32 = 64;
+
+impl Exchange {
+    /// A connection that may send `max_requests` requests.
+    pub fn new(max_requests: u32) -> Exchange {
         Exchange {
             started: AtomicU32::new(0),
+            requests: AtomicU32::new(0),
+            cancelled: AtomicU32::new(0),
+            max_requests,
+            draining: AtomicBool::new(false),
+            drain: Notify::new(),
             ended: AtomicU32::new(0),
             ended_at: AtomicU64::new(0),
             origin: Instant::now(),
@@ -83,16 +113,59 @@ impl Default for Exchange {
             multiplexed: AtomicBool::new(false),
         }
     }
-}
 
-impl Exchange {
     /// A request's head is complete: the connection is busy until the returned [`Ongoing`]
-    /// is dropped (with the response body, or with the handler if no response comes).
+    /// is dropped (with the response body, or with the handler if no response comes). The
+    /// request that spends `max_requests` starts the connection's graceful close.
     #[must_use = "the request is over when the guard is dropped"]
     pub fn start(self: &Arc<Self>) -> Ongoing {
         self.started.fetch_add(1, Ordering::Relaxed);
+        let n = self
+            .requests
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        if n == self.max_requests {
+            self.close_gracefully("max_requests");
+        }
         Ongoing {
             exchange: Arc::clone(self),
+            answered: false,
+        }
+    }
+
+    /// The connection stays busy until the returned guard is dropped (a tunnel that may open
+    /// on an HTTP/2 stream), without counting a request.
+    #[must_use = "the connection is busy until the guard is dropped"]
+    pub fn hold(self: &Arc<Self>) -> Ongoing {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        Ongoing {
+            exchange: Arc::clone(self),
+            answered: true,
+        }
+    }
+
+    /// Asks the connection's task to close the connection gracefully (HTTP/1.1: after the
+    /// response in flight; HTTP/2: `GOAWAY`, then the streams open finish), once.
+    fn close_gracefully(&self, reason: &'static str) {
+        if !self.draining.swap(true, Ordering::Relaxed) {
+            metrics::counter!("sluice_connections_closed_early_total", "reason" => reason)
+                .increment(1);
+            self.drain.notify_one();
+        }
+    }
+
+    /// Resolves when the connection is to close gracefully.
+    pub async fn drained(&self) {
+        self.drain.notified().await;
+    }
+
+    /// A request ended without a response: the client cancelled it.
+    fn cancelled(&self) {
+        let cancelled = self.cancelled.fetch_add(1, Ordering::Relaxed) + 1;
+        if cancelled >= CANCELLED_AT_LEAST
+            && u64::from(cancelled) * 2 > u64::from(self.requests.load(Ordering::Relaxed))
+        {
+            self.close_gracefully("cancelled");
         }
     }
 
@@ -289,8 +362,13 @@ pub(crate) fn timed_out(which: &'static str) {
     metrics::counter!("sluice_connection_timeouts_total", "timeout" => which).increment(1);
 }
 
-/// Gives the connection timeout metric its help text.
+/// Gives the connection metrics their help text.
 pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "sluice_connections_closed_early_total",
+        metrics::Unit::Count,
+        "Client connections of the main listener closed gracefully before the client was done, by `reason`: `max_requests` (server.max_requests_per_connection requests sent) or `cancelled` (more than half of at least 64 requests cancelled by the client before their response: Rapid Reset)."
+    );
     metrics::describe_counter!(
         "sluice_connection_timeouts_total",
         metrics::Unit::Count,
@@ -383,6 +461,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for EdgeIo<S> {
 #[derive(Debug)]
 pub struct Ongoing {
     exchange: Arc<Exchange>,
+    /// A response was made for it (or it is no request): its end is no cancellation.
+    answered: bool,
 }
 
 impl Ongoing {
@@ -395,6 +475,9 @@ impl Ongoing {
 
 impl Drop for Ongoing {
     fn drop(&mut self) {
+        if !self.answered {
+            self.exchange.cancelled();
+        }
         self.exchange.end();
     }
 }
@@ -410,7 +493,8 @@ pub struct Ending<B> {
 
 impl<B> Ending<B> {
     /// `body`, ending `request` when dropped; `clock` is the stream's send stall clock.
-    pub fn new(body: B, request: Ongoing, clock: Option<Arc<SendClock>>) -> Ending<B> {
+    pub fn new(body: B, mut request: Ongoing, clock: Option<Arc<SendClock>>) -> Ending<B> {
+        request.answered = true;
         Ending {
             body,
             _request: request,

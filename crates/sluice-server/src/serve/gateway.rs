@@ -7,7 +7,9 @@
 //! answered in [`handle`] by [`Browser`](crate::browser::Browser), before the route table.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,10 +20,9 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
-use sluice_http::proxy::Proxy;
+use sluice_http::proxy::{Proxy, UpstreamShare};
 use sluice_http::tunnel::Hold;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -178,18 +179,20 @@ async fn worker(
     // Pooled connections idle for longer than upstream_idle_timeout are closed within a
     // second of it (none is used past it: the pool checks at checkout too).
     let pooled = metrics::gauge!("sluice_upstream_pool_idle", "worker" => index.to_string());
+    let upstream_open = metrics::gauge!("sluice_upstream_connections_open");
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
             pooled.set(proxy.close_idle() as f64);
+            upstream_open.set(sluice_http::proxy::upstream_open() as f64);
         }
     });
-    let graceful = accept_loop(listener, shared, &server, stop, proxy).await;
+    let alive = accept_loop(listener, shared, &server, stop, proxy).await;
     sweeper.abort();
     // The configuration in force at the signal: a reload may have changed it.
     let shutdown_timeout = shared.current().config.server.shutdown_timeout;
-    if tokio::time::timeout(shutdown_timeout, graceful.shutdown())
+    if tokio::time::timeout(shutdown_timeout, alive.closed())
         .await
         .is_err()
     {
@@ -254,17 +257,46 @@ enum Listening {
     Tls(tokio_rustls::TlsAcceptor),
 }
 
+/// Serves one connection until it ends: closes it gracefully (HTTP/1.1: after the response
+/// in flight; HTTP/2: `GOAWAY`, then the open streams finish) when `stop` turns true or the
+/// connection has had its share ([`Exchange::drained`]).
+async fn drive<C, E>(
+    connection: C,
+    close_gracefully: impl Fn(Pin<&mut C>),
+    exchange: &Exchange,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>>,
+{
+    let mut connection = std::pin::pin!(connection);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => return served,
+            _ = exchange.drained(), if !closing => {
+                closing = true;
+                close_gracefully(connection.as_mut());
+            }
+            _ = stop.wait_for(|s| *s), if !closing => {
+                closing = true;
+                close_gracefully(connection.as_mut());
+            }
+        }
+    }
+}
+
 /// Accepts connections on `listener` until `stop` turns true, then stops accepting (the
-/// listener is closed, so new connections are refused) and returns the connections in
-/// flight, to be drained.
+/// listener is closed, so new connections are refused) and returns a sender whose
+/// receivers are the connections in flight: `closed()` resolves once they have all ended.
 async fn accept_loop(
     listener: TcpListener,
     shared: &'static Shared,
     server: &ServerConfig,
     mut stop: watch::Receiver<bool>,
     proxy: &'static Proxy,
-) -> GracefulShutdown {
-    let graceful = GracefulShutdown::new();
+) -> watch::Sender<()> {
+    let (alive, _) = watch::channel(());
     let mut max_header_bytes = server.max_header_bytes;
     let mut protocols = Arc::new(Protocols::new(max_header_bytes));
     let mut upstream_timeouts = (
@@ -289,7 +321,7 @@ async fn accept_loop(
             }
         };
         // New connections follow the limits of the configuration in force.
-        let (current, max_connections, upstream, timeouts, listening) = {
+        let (current, max_connections, upstream, timeouts, listening, max_requests, shares) = {
             let runtime = shared.current();
             let server = &runtime.config.server;
             let listening = match &server.tls {
@@ -311,6 +343,8 @@ async fn accept_loop(
                     send: server.send_timeout,
                 },
                 listening,
+                server.max_requests_per_connection,
+                server.max_upstream_per_connection,
             )
         };
         if upstream != upstream_timeouts {
@@ -328,8 +362,11 @@ async fn accept_loop(
             max_header_bytes = current;
             protocols = Arc::new(Protocols::new(max_header_bytes));
         }
-        let exchange = Arc::new(Exchange::default());
+        let exchange = Arc::new(Exchange::new(max_requests));
+        let for_task = Arc::clone(&exchange);
         let send_timeout = timeouts.send;
+        // The connection's shares of the upstream sockets, made at its first HTTP/2 request.
+        let share = std::sync::OnceLock::new();
         let io = EdgeIo::new(stream, Arc::clone(&exchange), timeouts);
         // Held by the connection's task and by every tunnel it hands over: an upgraded
         // socket is still one of `max_connections` until its tunnel closes.
@@ -340,13 +377,16 @@ async fn accept_loop(
             // cancels the request before a response (an HTTP/2 stream reset).
             let request = exchange.start();
             let mut clock = None;
-            if req.version() == Version::HTTP_2 {
+            let multiplexed = req.version() == Version::HTTP_2;
+            if multiplexed {
                 exchange.multiplexed();
                 clock = Some(stall::clock_for_next_stream(send_timeout));
+                let share = share.get_or_init(|| UpstreamShare::new(shares));
+                req.extensions_mut().insert(UpstreamShare::clone(share));
                 if req.method() == Method::CONNECT {
                     // A stream that may become a WebSocket tunnel (RFC 8441) keeps the
                     // connection busy until the tunnel closes, not only until its `200`.
-                    let held = (exchange.start(), Arc::clone(&for_tunnels));
+                    let held = (exchange.hold(), Arc::clone(&for_tunnels));
                     req.extensions_mut().insert(Hold::new(held));
                 }
             } else if req.headers().contains_key(http::header::UPGRADE) {
@@ -355,6 +395,12 @@ async fn accept_loop(
                     .insert(Hold::new(Arc::clone(&for_tunnels)));
             }
             async move {
+                if multiplexed {
+                    // Let the stream's task look for a reset first: a stream the client
+                    // cancelled in the same breath as it opened it (Rapid Reset) ends here,
+                    // before it costs a decision or an upstream connection.
+                    tokio::task::yield_now().await;
+                }
                 let response = handle(shared, proxy, req, peer).await;
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     // An upgrade: the connection becomes a tunnel, with its own idle limit.
@@ -365,7 +411,7 @@ async fn accept_loop(
         });
         // Taken now, so that a shutdown signalled while the connection starts (its TLS
         // handshake) still reaches it.
-        let watcher = graceful.watcher();
+        let (stop, alive) = (stop.clone(), alive.subscribe());
         let protocols = Arc::clone(&protocols);
         // One task type per transport: a plain connection's task holds no TLS state.
         match listening {
@@ -378,18 +424,18 @@ async fn accept_loop(
                         let connection = protocols
                             .detect
                             .serve_connection_with_upgrades(TokioIo::new(io), service);
-                        watcher.watch(connection).await
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
                     } else {
                         let connection = protocols.http1.serve_connection_with_upgrades(
                             TokioIo::new(Http1Only::new(io)),
                             service,
                         );
-                        watcher.watch(connection).await
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
                     };
                     if let Err(e) = served {
                         tracing::debug!(error = %e, %peer, "connection ended with an error");
                     }
-                    drop(counted);
+                    drop((counted, alive));
                 });
             }
             Listening::Tls(acceptor) => {
@@ -400,7 +446,7 @@ async fn accept_loop(
                         Ok(stream) => stream,
                         Err(e) => {
                             tracing::debug!(error = %e, %peer, "TLS handshake failed");
-                            drop(counted);
+                            drop((counted, alive));
                             return;
                         }
                     };
@@ -408,24 +454,24 @@ async fn accept_loop(
                         let connection = protocols
                             .http2
                             .serve_connection(TokioIo::new(stream), service);
-                        watcher.watch(connection).await
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
                     } else {
                         let connection = protocols.http1.serve_connection_with_upgrades(
                             TokioIo::new(Http1Only::new(stream)),
                             service,
                         );
-                        watcher.watch(connection).await
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
                     };
                     if let Err(e) = served {
                         tracing::debug!(error = %e, %peer, "connection ended with an error");
                     }
-                    drop(counted);
+                    drop((counted, alive));
                 });
             }
         }
     }
     drop(listener);
-    graceful
+    alive
 }
 
 /// One request on the main listener.

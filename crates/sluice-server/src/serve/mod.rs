@@ -115,7 +115,8 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         }
     })?;
     // Before any listener accepts: connections never meet the lower limit.
-    make_room_for_connections(server.max_connections);
+    make_room_for_connections(&server);
+    sluice_http::proxy::set_upstream_budget(server.max_upstream_connections);
     let admin_listener = TcpListener::bind(server.admin_listen)
         .await
         .with_context(|| format!("binding server.admin_listen {}", server.admin_listen))?;
@@ -215,6 +216,7 @@ async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::
         Ok(new) => {
             let new = Arc::new(new);
             new.prepare().await;
+            sluice_http::proxy::set_upstream_budget(new.config.server.max_upstream_connections);
             shared.runtime.store(Arc::clone(&new));
             new.take_over().await;
             metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
@@ -230,22 +232,28 @@ async fn reload(shared: &Shared, path: Option<&PathBuf>, demo: Option<std::net::
     }
 }
 
-/// Descriptors the process needs beside its client connections: an upstream connection per
-/// client in the worst case is counted with them; this is the listeners, state files, Redis
-/// and the logs.
-const DESCRIPTOR_RESERVE: u64 = 256;
-
-/// Makes room for `max_connections`: a client and an upstream connection each, and a reserve.
+/// Makes room for `server.max_connections` client connections and
+/// `server.max_upstream_connections` upstream sockets, and a reserve.
 ///
 /// Raises the soft limit on open files towards what that needs, up to the hard limit (as
 /// nginx's `worker_rlimit_nofile` does when set, and as most servers do at start: the soft
-/// limit is often 1024 while the hard one is far higher). Warns when even the hard limit is
-/// short: a flood would then exhaust descriptors before the cap, and the stores could not
-/// open or write their files.
-fn make_room_for_connections(max_connections: usize) {
+/// limit is often 1024 while the hard one is far higher). Says when `max_connections` was
+/// sized from the hard limit (it was not set, and its default would not fit), and warns when
+/// even the hard limit is short of what the settings need: a flood would then exhaust
+/// descriptors before the caps, and the stores could not open or write their files.
+fn make_room_for_connections(server: &config::ServerConfig) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-    let needed = 2 * max_connections as u64 + DESCRIPTOR_RESERVE;
+    if let Some(hard) = server.max_connections_sized_from {
+        tracing::info!(
+            max_connections = server.max_connections,
+            max_upstream_connections = server.max_upstream_connections,
+            open_files_limit = hard,
+            "server.max_connections sized from the open-files limit (ulimit -Hn): a client and an upstream socket per connection, and 256 more; set it to choose"
+        );
+    }
+    let needed =
+        config::descriptors_needed(server.max_connections, server.max_upstream_connections);
     let limit = getrlimit(Resource::Nofile);
     // `None` is "unlimited".
     let (Some(soft), hard) = (limit.current, limit.maximum) else {
@@ -272,7 +280,7 @@ fn make_room_for_connections(max_connections: usize) {
         tracing::warn!(
             open_files_limit = have,
             needed,
-            "server.max_connections needs more open files than this process may have (ulimit -Hn): raise the limit or lower max_connections"
+            "server.max_connections and server.max_upstream_connections need more open files than this process may have (ulimit -Hn): raise the limit or lower them"
         );
     }
 }

@@ -224,12 +224,36 @@ impl Gateway {
     /// Starts `sluice serve` with `[server]` extra lines and the rest of a config, and waits
     /// until `/healthz` answers.
     pub async fn start(server_extra: &str, rest: &str) -> Gateway {
+        Gateway::start_with_open_files(None, server_extra, rest).await
+    }
+
+    /// [`Gateway::start`] under `prlimit --nofile=SOFT:HARD` when `open_files` is given.
+    pub async fn start_with_open_files(
+        open_files: Option<(u64, u64)>,
+        server_extra: &str,
+        rest: &str,
+    ) -> Gateway {
         let dir = TempDir::new();
         let (port, admin_port) = (free_port(), free_port());
         let config = dir.0.join("sluice.toml");
         std::fs::write(&config, config_text(port, admin_port, server_extra, rest)).unwrap();
         let log = dir.0.join("sluice.log");
-        let child = spawn_serve(&config, &log);
+        let child = match open_files {
+            None => spawn_serve(&config, &log),
+            Some((soft, hard)) => {
+                let log_file = std::fs::File::create(&log).unwrap();
+                // prlimit execs sluice: the child's pid is the gateway's.
+                Command::new("prlimit")
+                    .arg(format!("--nofile={soft}:{hard}"))
+                    .args([bin(), "serve", "--config"])
+                    .arg(&config)
+                    .env("SLUICE_LOG", "info")
+                    .stdout(Stdio::null())
+                    .stderr(log_file)
+                    .spawn()
+                    .expect("prlimit (util-linux) runs sluice")
+            }
+        };
         let mut gw = Gateway {
             child,
             port,
