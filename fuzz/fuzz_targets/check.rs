@@ -20,8 +20,8 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use serde_json::Value;
 use sluice_server::config;
 use sluice_server::serve::admin::{router, MAX_CHECK_BODY};
-use sluice_server::serve::build::build;
-use sluice_server::serve::state::Shared;
+use sluice_server::runtime::build::build;
+use sluice_server::runtime::state::Shared;
 use tower_service::Service;
 
 /// One policy per algorithm, and one whose capacity is far above any small cost.

@@ -15,7 +15,7 @@ use sluice_http::path::{canonical_path, Canonical};
 use sluice_http::KeySpec;
 use sluice_server::config::units::{parse_duration, parse_size};
 use sluice_server::config::{self, BackendKind};
-use sluice_server::serve::build::build_with;
+use sluice_server::runtime::build::build_with;
 
 const FILE: &str = "fuzz.toml";
 

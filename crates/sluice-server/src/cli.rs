@@ -122,7 +122,7 @@ fn check_config(file: &std::path::Path) -> ExitCode {
     let built = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map(|rt| rt.block_on(async { serve::dry_run(config).map(|_| ()) }));
+        .map(|rt| rt.block_on(async { crate::runtime::dry_run(config).map(|_| ()) }));
     match built {
         Ok(Ok(())) => {
             println!(

@@ -42,6 +42,7 @@ pub mod cli;
 pub mod config;
 pub mod dashboard;
 pub mod rls;
+pub mod runtime;
 pub mod serve;
 pub mod simulate;
 pub mod stress;

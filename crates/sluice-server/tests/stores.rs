@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{config_text, free_port, Gateway, TempDir};
 use sluice_http::Backend;
 use sluice_server::config;
-use sluice_server::serve::build::build;
+use sluice_server::runtime::build::build;
 
 const POLICY: &str = r#"
 [[policy]]

@@ -8,7 +8,7 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 
 use crate::dashboard::stats;
-use crate::serve::state::Shared;
+use crate::runtime::state::Shared;
 
 const HTML: &str = include_str!("assets/index.html");
 const CSS: &str = include_str!("assets/dashboard.css");

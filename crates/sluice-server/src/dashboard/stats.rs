@@ -32,7 +32,7 @@ use sluice_http::admit::Reason;
 use sluice_http::{KeySpec, Policy};
 
 use crate::dashboard::prom::{self, Sample};
-use crate::serve::build::Runtime;
+use crate::runtime::build::Runtime;
 
 /// Keys listed per policy.
 pub const HOTTEST: usize = 10;
@@ -220,7 +220,7 @@ mod tests {
             "t.toml",
         )
         .unwrap();
-        let runtime = crate::serve::dry_run(config).unwrap();
+        let runtime = crate::runtime::dry_run(config).unwrap();
         runtime.policies["api"].check("10.0.0.1", 2).await.unwrap();
         let metrics = "\
 sluice_policy_admitted_total{policy=\"api\",protocol=\"http1\"} 5

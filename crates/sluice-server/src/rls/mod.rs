@@ -7,7 +7,6 @@
 //! - [`service`]: `ShouldRateLimit`, and the listener that serves it over h2c.
 
 pub mod service;
-pub mod table;
 
+pub use crate::runtime::rls_table::{RlsTable, Unit};
 pub use service::{describe_metrics, serve, RlsService, RlsVerdict};
-pub use table::{RlsTable, Unit};

@@ -38,8 +38,8 @@ use sluice_http::{headers, Policy, Reason};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::rls::table::{RlsTable, Unit};
-use crate::serve::state::Shared;
+use crate::runtime::rls_table::{RlsTable, Unit};
+use crate::runtime::state::Shared;
 
 /// The service: decides on the runtime in force at each request (a reload swaps the rules
 /// and policies whole).

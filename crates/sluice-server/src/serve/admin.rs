@@ -35,7 +35,7 @@ use sluice_core::Decision;
 use sluice_http::admit::Verdict;
 use sluice_http::{headers, key};
 
-use crate::serve::state::Shared;
+use crate::runtime::state::Shared;
 
 /// The largest `/v1/check` body.
 pub const MAX_CHECK_BODY: usize = 64 * 1024;

@@ -28,9 +28,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
+use crate::runtime::state::Shared;
 use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
 use crate::serve::stall::{self, EdgeExecutor};
-use crate::serve::state::Shared;
 
 /// `X-Request-Id`.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

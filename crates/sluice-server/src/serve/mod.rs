@@ -17,15 +17,11 @@
 //!   reload.
 
 pub mod admin;
-pub mod build;
-pub mod changes;
 pub mod conn;
 pub mod demo;
 pub mod gateway;
-pub mod otlp;
 pub mod policies;
 pub mod stall;
-pub mod state;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,8 +34,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::config::{self, Config, UpstreamConfig};
-use crate::serve::build::{build, Runtime};
-use crate::serve::state::Shared;
+use crate::runtime::build::{self, build};
+use crate::runtime::state::Shared;
+use crate::runtime::{changes, otlp};
 
 /// Why `serve` stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -283,13 +280,4 @@ fn make_room_for_connections(server: &config::ServerConfig) {
             "server.max_connections and server.max_upstream_connections need more open files than this process may have (ulimit -Hn): raise the limit or lower them"
         );
     }
-}
-
-/// For tests and `check-config`: builds a runtime from `config` without listening.
-///
-/// # Errors
-///
-/// As [`build`].
-pub fn dry_run(config: Config) -> Result<Runtime, build::BuildError> {
-    build::build_with(config, None, None, true)
 }

@@ -19,9 +19,9 @@ use serde_json::{json, Value};
 use sluice_core::{Quota, Rate};
 
 use crate::config::{Config, PolicyConfig};
-use crate::serve::build::build;
-use crate::serve::changes;
-use crate::serve::state::Shared;
+use crate::runtime::build::build;
+use crate::runtime::changes;
+use crate::runtime::state::Shared;
 
 /// `GET /v1/policies`: every policy in force, with its effective values.
 pub async fn list(State(shared): State<&'static Shared>) -> Response {

@@ -38,7 +38,7 @@ pub struct Runtime {
     /// `[browser]`: the browser assets and telemetry, answered before the routes.
     pub browser: Option<crate::browser::Browser>,
     /// `[[rls]]`: the descriptors Envoy's rate limit service decides, over these policies.
-    pub rls: crate::rls::RlsTable,
+    pub rls: crate::runtime::rls_table::RlsTable,
     /// What to do once this runtime is in use (see [`Runtime::take_over`]).
     handovers: std::sync::Mutex<Vec<Handover>>,
 }
@@ -219,7 +219,7 @@ pub fn build_with(
             TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
         )
     });
-    let rls = crate::rls::RlsTable::new(&config.rls, &policies);
+    let rls = crate::runtime::rls_table::RlsTable::new(&config.rls, &policies);
     Ok(Runtime {
         rls,
         config,

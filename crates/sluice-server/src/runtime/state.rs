@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::serve::build::Runtime;
+use crate::runtime::build::Runtime;
 
 /// Shared by the gateway and admin listeners.
 #[derive(Debug)]
@@ -24,7 +24,7 @@ pub struct Shared {
     pub reconfigure: tokio::sync::Mutex<()>,
     /// The span exporter of `[telemetry] otlp_endpoint`; `None` (nothing built, nothing
     /// done per request) without it.
-    pub spans: Option<crate::serve::otlp::Spans>,
+    pub spans: Option<crate::runtime::otlp::Spans>,
 }
 
 impl Shared {
@@ -34,7 +34,7 @@ impl Shared {
         runtime: Runtime,
         prometheus: PrometheusHandle,
         demo: Option<std::net::SocketAddr>,
-        spans: Option<crate::serve::otlp::Spans>,
+        spans: Option<crate::runtime::otlp::Spans>,
     ) -> Shared {
         Shared {
             runtime: ArcSwap::from_pointee(runtime),
