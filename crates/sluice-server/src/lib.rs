@@ -12,7 +12,11 @@
 //! live in modules of their own, [`dashboard`] serves
 //! `/dashboard` and `/v1/stats` on the admin listener, [`rls`] answers Envoy's rate limit
 //! service on `server.rls_listen`, and the two small subcommands,
-//! `check-config` and `default-config`, are in [`cli`]. All of them read [`config`].
+//! `check-config` and `default-config`, are in [`cli`]. All of them read [`config`]; what the
+//! listeners share (the runtime one configuration builds, the state swapped on reload) is in
+//! [`runtime`], below every listener. The floors, and the test that keeps every import
+//! running downward, are in `tests/layers.rs`; the repository's `ARCHITECTURE.md` walks
+//! through the whole house.
 //!
 //! ```
 //! let config = sluice_server::config::parse(

@@ -10,6 +10,9 @@
 //! [`stats`] builds the snapshot from the runtime in force (the policies and their stores)
 //! and from the Prometheus text of `/metrics` ([`prom`]), so the dashboard and a scraper
 //! always agree.
+//!
+//! It reads the runtime and the metrics text; it never changes a policy nor holds state of its
+//! own between requests, and it imports no listener (the admin listener mounts it).
 
 pub mod page;
 pub mod prom;

@@ -2,9 +2,12 @@
 //! `server.rls_listen`: each descriptor Envoy sends is decided by the policy of the first
 //! `[[rls]]` rule that matches it, on the same buckets the HTTP gateway spends.
 //!
-//! - [`table`]: the rules, built with each runtime (so a reload rebuilds them), and the key a
-//!   matched descriptor spends.
+//! - [`RlsTable`]: the rules, built with each runtime (so a reload rebuilds them), and the key a
+//!   matched descriptor spends; it lives in [`crate::runtime::rls_table`], below every listener.
 //! - [`service`]: `ShouldRateLimit`, and the listener that serves it over h2c.
+//!
+//! A listener: it borrows the shared state ([`crate::runtime::state::Shared`]) and imports
+//! nothing from the other listeners (`serve/`); only the process (`serve::run`) starts it.
 
 pub mod service;
 

@@ -176,7 +176,7 @@ impl Spans {
     }
 
     /// Sends the spans not yet exported and stops the exporter, waiting at most
-    /// [`FLUSH_TIMEOUT`].
+    /// `FLUSH_TIMEOUT` (5 s).
     pub async fn shutdown(&self) {
         let provider = self.provider.clone();
         // The processor's shutdown blocks until its task (on this runtime) has exported.

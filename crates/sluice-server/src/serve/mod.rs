@@ -15,6 +15,11 @@
 //!   The files of `[server.tls]` and every `upstream_ca` are read again too: new connections
 //!   get the new certificate, those open keep theirs; a pair that does not load refuses the
 //!   reload.
+//!
+//! The room of the gateway and admin listeners ([`gateway`], [`conn`], [`stall`], [`admin`],
+//! [`policies`]) and of the process that starts every listener ([`run()`]). What more than one
+//! listener needs (the runtime, the shared state, reload changes) lives below, in
+//! [`crate::runtime`]; nothing here is imported by a room beneath it.
 
 pub mod admin;
 pub mod conn;

@@ -9,14 +9,14 @@
 //!
 //! hyper polls a response body for its next chunk only once it has sent the previous one. So
 //! the body ([`SendClock`], in [`Ending`](super::conn::Ending)) knows when a chunk is in
-//! hyper's hands and unsent, and the task that sends the stream ([`Watched`], spawned by
+//! hyper's hands and unsent, and the task that sends the stream (`Watched`, spawned by
 //! [`EdgeExecutor`]) times that: a chunk unsent for `send_timeout` ends the task, and h2
 //! resets the stream (`RST_STREAM(CANCEL)`); the body, its permits and its upstream connection
 //! are dropped with it. A body waiting on its upstream is not a stall.
 //!
 //! hyper makes each stream's task right after calling the service for it, on the same
 //! thread, with no other service call in between: the service leaves the stream's clock in
-//! [`NEXT`] and the executor takes it from there.
+//! `NEXT` and the executor takes it from there.
 
 use std::cell::Cell;
 use std::future::Future;

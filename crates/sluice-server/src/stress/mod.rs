@@ -1,6 +1,6 @@
 //! `sluice stress URL`: load a server at a fixed rate and see what it answers.
 //!
-//! The [`plan`] (rate, duration, concurrency bound, method, headers) is checked first; [`run`]
+//! The [`plan`] (rate, duration, concurrency bound, method, headers) is checked first; [`run`](mod@run)
 //! sends it open loop over pooled keep-alive HTTP/1.1 connections (hyper); [`summary`] counts
 //! status codes and errors, and takes latency percentiles and the admitted (2xx) rate;
 //! [`progress`] draws a live line when stdout is a terminal.
