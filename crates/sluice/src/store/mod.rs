@@ -14,7 +14,7 @@ pub mod redis;
 pub use file::{FileStore, FileStoreError, FileStoreOptions};
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use redis::{OnError, RedisConfig, RedisStore, RedisStoreError};
+pub use redis::{LeaseConfig, LeaseSize, OnError, RedisConfig, RedisStore, RedisStoreError};
 
 use std::future::Future;
 use std::time::Duration;

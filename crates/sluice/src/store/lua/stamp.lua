@@ -3,7 +3,7 @@
 -- KEYS[1] the key; ARGV[1] this script's stamp, '<family>:<capacity>:<interval_ns>' (family
 -- gcra for token_bucket, gcra and leaky_bucket; fw, sw for the windows); ARGV[2] the cost.
 -- Every value is '<stamp>|<state>': the stamp says under which quota the state was written,
--- the state is the family's: gcra '<full again at>', fw '<window end> <count>', sw '<window
+-- the state is the family's: gcra '<full again at>' (and its leases, gcra_state.lua), fw '<window end> <count>', sw '<window
 -- end> <previous> <current>' (times in decimal ns since the Unix epoch).
 local STAMP = ARGV[1]
 local cost = tonumber(ARGV[2])
@@ -79,8 +79,16 @@ end
 local function saved(f, n, i, body)
   local w = n * i
   local e, a, b
+  local leased = 0
   if f == 'gcra' then
-    e = string.match(body, '^(%d+)$')
+    -- Leases outstanding (gcra_state.lua) count as spent now: their holders read the key under
+    -- the old quota, and whatever they give back later finds no lease of theirs.
+    local rest
+    e, rest = string.match(body, '^(%d+)(.*)$')
+    if rest then
+      for _, k in string.gmatch(rest, ' %w+:(%d+):%d+') do leased = leased + tonumber(k) end
+      if string.gsub(rest, ' %w+:%d+:%d+', '') ~= '' then e = nil end
+    end
   elseif f == 'fw' then
     e, a = string.match(body, '^(%d+) (%d+)$')
   else
@@ -89,7 +97,7 @@ local function saved(f, n, i, body)
   if not e then return nil end
   local es, en = split(e)
   local d = (es - s) * E9 + (en - nn) -- end - now
-  if f == 'gcra' then return {math.min(math.max(d, 0), w)} end
+  if f == 'gcra' then return {math.min(math.max(d, 0) + leased * i, w)} end
   a = math.min(tonumber(a), n)
   if d > 0 then
     if f == 'fw' then return {math.min(d, w), a} end

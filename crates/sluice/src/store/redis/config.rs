@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use sluice_core::Kind;
 
+use crate::store::redis::lease::LeaseConfig;
+
 /// What a Redis store decides when Redis does not answer within the timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum OnError {
@@ -77,6 +79,7 @@ pub struct RedisConfig {
     pub(crate) max_keys: usize,
     pub(crate) queue_depth: usize,
     pub(crate) max_wait: Duration,
+    pub(crate) lease: Option<LeaseConfig>,
 }
 
 /// The default time one decision may take before [`OnError`] applies.
@@ -96,6 +99,7 @@ impl RedisConfig {
             max_keys: 100_000,
             queue_depth: 0,
             max_wait: Duration::ZERO,
+            lease: None,
         }
     }
 
@@ -157,6 +161,18 @@ impl RedisConfig {
         self.queue_depth = depth;
         self.max_wait = max_wait;
         self
+    }
+
+    /// Spends each key in slices leased from Redis rather than one round trip per request
+    /// (the bucket algorithms only; see [`LeaseConfig`] and the module documentation).
+    pub fn lease(mut self, lease: LeaseConfig) -> RedisConfig {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How keys are leased, if they are.
+    pub fn leasing(&self) -> Option<&LeaseConfig> {
+        self.lease.as_ref()
     }
 
     /// Whether this is a Redis Cluster.

@@ -111,6 +111,47 @@
 //! as every store of the prefix has one quota (a faster-refilling quota that another gateway
 //! converts the key to may make Redis admit sooner); [`RedisStore::reconfigure`] clears it.
 //!
+//! # Leases: exact at local speed
+//!
+//! With [`RedisConfig::lease`] (the bucket algorithms), a key costs one round trip per *slice*
+//! rather than per request. The lease script (`lua/lease.lua`) gives back this process's
+//! previous slice of the key and takes the next, in one call; the slice is then spent in this
+//! process, under a lock, with no I/O, until it runs out or its local deadline (the lease's
+//! `ttl` less a margin, counted from before the call left: Redis counts it from later) passes.
+//! Slices are sized between [`LeaseConfig::min`] and the ceiling: doubled when one runs out
+//! early, halved when one expires unspent. A sweeper gives back slices past their deadline, and
+//! [`RedisStore::give_back_leases`] all of them when the gateway stops.
+//!
+//! In Redis a key's value carries its leases beside its debt (`lua/gcra_state.lua`). The rule
+//! that makes leases exact: **a slice's tokens are withheld from everyone else when it is taken,
+//! but debited only when it is given back (what was spent, as spent now) or when it expires
+//! (all of it, as spent now).** Per-request decisions on the key count the held tokens as
+//! taken.
+//!
+//! *Why nothing is ever admitted beyond `capacity + rate·T` over any window of length T.* Write
+//! G for the bucket's level (capacity less the debt), H for the tokens all leases hold, S for
+//! those their holders have not spent. The free tokens are `G − H`, and the tokens anyone could
+//! still admit without waiting for time are `X = (G − H) + S ≤ G ≤ capacity`, since `S ≤ H`.
+//! Taking a slice moves tokens from free to S; spending one lowers S; giving a slice back
+//! debits what was spent (G falls by it) and frees what was not (H falls by the whole slice):
+//! X is unchanged, or falls. A lease that expires (its holder crashed, or lost the answer) is
+//! debited whole: G and H fall alike, X falls by what its holder had left. So X rises only as
+//! G refills, at the rate, and every admission lowers it by one: the admissions in `[a, b]`
+//! are at most `X(a) + rate·(b − a) ≤ capacity + rate·(b − a)`. Had the slice been debited
+//! when taken, the bucket would refill behind a slice that is still to be spent, and a
+//! gateway spending its slice late, next to another taking the refilled bucket, would exceed
+//! the bound by the slice: the property test `tests/lease_redis.rs` catches exactly that.
+//!
+//! The price is under-admission: tokens held and not yet spent are free to nobody else, and a
+//! crashed gateway's slice is lost until it expires. At any moment it is at most the slices
+//! held (gateways × the ceiling), and it is recovered when they are given back or expire.
+//! The window algorithms keep no bucket to slice, and refuse leases.
+//!
+//! On a leased key, a decision's `remaining` is this process's unspent slice plus the free
+//! tokens Redis reported when the slice was taken: an estimate, never a promise. A denial comes
+//! from Redis (no slice could be had), with the time until one token is free were every lease
+//! to stay held.
+//!
 //! # Waiting
 //!
 //! [`Store::acquire`](crate::store::Store::acquire) waits in a per-key FIFO queue of this process
@@ -121,10 +162,12 @@
 
 mod cache;
 mod config;
+mod lease;
 mod link;
 mod queue;
 mod script;
 mod store;
 
 pub use config::{OnError, RedisConfig, RedisStoreError};
+pub use lease::{LeaseConfig, LeaseSize};
 pub use store::RedisStore;

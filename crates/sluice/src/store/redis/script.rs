@@ -13,7 +13,14 @@ const MAX_WINDOW_CAPACITY: u64 = 94_906_265;
 const DEBT: &str = concat!(
     include_str!("../lua/time.lua"),
     include_str!("../lua/stamp.lua"),
+    include_str!("../lua/gcra_state.lua"),
     include_str!("../lua/debt.lua")
+);
+const LEASE: &str = concat!(
+    include_str!("../lua/time.lua"),
+    include_str!("../lua/stamp.lua"),
+    include_str!("../lua/gcra_state.lua"),
+    include_str!("../lua/lease.lua")
 );
 const SLIDING_WINDOW: &str = concat!(
     include_str!("../lua/time.lua"),
@@ -28,10 +35,22 @@ const FIXED_WINDOW: &str = concat!(
     include_str!("../lua/fixed_window.lua")
 );
 
+/// What the lease script answers: the tokens granted, those free after, and (when none
+/// were granted) how long until one is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Granted {
+    pub(crate) granted: u64,
+    pub(crate) free: u64,
+    pub(crate) retry_after_ns: u64,
+    pub(crate) reset_after_ns: u64,
+}
+
 /// One algorithm's script with its stamp.
 #[derive(Clone)]
 pub(crate) struct Program {
     script: Script,
+    /// The lease script, for the bucket algorithms (`None` for the windows).
+    lease: Option<Script>,
     algorithm: AnyAlgorithm,
     /// ARGV[1]: `<family>:<capacity>:<interval_ns>`, which every value written starts with.
     stamp: String,
@@ -96,6 +115,7 @@ impl Program {
         };
         Ok(Program {
             script: Script::new(source),
+            lease: (family == "gcra").then(|| Script::new(LEASE)),
             algorithm: *algorithm,
             stamp: format!("{family}:{}:{}", quota.capacity(), quota.interval_ns()),
         })
@@ -171,6 +191,70 @@ impl Program {
         };
         cmd.arg(ago_ns);
         cmd
+    }
+
+    /// The lease script, if this algorithm's keys can be leased (the bucket algorithms).
+    pub(crate) fn lease_script(&self) -> Option<&Script> {
+        self.lease.as_ref()
+    }
+
+    /// `EVALSHA <lease sha1> 1 <key> <stamp> 0 <now|''> <id> <spent|''> <want> <ttl_ns>
+    /// <at_least>`: gives back the lease `id` holds on `key` (having spent `spent` of it), and
+    /// takes a new one of up to `want` tokens for `ttl_ns`, if at least `at_least` are free.
+    /// `None` for an algorithm without leases.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lease_command(
+        &self,
+        prefix: &str,
+        key: &str,
+        id: &str,
+        spent: Option<u64>,
+        (want, at_least): (u64, u64),
+        ttl_ns: u64,
+        now_unix_ns: Option<u64>,
+    ) -> Option<redis::Cmd> {
+        let script = self.lease.as_ref()?;
+        let mut cmd = redis::Cmd::with_capacity(
+            12,
+            56 + prefix.len() + key.len() + 3 + self.stamp.len() + id.len() + 6 * 20,
+        );
+        cmd.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(Program::redis_key(prefix, key))
+            .arg(&self.stamp)
+            .arg(0);
+        match now_unix_ns {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(id);
+        match spent {
+            Some(spent) => cmd.arg(spent),
+            None => cmd.arg(""),
+        };
+        cmd.arg(want).arg(ttl_ns).arg(at_least);
+        Some(cmd)
+    }
+
+    /// The lease script's reply `{granted, free, retry_after_ns, reset_after_ns}`.
+    pub(crate) fn granted(reply: &redis::Value) -> Option<Granted> {
+        let redis::Value::Array(items) = reply else {
+            return None;
+        };
+        let n = |i: usize| match items.get(i) {
+            Some(redis::Value::Int(v)) => u64::try_from(*v).ok(),
+            _ => None,
+        };
+        if items.len() != 4 {
+            return None;
+        }
+        Some(Granted {
+            granted: n(0)?,
+            free: n(1)?,
+            retry_after_ns: n(2)?,
+            reset_after_ns: n(3)?,
+        })
     }
 
     /// The decision in a script's reply `{allowed, remaining, retry_after_ns, reset_after_ns}`.

@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::limiter::AcquireOptions;
 use crate::store::redis::cache::DenialCache;
 use crate::store::redis::config::{OnError, RedisConfig, RedisStoreError};
+use crate::store::redis::lease::{Leases, Slice};
 use crate::store::redis::link::{self, Conn, Gate, Health};
 use crate::store::redis::queue::Queues;
 use crate::store::redis::script::Program;
@@ -55,6 +56,8 @@ struct Inner {
     denials: DenialCache,
     queues: Queues,
     metrics: StoreMetrics,
+    /// The slices this process holds, when keys are leased.
+    leases: Option<Leases>,
 }
 
 /// The algorithm's script and stamp, the policy's local store and the queue limits: swapped
@@ -140,6 +143,7 @@ impl RedisStore {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| RedisStoreError::NoRuntime)?;
         runtime.spawn(connect_until_done(Arc::downgrade(&store.inner)));
+        store.sweep_leases();
         Ok(store)
     }
 
@@ -165,6 +169,7 @@ impl RedisStore {
         match connected {
             Ok(Ok(conn)) => {
                 inner.health.connected(conn);
+                store.sweep_leases();
                 Ok(store)
             }
             Ok(Err(e)) => Err(RedisStoreError::Connect {
@@ -188,6 +193,10 @@ impl RedisStore {
             config.queue_depth,
             config.max_wait,
         )?;
+        if config.lease.is_some() && settings.program.lease_script().is_none() {
+            return Err(leases_unsupported(algorithm.kind()));
+        }
+        let leases = config.lease.map(|lease| Leases::new(lease, &config.prefix));
         let label = config.prefix.clone();
         let health = Health::new(&config);
         let counter = |name: &'static str| metrics::counter!(name, "store" => "redis", "prefix" => label.clone());
@@ -205,6 +214,7 @@ impl RedisStore {
                 clock: TokioClock::new(),
                 health,
                 queues: Queues::default(),
+                leases,
             }),
         })
     }
@@ -244,7 +254,10 @@ impl RedisStore {
         let inner = &*self.inner;
         let max_keys = max_keys.max(1);
         // Checked before anything changes: an algorithm the scripts cannot run changes nothing.
-        Program::new(&algorithm)?;
+        let program = Program::new(&algorithm)?;
+        if inner.leases.is_some() && program.lease_script().is_none() {
+            return Err(leases_unsupported(algorithm.kind()));
+        }
         let current = inner.settings();
         let local = match &current.fallback {
             Fallback::Local(local) => Some(local),
@@ -265,6 +278,30 @@ impl RedisStore {
         // answered under (see `Inner::check`).
         inner.denials.reset(max_keys);
         Ok(())
+    }
+
+    /// Gives back the slices past their deadline every lease `ttl`, while the store lives.
+    fn sweep_leases(&self) {
+        let Some(leases) = &self.inner.leases else {
+            return;
+        };
+        let every = leases.config.ttl.max(Duration::from_millis(10));
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else { return };
+                inner.give_back(false).await;
+            }
+        });
+    }
+
+    /// Gives back every slice this process holds (what was not spent is free again for the
+    /// other gateways at once); call it when the gateway stops. The store stays usable.
+    pub async fn give_back_leases(&self) {
+        self.inner.give_back(true).await;
     }
 
     /// Whether decisions come from Redis right now (`false` while the policy decides).
@@ -299,7 +336,10 @@ impl RedisStore {
             nanos(ago),
             Some(unix_ns),
         );
-        inner.run_direct(&settings, &cmd).await.map(drop)
+        inner
+            .run_direct(settings.program.script(), &cmd)
+            .await
+            .map(drop)
     }
 
     /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
@@ -316,10 +356,52 @@ impl RedisStore {
         let cmd = settings
             .program
             .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let reply = inner.run_direct(&settings, &cmd).await?;
+        let reply = inner.run_direct(settings.program.script(), &cmd).await?;
         settings.program.decision(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })
+    }
+
+    /// Runs the lease script for `key` as if Redis's clock read `unix_ns`: gives back the
+    /// lease of `id` (having spent `spent` of it; `None`: nothing to give back) and takes up to
+    /// `want` tokens for `ttl`. Returns the tokens granted and those free after. For tests of
+    /// the lease protocol, like [`RedisStore::check_at`] (and with the same warning); a
+    /// store's own leases go through [`Store::check`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] if Redis does not answer or the algorithm has no leases.
+    pub async fn lease_at(
+        &self,
+        key: &str,
+        id: &str,
+        spent: Option<u64>,
+        want: u64,
+        ttl: Duration,
+        unix_ns: u64,
+    ) -> Result<(u64, u64), Error> {
+        let inner = &*self.inner;
+        let settings = inner.settings();
+        let unavailable = Error::Unavailable {
+            retry_after: inner.config.retry_interval,
+        };
+        let (Some(script), Some(cmd)) = (
+            settings.program.lease_script(),
+            settings.program.lease_command(
+                &inner.config.prefix,
+                key,
+                id,
+                spent,
+                (want, 1),
+                nanos(ttl),
+                Some(unix_ns),
+            ),
+        ) else {
+            return Err(unavailable);
+        };
+        let reply = inner.run_direct(script, &cmd).await?;
+        let granted = Program::granted(&reply).ok_or(unavailable)?;
+        Ok((granted.granted, granted.free))
     }
 }
 
@@ -404,14 +486,14 @@ impl Inner {
     /// and the health bookkeeping (for `check_at` and `refund_at`).
     async fn run_direct(
         &self,
-        settings: &Settings,
+        script: &redis::Script,
         cmd: &redis::Cmd,
     ) -> Result<redis::Value, Error> {
         let unavailable = Error::Unavailable {
             retry_after: self.config.retry_interval,
         };
         let conn = self.health.conn.get().ok_or(unavailable)?;
-        let run = conn.run(cmd, settings.program.script());
+        let run = conn.run(cmd, script);
         match tokio::time::timeout(self.config.timeout, run).await {
             Ok(Ok(reply)) => Ok(reply),
             _ => Err(unavailable),
@@ -427,7 +509,7 @@ impl Inner {
     ) -> Result<Decision, Unanswered> {
         let program = &settings.program;
         let cmd = program.command(&self.config.prefix, key, cost, None);
-        self.round_trip(program, &cmd, now, |reply| program.decision(reply))
+        self.round_trip(program.script(), &cmd, now, |reply| program.decision(reply))
             .await
     }
 
@@ -438,7 +520,7 @@ impl Inner {
     /// unanswered.
     async fn round_trip<T>(
         &self,
-        program: &Program,
+        script: &redis::Script,
         cmd: &redis::Cmd,
         now: u64,
         read: impl FnOnce(&redis::Value) -> Option<T>,
@@ -458,7 +540,7 @@ impl Inner {
             if probe {
                 conn.ping().await?;
             }
-            conn.run(cmd, program.script()).await
+            conn.run(cmd, script).await
         };
         let reply = tokio::time::timeout_at(deadline, run).await;
         let error = match reply {
@@ -505,6 +587,15 @@ impl Inner {
         if cost == 0 {
             return;
         }
+        if let Some(leases) = &self.leases {
+            // Back into the slice it most likely came from, while that is still held.
+            let entry = leases.entry(key);
+            let mut slice = entry.slice.lock();
+            if slice.granted > 0 && tokio::time::Instant::now() < slice.deadline {
+                slice.left = (slice.left + cost).min(slice.granted);
+                return;
+            }
+        }
         let settings = self.settings();
         if !self.health.is_up() {
             if let Fallback::Local(local) = &settings.fallback {
@@ -517,10 +608,161 @@ impl Inner {
         let cmd = program.refund_command(&self.config.prefix, key, cost, nanos(ago), None);
         // Unanswered: the tokens stay spent.
         let _ = self
-            .round_trip(program, &cmd, now, |reply| {
+            .round_trip(program.script(), &cmd, now, |reply| {
                 matches!(reply, redis::Value::Array(_)).then_some(())
             })
             .await;
+    }
+
+    /// Gives back the slices past their deadline (with `all`, every slice held) to Redis.
+    async fn give_back(&self, all: bool) {
+        let Some(leases) = &self.leases else { return };
+        let due = leases.due(tokio::time::Instant::now(), all);
+        if due.is_empty() {
+            return;
+        }
+        let settings = self.settings();
+        let program = &settings.program;
+        let Some(script) = program.lease_script() else {
+            return;
+        };
+        for (key, spent, unspent) in due {
+            if unspent > 0 {
+                leases.metrics.expired.increment(1);
+                leases.metrics.unspent.increment(unspent);
+            } else {
+                leases.metrics.returned.increment(1);
+            }
+            let Some(cmd) = program.lease_command(
+                &self.config.prefix,
+                &key,
+                &leases.id,
+                Some(spent),
+                (0, 0),
+                0,
+                None,
+            ) else {
+                return;
+            };
+            // Unanswered: Redis settles the lease when it expires, as all spent.
+            let now = self.clock.now_ns();
+            let _ = self.round_trip(script, &cmd, now, Program::granted).await;
+        }
+    }
+
+    /// [`Inner::check`] of a positive cost on a leased key: from this process's slice while
+    /// it lasts, then one round trip that gives the slice back and takes the next.
+    async fn check_leased(
+        &self,
+        leases: &Leases,
+        settings: &Arc<Settings>,
+        key: &str,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, Error> {
+        let program = &settings.program;
+        let limit = program.algorithm().quota().capacity();
+        let entry = leases.entry(key);
+        let spent = |slice: &mut Slice| {
+            let left = slice.spend(cost, tokio::time::Instant::now())?;
+            leases.metrics.local.increment(1);
+            Some(Decision {
+                allowed: true,
+                limit,
+                remaining: left.saturating_add(slice.free).min(limit),
+                retry_after_ns: 0,
+                reset_after_ns: 0,
+            })
+        };
+        if let Some(decision) = spent(&mut entry.slice.lock()) {
+            return Ok(decision);
+        }
+        if let Some(decision) = self.denials.get(key, cost, now) {
+            self.metrics.cached_denials.increment(1);
+            return Err(limited(decision));
+        }
+        // One renewal at a time per key: the others wait for it and spend its slice.
+        let _renewing = entry.renewing.lock().await;
+        if let Some(decision) = spent(&mut entry.slice.lock()) {
+            return Ok(decision);
+        }
+        // The renewal this request waited for may have been denied.
+        let now = self.clock.now_ns();
+        if let Some(decision) = self.denials.get(key, cost, now) {
+            self.metrics.cached_denials.increment(1);
+            return Err(limited(decision));
+        }
+        let max = leases.config.max.tokens(limit);
+        let (give_back, want) =
+            entry
+                .slice
+                .lock()
+                .renewal(tokio::time::Instant::now(), leases.config.min, max, cost);
+        let Some(script) = program.lease_script() else {
+            // Never: a leasing store refuses an algorithm without leases (build, reconfigure).
+            return Err(Error::Unavailable {
+                retry_after: self.config.retry_interval,
+            });
+        };
+        let ttl_ns = nanos(leases.config.ttl);
+        // A whole slice or none: a key kept at its limit takes its refill a slice at a time
+        // (each denial meanwhile answered from the cache) rather than token by token.
+        let at_least = want;
+        let Some(cmd) = program.lease_command(
+            &self.config.prefix,
+            key,
+            &leases.id,
+            give_back,
+            (want, at_least),
+            ttl_ns,
+            None,
+        ) else {
+            return Err(Error::Unavailable {
+                retry_after: self.config.retry_interval,
+            });
+        };
+        let sent = tokio::time::Instant::now();
+        match self.round_trip(script, &cmd, now, Program::granted).await {
+            Ok(granted) => {
+                if give_back.is_some() {
+                    leases.metrics.returned.increment(1);
+                }
+                let mut slice = entry.slice.lock();
+                slice.granted = granted.granted;
+                slice.left = granted.granted;
+                slice.free = granted.free;
+                slice.deadline = leases.config.deadline(sent);
+                if granted.granted > 0 {
+                    leases.metrics.taken.increment(1);
+                }
+                if let Some(decision) = spent(&mut slice) {
+                    return Ok(decision);
+                }
+                drop(slice);
+                let decision = Decision {
+                    allowed: false,
+                    limit,
+                    remaining: granted.free.saturating_add(granted.granted),
+                    retry_after_ns: granted.retry_after_ns.max(1),
+                    reset_after_ns: granted.reset_after_ns,
+                };
+                // As in `check`: a denial under the settings in use now only. Leases given back
+                // later may free tokens before its retry time: the cache then denies a little
+                // longer than Redis would, never less long.
+                let current = self.current.read();
+                if granted.granted == 0 && Arc::ptr_eq(&current, settings) {
+                    self.denials.insert(key, cost, now, decision);
+                }
+                drop(current);
+                Err(limited(decision))
+            }
+            Err(unanswered) => {
+                // Whether the slice given back was settled is unknown: it is not spent here
+                // again, and Redis settles it at its expiry if it was not.
+                entry.slice.lock().clear();
+                self.fallback(settings, key, cost, unanswered)
+            }
+        }
     }
 
     /// What the policy decides while Redis does not answer.
@@ -561,6 +803,9 @@ impl Inner {
         let settings = self.settings();
         ensure_cost(&settings, cost)?;
         let now = self.clock.now_ns();
+        if let (Some(leases), true) = (&self.leases, cost > 0) {
+            return self.check_leased(leases, &settings, key, cost, now).await;
+        }
         if cost > 0 {
             if let Some(decision) = self.denials.get(key, cost, now) {
                 self.metrics.cached_denials.increment(1);
@@ -581,6 +826,15 @@ impl Inner {
             }
             Err(unanswered) => self.fallback(&settings, key, cost, unanswered),
         }
+    }
+}
+
+fn leases_unsupported(kind: sluice_core::Kind) -> RedisStoreError {
+    RedisStoreError::Unsupported {
+        algorithm: kind,
+        reason: String::from(
+            "leases slice a bucket, which the window algorithms do not keep; use gcra, token_bucket or leaky_bucket, or no lease",
+        ),
     }
 }
 

@@ -1,0 +1,43 @@
+-- sluice: a gateway's lease on a GCRA key, after time.lua, stamp.lua and gcra_state.lua.
+-- ARGV[4] the gateway's lease id; ARGV[5] the tokens it spent of the lease it gives back ('':
+-- none to give back); ARGV[6] the tokens it asks for now (0: only give back); ARGV[7] how long
+-- the new lease lasts, in ns; ARGV[8] the fewest tokens worth a lease (a hot key waits for a
+-- slice worth its round trip rather than taking each token as it refills). A lease given
+-- back is settled: what was spent is debited now,
+-- the rest is free again. A lease still outstanding under this id and not given back is
+-- settled as all spent (its holder lost track of it). The new lease takes what is free, up to
+-- what was asked, if that is at least ARGV[8] (else nothing).
+-- Returns {granted, free after, retry_after_ns (until ARGV[8] tokens are free, if none was
+-- granted), reset_after_ns (until full, were every lease spent)}.
+local id, want, ttl = ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[7])
+local at_least = tonumber(ARGV[8] or '1')
+if at_least < 1 then at_least = 1 end
+if at_least > want then at_least = want end
+for j = #leases, 1, -1 do
+  local l = leases[j]
+  if l[1] == id then
+    local spent = l[2]
+    if ARGV[5] ~= '' then spent = math.min(tonumber(ARGV[5]), l[2]) end
+    table.remove(leases, j)
+    held = held - l[2]
+    debt = debt + spent * interval
+    dirty = true
+  end
+end
+if debt > tau then debt = tau end
+local granted = 0
+if want > 0 then
+  granted = math.min(want, free_now())
+  if granted < at_least then granted = 0 end
+  if granted > 0 then
+    leases[#leases + 1] = {id, granted, end_string(ttl)}
+    held = held + granted
+    dirty = true
+  end
+end
+if dirty then store_state() end
+local owed = debt + held * interval
+local wait = 0
+if granted == 0 and want > 0 then wait = owed + at_least * interval - tau end
+if wait < 0 then wait = 0 end
+return {granted, free_now(), wait, owed}

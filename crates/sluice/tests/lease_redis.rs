@@ -1,0 +1,363 @@
+//! Leases never admit beyond the bound: several gateways share one key in a real Redis, each
+//! spending slices it leased, giving them back, crashing while it holds one (its lease then
+//! expires in Redis), while another gateway decides per request on the same key. The scripts'
+//! clock is the schedule's (`lease_at`, `check_at`), so the run is exact and repeatable.
+//!
+//! The model is the bound itself: over any window `[a, b]`, the admissions of every gateway
+//! together are at most `capacity + (b - a) / interval` (what one exact bucket admits at
+//! most). Each gateway spends a slice only until its local deadline (the lease's ttl less the
+//! store's margin, from the moment it asked), as `RedisStore` does.
+
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sluice::store::{LeaseConfig, LeaseSize, OnError, RedisConfig, RedisStore};
+use sluice_core::{AnyAlgorithm, Kind, Quota, Rate};
+use support::process::unix_ns;
+use support::redis::RedisServer;
+
+const CAPACITY: u64 = 6;
+/// One token per 250 ms.
+const INTERVAL: u64 = 250_000_000;
+const TTL: Duration = Duration::from_millis(400);
+const GATEWAYS: usize = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Gateway `gw` admits `cost`: from its slice, or by giving it back and taking another
+    /// of up to `want`.
+    Spend { gw: usize, cost: u64, want: u64 },
+    /// Gateway `gw` gives its slice back (what it spent of it).
+    GiveBack { gw: usize },
+    /// Gateway `gw` dies holding its slice; it comes back with a new lease id.
+    Crash { gw: usize },
+    /// A gateway that does not lease decides `cost` per request.
+    Direct { cost: u64 },
+    /// Time passes (milliseconds of the scripts' clock).
+    Advance { ms: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => (0..GATEWAYS, 1..=2u64, 1..=4u64).prop_map(|(gw, cost, want)| Op::Spend { gw, cost, want }),
+        2 => (0..GATEWAYS).prop_map(|gw| Op::GiveBack { gw }),
+        1 => (0..GATEWAYS).prop_map(|gw| Op::Crash { gw }),
+        3 => (1..=2u64).prop_map(|cost| Op::Direct { cost }),
+        4 => (1..700u64).prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+/// One gateway's slice, as `RedisStore` keeps it.
+#[derive(Debug, Clone, Default)]
+struct Slice {
+    id: String,
+    granted: u64,
+    left: u64,
+    deadline: u64,
+}
+
+fn server() -> Option<&'static RedisServer> {
+    static SERVER: OnceLock<Option<RedisServer>> = OnceLock::new();
+    SERVER.get_or_init(RedisServer::start).as_ref()
+}
+
+/// Every window of `admitted` (times, one entry per token, sorted) within the bound.
+fn within_bound(admitted: &[u64]) -> Result<(), String> {
+    for i in 0..admitted.len() {
+        for j in i..admitted.len() {
+            let count = (j - i + 1) as u64;
+            let allowed = CAPACITY + (admitted[j] - admitted[i]) / INTERVAL;
+            if count > allowed {
+                return Err(format!(
+                    "{count} admissions within {} ms, the bound allows {allowed}",
+                    (admitted[j] - admitted[i]) / 1_000_000
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
+    let algorithm = AnyAlgorithm::new(
+        Kind::TokenBucket,
+        Quota::new(CAPACITY, Rate::from_interval_ns(INTERVAL).unwrap()).unwrap(),
+    );
+    let prefix = format!("lease-{}-{case}", std::process::id());
+    let config = RedisConfig::new(server.url())
+        .prefix(prefix)
+        .on_error(OnError::Deny)
+        .lease(LeaseConfig::new(LeaseSize::Tokens(4), TTL));
+    let store = RedisStore::connect(algorithm, config).await.unwrap();
+    let margin = (TTL / 50).max(Duration::from_millis(1)).as_nanos() as u64;
+    let ttl = TTL.as_nanos() as u64;
+    let mut slices: Vec<Slice> = (0..GATEWAYS)
+        .map(|gw| Slice {
+            id: format!("g{gw}x0"),
+            ..Slice::default()
+        })
+        .collect();
+    let mut restarts = 0;
+    // Real Unix times, so that Redis's TTLs (in real time) never end before the schedule's.
+    let mut now = unix_ns();
+    let mut real = std::time::Instant::now();
+    let mut admitted: Vec<u64> = Vec::new();
+    let mut takes = 0;
+    for (step, op) in ops.into_iter().enumerate() {
+        now += real.elapsed().as_nanos() as u64 + 1_000_000;
+        real = std::time::Instant::now();
+        let context = format!("step {step} ({op:?})");
+        match op {
+            Op::Spend { gw, cost, want } => {
+                let s = &mut slices[gw];
+                if s.granted > 0 && now < s.deadline && s.left >= cost {
+                    s.left -= cost;
+                    admitted.extend(std::iter::repeat_n(now, cost as usize));
+                } else {
+                    let spent = (s.granted > 0).then(|| s.granted - s.left);
+                    let (granted, _free) = store
+                        .lease_at("k", &s.id, spent, want.max(cost), TTL, now)
+                        .await
+                        .unwrap();
+                    takes += 1;
+                    s.granted = granted;
+                    s.left = granted;
+                    s.deadline = now + ttl - margin;
+                    if granted >= cost {
+                        s.left -= cost;
+                        admitted.extend(std::iter::repeat_n(now, cost as usize));
+                    }
+                }
+            }
+            Op::GiveBack { gw } => {
+                let s = &mut slices[gw];
+                if s.granted > 0 {
+                    store
+                        .lease_at("k", &s.id, Some(s.granted - s.left), 0, TTL, now)
+                        .await
+                        .unwrap();
+                    s.granted = 0;
+                    s.left = 0;
+                }
+            }
+            Op::Crash { gw } => {
+                restarts += 1;
+                slices[gw] = Slice {
+                    id: format!("g{gw}x{restarts}"),
+                    ..Slice::default()
+                };
+            }
+            Op::Direct { cost } => {
+                let d = store.check_at("k", cost, now).await.unwrap();
+                if d.allowed {
+                    admitted.extend(std::iter::repeat_n(now, cost as usize));
+                }
+            }
+            Op::Advance { ms } => now += ms * 1_000_000,
+        }
+        if let Err(e) = within_bound(&admitted) {
+            panic!("{context}: {e}; admissions (ms from the first): {:?}", {
+                let first = admitted.first().copied().unwrap_or(0);
+                admitted
+                    .iter()
+                    .map(|t| (t - first) / 1_000_000)
+                    .collect::<Vec<_>>()
+            });
+        }
+    }
+    (admitted.len(), takes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gateways_spending_leases_crashing_and_deciding_per_request_never_exceed_the_bound(
+        ops in prop::collection::vec(op(), 1..60)
+    ) {
+        let Some(server) = server() else { return Ok(()) };
+        static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(run(ops, server, case));
+    }
+}
+
+/// A schedule written out: a gateway takes the whole bucket, spends it at once, and gives the
+/// slice back just after the bucket would have refilled; another then finds nothing free,
+/// because the tokens spent count from when they were given back.
+#[test]
+fn tokens_spent_from_a_slice_are_not_refilled_before_they_are_given_back() {
+    let Some(server) = server() else { return };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let algorithm = AnyAlgorithm::new(
+                Kind::Gcra,
+                Quota::new(CAPACITY, Rate::from_interval_ns(INTERVAL).unwrap()).unwrap(),
+            );
+            let config = RedisConfig::new(server.url())
+                .prefix(format!("lease-fixed-{}", std::process::id()))
+                .on_error(OnError::Deny)
+                .lease(LeaseConfig::new(LeaseSize::Tokens(CAPACITY), TTL));
+            let store = RedisStore::connect(algorithm, config).await.unwrap();
+            let t0 = unix_ns();
+            let (a, free) = store
+                .lease_at("k", "a", None, CAPACITY, TTL, t0)
+                .await
+                .unwrap();
+            assert_eq!((a, free), (CAPACITY, 0));
+            // Nobody else gets anything while the slice is held, however long.
+            let (b, _) = store
+                .lease_at("k", "b", None, 1, TTL, t0 + 300_000_000)
+                .await
+                .unwrap();
+            assert_eq!(b, 0);
+            let direct = store.check_at("k", 1, t0 + 300_000_000).await.unwrap();
+            assert!(!direct.allowed);
+            // `a` spent all six at once, and gives them back at 350 ms: they are spent now.
+            let (_, free) = store
+                .lease_at("k", "a", Some(CAPACITY), 0, TTL, t0 + 350_000_000)
+                .await
+                .unwrap();
+            assert_eq!(free, 0, "tokens spent came back before their refill");
+            // One interval later, one token.
+            let (b, _) = store
+                .lease_at("k", "b", Some(0), 2, TTL, t0 + 350_000_000 + INTERVAL)
+                .await
+                .unwrap();
+            assert_eq!(b, 1);
+            // A slice given back unspent is free at once.
+            let (_, free) = store
+                .lease_at("k", "b", Some(0), 0, TTL, t0 + 360_000_000 + INTERVAL)
+                .await
+                .unwrap();
+            assert_eq!(free, 1);
+            // A lease left to expire counts as all spent at its expiry.
+            let t1 = t0 + 360_000_000 + INTERVAL;
+            let (c, _) = store.lease_at("k", "c", None, 1, TTL, t1).await.unwrap();
+            assert_eq!(c, 1);
+            let after = t1 + TTL.as_nanos() as u64 + 1;
+            let (_, free) = store.lease_at("k", "d", None, 0, TTL, after).await.unwrap();
+            assert_eq!(
+                free, 1,
+                "an expired lease settled as all spent at its expiry"
+            );
+        });
+}
+
+/// The EVALSHA calls Redis has run so far.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Two stores (two gateways) lease one hot key and spend it from eight tasks as fast as they
+/// can, in real time: together they never admit more than the bound over the run, they
+/// admit nearly all of it, and Redis runs one script per fifteen admissions at most (slices
+/// grow to 5% of the capacity, 50 tokens; at the limit each slice costs its taker one script
+/// and the other gateway about one denial). Then one gateway stops without giving its slice back: the
+/// other gets the whole bucket again once that lease expires.
+#[test]
+fn a_hot_key_leased_by_two_gateways_is_exact_and_costs_one_script_per_slice() {
+    // A server of its own: the scripts it counts are this test's only.
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let server = &server;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let capacity = 1000;
+            let per_sec = 2000;
+            let algorithm = AnyAlgorithm::new(
+                Kind::TokenBucket,
+                Quota::new(capacity, Rate::from_interval_ns(1_000_000_000 / per_sec).unwrap()).unwrap(),
+            );
+            let config = RedisConfig::new(server.url())
+                .prefix(format!("lease-hot-{}", std::process::id()))
+                .on_error(OnError::Deny)
+                .lease(LeaseConfig::new(
+                    LeaseSize::Basis(500),
+                    Duration::from_millis(100),
+                ));
+            let stores = [
+                RedisStore::connect(algorithm, config.clone()).await.unwrap(),
+                RedisStore::connect(algorithm, config).await.unwrap(),
+            ];
+            let calls_before = evalsha_calls(server);
+            let started = std::time::Instant::now();
+            let run_for = Duration::from_millis(1500);
+            let mut tasks = Vec::new();
+            for i in 0..8 {
+                let store = stores[i % 2].clone();
+                tasks.push(tokio::spawn(async move {
+                    use sluice::store::Store as _;
+                    let mut admitted = 0u64;
+                    while started.elapsed() < run_for {
+                        if store.check("hot", 1).await.is_ok_and(|d| d.allowed) {
+                            admitted += 1;
+                        } else {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    admitted
+                }));
+            }
+            let mut admitted = 0;
+            for t in tasks {
+                admitted += t.await.unwrap();
+            }
+            let elapsed = started.elapsed();
+            let calls = evalsha_calls(server) - calls_before;
+            let bound = capacity as f64 + per_sec as f64 * elapsed.as_secs_f64();
+            eprintln!(
+                "{admitted} admitted in {elapsed:?} (bound {bound:.0}, {:.1}% of it); {calls} scripts, one per {:.1} admissions",
+                100.0 * admitted as f64 / bound,
+                admitted as f64 / calls as f64
+            );
+            assert!(admitted as f64 <= bound, "{admitted} above the bound {bound:.0}");
+            assert!(
+                admitted as f64 >= 0.9 * bound,
+                "{admitted} admitted: under-admission beyond 10% of {bound:.0}"
+            );
+            assert!(calls * 15 <= admitted, "{calls} scripts for {admitted} admissions");
+            // One gateway stops without giving its slice back (a crash): the other waits out
+            // that lease, then has the bucket.
+            let [a, b] = stores;
+            drop(b);
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            use sluice::store::Store as _;
+            let mut burst = 0;
+            while a.check("hot", 1).await.is_ok_and(|d| d.allowed) {
+                burst += 1;
+                if burst > 2 * capacity {
+                    break;
+                }
+            }
+            eprintln!("after the other gateway's crash and its lease's expiry: a burst of {burst}");
+            assert!(
+                burst >= capacity - 60 && burst <= capacity + 100,
+                "a burst of {burst} after a refill of 700 ms on a capacity of {capacity}"
+            );
+        });
+}
