@@ -6,6 +6,7 @@
 //! crate's README.
 
 mod browser;
+pub mod lease;
 mod otlp;
 mod rls;
 pub mod tls;
@@ -337,6 +338,8 @@ pub struct PolicyConfig {
     pub concurrency: Option<usize>,
     /// `shadow`: decide, count, log and send headers as usual, never deny or queue.
     pub shadow: bool,
+    /// `lease`: the keys are spent in slices leased from Redis.
+    pub lease: Option<lease::LeaseSpec>,
     /// The line of its `name`, for errors found when it is built.
     pub line: usize,
 }
@@ -508,6 +511,11 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
             if names.get(&p.name) == Some(&at) {
                 policies.push(p);
             }
+        }
+    }
+    if store.backend != BackendKind::Redis {
+        for p in policies.iter().filter_map(|p| p.lease.map(|l| (p, l))) {
+            errors.at(p.1.at, &format!("policy {}.lease", p.0.name), "leases are slices of a bucket shared through Redis: they need store.backend = \"redis\"");
         }
     }
     let mut routes: Vec<(RouteConfig, usize)> = Vec::new();
@@ -1164,6 +1172,13 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
             }
         },
     };
+    let lease = f.table("lease", errors).and_then(|(l, at)| {
+        let spec = lease::lease(l, at, f.path("lease"), errors)?;
+        if algorithm.is_some_and(|k| !matches!(k, Kind::Gcra | Kind::TokenBucket | Kind::LeakyBucket)) {
+            errors.at(at, &f.path("lease"), format!("leases slice a bucket: {} keeps none; use gcra, token_bucket or leaky_bucket, or no lease", algorithm.map_or("", |k| k.name())));
+        }
+        Some(spec)
+    });
     let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
     if name.is_none() {
         errors.at(table_at, &f.path("name"), "a policy needs a name");
@@ -1193,6 +1208,7 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
             queue,
             concurrency,
             shadow,
+            lease,
             line: errors.line_of(at),
         },
         at,

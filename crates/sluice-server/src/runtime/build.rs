@@ -374,6 +374,9 @@ fn build_policy(
         if let Some(q) = p.queue {
             rc = rc.queue(q.depth, q.max_wait);
         }
+        if let Some(lease) = p.lease {
+            rc = rc.lease(lease.config);
+        }
         rc
     });
     let path = file_path(config, &p.name);
@@ -493,6 +496,19 @@ pub fn file_path(config: &Config, name: &str) -> std::path::PathBuf {
     file.push(".");
     file.push(name);
     file.into()
+}
+
+/// Gives back the slices every leased Redis policy holds, so that other gateways can spend
+/// them at once rather than after they expire.
+pub async fn give_back_leases(runtime: &Runtime) {
+    for (name, policy) in &runtime.policies {
+        if let sluice_http::Backend::Redis(store) = policy.backend() {
+            if store.config().leasing().is_some() {
+                store.give_back_leases().await;
+                tracing::info!(policy = %name, "redis leases given back");
+            }
+        }
+    }
 }
 
 /// Closes the file stores of `runtime`, writing their final, clean files (at shutdown).

@@ -164,6 +164,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         .await
         .context("joining the workers")?;
     tracing::info!("drained");
+    build::give_back_leases(&shared.current()).await;
     build::close_stores(&shared.current());
     if let Some(spans) = &shared.spans {
         spans.shutdown().await;
