@@ -4,6 +4,7 @@
 //! expires; the decision API answers on a leased policy.
 
 mod common;
+#[allow(dead_code)]
 #[path = "../../sluice/tests/support/redis.rs"]
 mod redis_support;
 
@@ -39,17 +40,6 @@ upstream = "{upstream}"
 "#,
         url = redis.url()
     )
-}
-
-fn evalsha_calls(redis: &redis_support::RedisServer) -> u64 {
-    redis
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Clients hammering each gateway's `/api/` for `run_for`; the 200s they got.
@@ -104,7 +94,7 @@ async fn three_gateways_leasing_one_key_stay_within_the_bound_and_survive_a_cras
     }
     // Full again, then the run.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let calls = evalsha_calls(&redis);
+    let calls = redis.script_calls();
     let before = up.count();
     let started = Instant::now();
     let run_for = Duration::from_secs(2);
@@ -112,7 +102,7 @@ async fn three_gateways_leasing_one_key_stay_within_the_bound_and_survive_a_cras
     let admitted = hammer(&refs, 6, run_for).await;
     let elapsed = started.elapsed();
     let reached = up.count() - before;
-    let scripts = evalsha_calls(&redis) - calls;
+    let scripts = redis.script_calls() - calls;
     let bound = CAPACITY as f64 + PER_SEC as f64 * elapsed.as_secs_f64();
     eprintln!(
         "3 gateways: {admitted} admitted in {elapsed:?} (bound {bound:.0}: {:.1}%), the upstream saw {reached}; {scripts} Redis scripts, one per {:.1} admissions",

@@ -256,18 +256,6 @@ fn tokens_spent_from_a_slice_are_not_refilled_before_they_are_given_back() {
         });
 }
 
-/// The EVALSHA calls Redis has run so far.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Two stores (two gateways) lease one hot key and spend it from eight tasks as fast as they
 /// can, in real time: together they never admit more than the bound over the run, they
 /// admit nearly all of it, and Redis runs one script per fifteen admissions at most (slices
@@ -304,7 +292,7 @@ fn a_hot_key_leased_by_two_gateways_is_exact_and_costs_one_script_per_slice() {
                 RedisStore::connect(algorithm, config.clone()).await.unwrap(),
                 RedisStore::connect(algorithm, config).await.unwrap(),
             ];
-            let calls_before = evalsha_calls(server);
+            let calls_before = server.script_calls();
             let started = std::time::Instant::now();
             let run_for = Duration::from_millis(1500);
             let mut tasks = Vec::new();
@@ -328,7 +316,7 @@ fn a_hot_key_leased_by_two_gateways_is_exact_and_costs_one_script_per_slice() {
                 admitted += t.await.unwrap();
             }
             let elapsed = started.elapsed();
-            let calls = evalsha_calls(server) - calls_before;
+            let calls = server.script_calls() - calls_before;
             let bound = capacity as f64 + per_sec as f64 * elapsed.as_secs_f64();
             eprintln!(
                 "{admitted} admitted in {elapsed:?} (bound {bound:.0}, {:.1}% of it); {calls} scripts, one per {:.1} admissions",
