@@ -205,6 +205,21 @@ pub fn describe() {
         "Decisions sent to a shared store, by `store` and `prefix`."
     );
     describe_counter!(
+        "sluice_store_leases_total",
+        Unit::Count,
+        "Leased slices of a Redis store, by `prefix` and `event`: `taken`, `returned` (given back spent), `expired` (given back with tokens unspent, past their deadline)."
+    );
+    describe_counter!(
+        "sluice_store_lease_tokens_unspent_total",
+        Unit::Count,
+        "Tokens of leased slices given back unspent, by `prefix`: held from every gateway while the slice lasted (the under-admission leases cost)."
+    );
+    describe_counter!(
+        "sluice_store_lease_admissions_total",
+        Unit::Count,
+        "Admissions answered from a leased slice in this process, without a round trip, by `prefix`."
+    );
+    describe_counter!(
         "sluice_store_cached_denials_total",
         Unit::Count,
         "Denials answered from the local cache of a shared store's recent denials, without a \
