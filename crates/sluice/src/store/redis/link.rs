@@ -85,6 +85,24 @@ impl Conn {
         }
     }
 
+    /// `WAIT 1 <timeout>`: whether a replica has every write of this connection so far. A
+    /// Cluster's client cannot say which node to ask: `None` there.
+    pub(crate) async fn replicated(&self, timeout: std::time::Duration) -> Option<bool> {
+        let Conn::Single(_) = self else {
+            return None;
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(1).arg(
+            u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
+        match self.query(&wait).await {
+            Ok(Value::Int(acks)) => Some(acks >= 1),
+            _ => Some(false),
+        }
+    }
+
     async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match self {
             Conn::Single(c) => c.clone().req_packed_command(cmd).await?,

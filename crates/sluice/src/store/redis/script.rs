@@ -43,6 +43,8 @@ pub(crate) struct Granted {
     pub(crate) free: u64,
     pub(crate) retry_after_ns: u64,
     pub(crate) reset_after_ns: u64,
+    /// Replicas of the master that granted it.
+    pub(crate) replicas: u64,
 }
 
 /// One algorithm's script with its stamp.
@@ -237,7 +239,7 @@ impl Program {
         Some(cmd)
     }
 
-    /// The lease script's reply `{granted, free, retry_after_ns, reset_after_ns}`.
+    /// The lease script's reply `{granted, free, retry_after_ns, reset_after_ns, replicas}`.
     pub(crate) fn granted(reply: &redis::Value) -> Option<Granted> {
         let redis::Value::Array(items) = reply else {
             return None;
@@ -246,7 +248,7 @@ impl Program {
             Some(redis::Value::Int(v)) => u64::try_from(*v).ok(),
             _ => None,
         };
-        if items.len() != 4 {
+        if items.len() != 5 {
             return None;
         }
         Some(Granted {
@@ -254,6 +256,7 @@ impl Program {
             free: n(1)?,
             retry_after_ns: n(2)?,
             reset_after_ns: n(3)?,
+            replicas: n(4)?,
         })
     }
 

@@ -727,6 +727,31 @@ impl Inner {
                 if give_back.is_some() {
                     leases.metrics.returned.increment(1);
                 }
+                // A master with replicas: the slice is spent only once one of them has it, so
+                // that a failover to it never forgets a slice being spent. Unconfirmed, the
+                // slice goes back unspent at the next renewal, and this request follows
+                // on_error.
+                if granted.granted > 0 && granted.replicas > 0 {
+                    let confirmed = match self.health.conn.get() {
+                        Some(conn) => conn.replicated(self.config.timeout).await,
+                        None => Some(false),
+                    };
+                    if confirmed == Some(false) {
+                        let mut slice = entry.slice.lock();
+                        slice.granted = granted.granted;
+                        slice.left = granted.granted;
+                        slice.deadline = tokio::time::Instant::now();
+                        drop(slice);
+                        return self.fallback(
+                            settings,
+                            key,
+                            cost,
+                            Unanswered {
+                                retry_at_ns: self.clock.now_ns(),
+                            },
+                        );
+                    }
+                }
                 let mut slice = entry.slice.lock();
                 slice.granted = granted.granted;
                 slice.left = granted.granted;
