@@ -1,7 +1,11 @@
-//! Provides the two things the `sluice` binary embeds from outside its own sources:
+//! Provides the three things the `sluice` binary embeds from outside its own sources:
 //!
 //! - **The browser limiter's WebAssembly module** at `$OUT_DIR/sluice_wasm.wasm`, which
 //!   `src/browser/assets.rs` embeds with `include_bytes!` to serve inside `/sluice/sw.js`.
+//! - **The Service Worker** at `$OUT_DIR/sw.js`: the ES modules of `web/sw/` bundled into one
+//!   classic script by `build/sw_bundle.rs` (no JavaScript tooling), which `assets.rs` serves
+//!   after the generated prefix. `tests/sw_bundle.rs` checks that the committed `web/sw.js` is
+//!   the same bytes; `scripts/sw-bundle update` rewrites it.
 //! - **The version line** (`SLUICE_VERSION_LINE`): the crate version, the commit and its date,
 //!   which `sluice --version` prints.
 //!
@@ -34,6 +38,8 @@ use std::process::Command;
 
 #[path = "wasm/digest.rs"]
 mod digest;
+#[path = "build/sw_bundle.rs"]
+mod sw_bundle;
 
 use digest::TARGET;
 
@@ -43,6 +49,23 @@ fn main() {
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     version_line(&manifest_dir);
     module(&manifest_dir, &out_dir);
+    service_worker(&manifest_dir, &out_dir);
+}
+
+// === the Service Worker ===
+
+fn service_worker(manifest_dir: &Path, out_dir: &Path) {
+    let dir = manifest_dir.join("../../web/sw");
+    // A folder: cargo reruns the script when any file below it changes.
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let script = sw_bundle::bundle_dir(&dir).unwrap_or_else(|e| {
+        fail(format!(
+            "the Service Worker's modules ({}) cannot be bundled: {e}",
+            dir.display()
+        ))
+    });
+    let to = out_dir.join("sw.js");
+    fs::write(&to, script).unwrap_or_else(|e| fail(format!("cannot write {}: {e}", to.display())));
 }
 
 // === the module ===

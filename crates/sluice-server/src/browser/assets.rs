@@ -1,13 +1,15 @@
 //! The embedded browser files, and the served `/sluice/sw.js`: a generated prefix (the
-//! worker's configuration and the module) followed by `web/sw.js`, byte for byte as
-//! `web/build-sw.mjs` writes it.
+//! worker's configuration and the module) followed by the worker's script (`web/sw.js`), byte
+//! for byte as `web/build-sw.mjs` writes it.
 
 /// The browser limiter: `sluice-wasm` built for `wasm32-unknown-unknown` in release by this
 /// crate's `build.rs` (or the file named by `SLUICE_WASM` at build time).
 pub static WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sluice_wasm.wasm"));
 
-/// `web/sw.js`: the Service Worker, served after the prefix, unchanged.
-pub static SW_SOURCE: &str = include_str!("../../../../web/sw.js");
+/// `web/sw.js`: the Service Worker, served after the prefix, unchanged. `build.rs` bundles it
+/// from the ES modules of `web/sw/` (`build/sw_bundle.rs`); `tests/sw_bundle.rs` checks that the
+/// committed `web/sw.js` is these bytes.
+pub static SW_SOURCE: &str = include_str!(concat!(env!("OUT_DIR"), "/sw.js"));
 
 /// `web/client.js`: `register()` and `politeFetch()`.
 pub static CLIENT_JS: &str = include_str!("../../../../web/client.js");
