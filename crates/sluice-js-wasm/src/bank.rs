@@ -4,9 +4,9 @@
 
 use alloc::vec::Vec;
 
-use sluice_core::driven::Limiter;
+use sluice_core::driven::{Busy, Limiter};
 use sluice_core::queue::QueueConfig;
-use sluice_core::{Kind, Quota};
+use sluice_core::{Algorithm, AnyAlgorithm, Kind, Quota, Snapshot};
 
 /// Limiters by handle. A dropped handle's slot is reused by the next [`Bank::create`].
 #[derive(Debug, Default)]
@@ -48,6 +48,65 @@ impl Bank {
         }
     }
 
+    /// Replaces the algorithm, quota and queue of `handle`'s limiter at `now`, converting its
+    /// bucket by sluice-core's rule ([`sluice_core::SavedState::convert`]): what it has left
+    /// becomes at most the new capacity, debt is kept in the new rate's time, so no change
+    /// gives a key tokens it did not have. Returns whether the limiter exists.
+    ///
+    /// # Errors
+    ///
+    /// [`Busy`] while requests wait on it (withdraw them first, then offer them again).
+    pub fn reconfigure(
+        &mut self,
+        handle: u32,
+        now: u64,
+        kind: Kind,
+        quota: Quota,
+        queue: QueueConfig,
+    ) -> Result<bool, Busy> {
+        let Some(old) = self.get_mut(handle) else {
+            return Ok(false);
+        };
+        if old.queued() > 0 {
+            return Err(Busy);
+        }
+        let snapshot = old.snapshot(now, 0);
+        let mut new = Limiter::new(kind, quota, queue);
+        if new.restore(&snapshot, now, 0).is_err() {
+            // A snapshot the new limiter cannot read: empty rather than full.
+            let _ = new.exhaust(now);
+        }
+        *old = new;
+        Ok(true)
+    }
+
+    /// Spends `handle`'s bucket so that it is full again no earlier than `until` (as
+    /// [`Algorithm::idle_at`] tells): the state of a key that was forgotten while it still had
+    /// spending to recover, so that it comes back no fuller than it left. A bucket already
+    /// emptier is left as it is only if it holds no queue; the call is for fresh limiters.
+    ///
+    /// # Errors
+    ///
+    /// [`Busy`] while requests wait on it.
+    pub fn spend_until(&mut self, handle: u32, now: u64, until: u64) -> Result<bool, Busy> {
+        let Some(limiter) = self.get_mut(handle) else {
+            return Ok(false);
+        };
+        if until <= now {
+            return Ok(true);
+        }
+        if limiter.queued() > 0 {
+            return Err(Busy);
+        }
+        let algorithm = AnyAlgorithm::new(limiter.kind(), limiter.quota());
+        let state = spent_until(&algorithm, until, now);
+        let snapshot = Snapshot::take(&algorithm, &state, now, 0);
+        if limiter.restore(&snapshot, now, 0).is_err() {
+            let _ = limiter.exhaust(now);
+        }
+        Ok(true)
+    }
+
     /// Limiters alive.
     pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
@@ -57,6 +116,23 @@ impl Bank {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The fullest state of `algorithm` at `now` that is idle (full again) no earlier than `until`:
+/// an exhausted bucket, aged so that it refills by `until`. The rule of the Rust crate's keyed
+/// table for a key it evicted busy (`sluice::keyed`).
+fn spent_until(algorithm: &AnyAlgorithm, until: u64, now: u64) -> sluice_core::AnyState {
+    let span = algorithm
+        .idle_at(&algorithm.exhausted_state(now))
+        .saturating_sub(now);
+    if until >= span {
+        return algorithm.exhausted_state(until - span);
+    }
+    let spent = algorithm.save(&algorithm.exhausted_state(0), 0);
+    let since = now.saturating_add(span - until);
+    algorithm
+        .restore(&spent, now, since)
+        .unwrap_or_else(|_| algorithm.exhausted_state(now))
 }
 
 #[cfg(test)]
@@ -182,5 +258,102 @@ mod tests {
         assert_eq!((st.remaining, st.limit, st.queued), (7, 10, 0));
         assert!(st.reset_after_ns > 0);
         assert_eq!(l.status(10 * SEC).reset_after_ns, 0);
+    }
+
+    fn remaining(bank: &mut Bank, h: u32, now: u64) -> u64 {
+        bank.get_mut(h).unwrap().status(now).remaining
+    }
+
+    #[test]
+    fn reconfigure_converts_and_no_key_gains() {
+        let mut bank = Bank::default();
+        let h = bank.create(
+            Kind::TokenBucket,
+            Quota::parse(10, "1/s").unwrap(),
+            QueueConfig::NONE,
+        );
+        let l = bank.get_mut(h).unwrap();
+        assert!(matches!(
+            l.offer(0, 7, 0, Priority::Normal, None),
+            Verdict::Admitted { remaining: 3, .. }
+        ));
+        // A larger capacity: still 3 left, refilling towards 100 at the new rate.
+        let raised = Quota::parse(100, "10/s").unwrap();
+        assert_eq!(
+            bank.reconfigure(h, 0, Kind::TokenBucket, raised, QueueConfig::NONE),
+            Ok(true)
+        );
+        assert_eq!(remaining(&mut bank, h, 0), 3);
+        assert_eq!(remaining(&mut bank, h, SEC), 13);
+        // A smaller capacity: at most 2.
+        let lowered = Quota::parse(2, "1/s").unwrap();
+        bank.reconfigure(h, SEC, Kind::Gcra, lowered, QueueConfig::NONE)
+            .unwrap();
+        assert_eq!(remaining(&mut bank, h, SEC), 2);
+        assert_eq!(bank.get_mut(h).unwrap().kind(), Kind::Gcra);
+        // To another family: what was left, at most the new capacity.
+        let l = bank.get_mut(h).unwrap();
+        assert!(matches!(
+            l.offer(SEC, 1, 0, Priority::Normal, None),
+            Verdict::Admitted { remaining: 1, .. }
+        ));
+        let window = Quota::parse(5, "5/s").unwrap();
+        bank.reconfigure(h, SEC, Kind::FixedWindow, window, QueueConfig::NONE)
+            .unwrap();
+        assert_eq!(remaining(&mut bank, h, SEC), 1);
+        assert_eq!(
+            bank.reconfigure(99, 0, Kind::Gcra, window, QueueConfig::NONE),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn reconfigure_refuses_while_requests_wait() {
+        let mut bank = Bank::default();
+        let q = Quota::parse(1, "1/s").unwrap();
+        let h = bank.create(Kind::Gcra, q, queue(4, 10 * SEC));
+        let l = bank.get_mut(h).unwrap();
+        let _ = l.offer(0, 1, 0, Priority::Normal, None);
+        let Verdict::Queued { ticket, .. } = l.offer(0, 1, 0, Priority::Normal, None) else {
+            panic!("queued")
+        };
+        assert_eq!(
+            bank.reconfigure(h, 0, Kind::Gcra, q, QueueConfig::NONE),
+            Err(Busy)
+        );
+        assert!(bank.get_mut(h).unwrap().cancel(ticket));
+        assert_eq!(
+            bank.reconfigure(h, 0, Kind::Gcra, q, QueueConfig::NONE),
+            Ok(true)
+        );
+        assert_eq!(remaining(&mut bank, h, 0), 0);
+    }
+
+    #[test]
+    fn spend_until_is_full_again_exactly_then() {
+        for kind in Kind::ALL {
+            let mut bank = Bank::default();
+            let h = bank.create(kind, Quota::parse(10, "10/s").unwrap(), QueueConfig::NONE);
+            // Full again at 0.5 s from now (5 s): half the bucket spent.
+            let now = 5 * SEC;
+            assert_eq!(bank.spend_until(h, now, now + SEC / 2), Ok(true));
+            let st = bank.get_mut(h).unwrap().status(now);
+            assert!(
+                st.remaining <= 5 && st.reset_after_ns >= SEC / 2 - 1,
+                "{kind:?}: {st:?}"
+            );
+            assert_eq!(
+                bank.get_mut(h)
+                    .unwrap()
+                    .status(now + SEC / 2)
+                    .reset_after_ns,
+                0,
+                "{kind:?}"
+            );
+            // A time already past spends nothing.
+            let h2 = bank.create(kind, Quota::parse(10, "10/s").unwrap(), QueueConfig::NONE);
+            assert_eq!(bank.spend_until(h2, now, now - 1), Ok(true));
+            assert_eq!(remaining(&mut bank, h2, now), 10);
+        }
     }
 }

@@ -17,7 +17,7 @@ use crate::bank::Bank;
 sluice_wasm_rt::runtime!();
 
 /// The version of this ABI; the JavaScript side refuses a module of another version.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Slots in the `out` area.
 pub const OUT_SLOTS: usize = 4;
@@ -150,26 +150,104 @@ pub extern "C" fn sj_create(
     depth: u32,
     max_wait_ns: i64,
 ) -> i32 {
+    with(
+        |g| match config(g, kind, capacity, interval_ns, depth, max_wait_ns) {
+            Some((kind, quota, queue)) => g.bank().create(kind, quota, queue) as i32,
+            None => -1,
+        },
+    )
+}
+
+/// The quota and queue of a limiter, from arguments as [`sj_create`] takes them.
+fn config(
+    g: &mut Globals,
+    kind: u32,
+    capacity: i64,
+    interval_ns: i64,
+    depth: u32,
+    max_wait_ns: i64,
+) -> Option<(Kind, Quota, QueueConfig)> {
+    let Some(kind) = Kind::ALL.get(kind as usize).copied() else {
+        g.io.fail(format_args!("unknown algorithm code {kind}"));
+        return None;
+    };
+    let quota =
+        Rate::from_interval_ns(ns(interval_ns)).and_then(|rate| Quota::new(ns(capacity), rate));
+    match quota {
+        Ok(quota) => Some((
+            kind,
+            quota,
+            QueueConfig {
+                depth: depth as usize,
+                max_wait_ns: ns(max_wait_ns),
+            },
+        )),
+        Err(e) => {
+            g.io.fail(e);
+            None
+        }
+    }
+}
+
+/// Changes a limiter's algorithm, quota and queue at `now_ns` (arguments as [`sj_create`]),
+/// converting its bucket so that it gains no tokens. 0 done, -1 invalid (message in `error`)
+/// or no such limiter, -2 requests wait on it (withdraw them first).
+#[no_mangle]
+pub extern "C" fn sj_reconfigure(
+    handle: u32,
+    now_ns: i64,
+    kind: u32,
+    capacity: i64,
+    interval_ns: i64,
+    depth: u32,
+    max_wait_ns: i64,
+) -> i32 {
     with(|g| {
-        let Some(kind) = Kind::ALL.get(kind as usize).copied() else {
-            g.io.fail(format_args!("unknown algorithm code {kind}"));
+        let Some((kind, quota, queue)) = config(g, kind, capacity, interval_ns, depth, max_wait_ns)
+        else {
             return -1;
         };
-        let quota =
-            Rate::from_interval_ns(ns(interval_ns)).and_then(|rate| Quota::new(ns(capacity), rate));
-        match quota {
-            Ok(quota) => {
-                let queue = QueueConfig {
-                    depth: depth as usize,
-                    max_wait_ns: ns(max_wait_ns),
-                };
-                g.bank().create(kind, quota, queue) as i32
-            }
-            Err(e) => {
-                g.io.fail(e);
+        match g.bank().reconfigure(handle, ns(now_ns), kind, quota, queue) {
+            Ok(true) => 0,
+            Ok(false) => {
+                g.io.fail("no such limiter");
                 -1
             }
+            Err(_) => -2,
         }
+    })
+}
+
+/// Spends a limiter's bucket so that it is full again no earlier than `until_ns`: the state a
+/// forgotten key comes back with. 0 done, -1 no such limiter, -2 requests wait on it.
+#[no_mangle]
+pub extern "C" fn sj_spend_until(handle: u32, now_ns: i64, until_ns: i64) -> i32 {
+    with(
+        |g| match g.bank().spend_until(handle, ns(now_ns), ns(until_ns)) {
+            Ok(true) => 0,
+            Ok(false) => -1,
+            Err(_) => -2,
+        },
+    )
+}
+
+/// The gateway's keyed hash ([`crate::key_hash`]) of the input, read as `salt_len` bytes of
+/// salt followed by `key_len` bytes of key. Its 16 bytes replace the input; returns their
+/// address, or null when the input is shorter than said.
+#[no_mangle]
+pub extern "C" fn sj_key_hash(salt_len: u32, key_len: u32) -> *const u8 {
+    with(|g| {
+        let (salt_len, key_len) = (salt_len as usize, key_len as usize);
+        let Some(end) = salt_len.checked_add(key_len) else {
+            return core::ptr::null();
+        };
+        let Some(input) = g.io.input.get(..end) else {
+            return core::ptr::null();
+        };
+        let digest = crate::key_hash(&input[..salt_len], &input[salt_len..]);
+        g.io.input.clear();
+        g.io.input.extend_from_slice(&digest);
+        g.io.input.as_ptr()
     })
 }
 

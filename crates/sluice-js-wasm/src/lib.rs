@@ -38,9 +38,11 @@ extern crate alloc;
 extern crate std;
 
 mod bank;
+mod key_hash;
 
 #[cfg(target_arch = "wasm32")]
 pub mod ffi;
 
 pub use bank::Bank;
+pub use key_hash::key_hash;
 pub use sluice_core::driven::{Delivered, Delivery, Limiter, Reason, Status, Verdict};

@@ -1,10 +1,12 @@
-// The WebAssembly core (crates/sluice-js-wasm, embedded as base64): compiled once when this
-// module loads, with no network or file access. The exports speak numbers; this file turns
-// them into a small object per limiter.
+// The WebAssembly core (crates/sluice-js-wasm, embedded as base64), compiled on first use with
+// no network or file access: synchronously where the platform allows it (Node, workers, most
+// pages), or ahead of time by `await ready()` where a page compiles WebAssembly asynchronously
+// only. No top-level await: the module loads as CommonJS and through every bundler. The
+// exports speak numbers; this file turns them into a small object per limiter.
 
 import { WASM_BASE64 } from './core-wasm.generated.js';
 
-const ABI_VERSION = 1;
+const ABI_VERSION = 2;
 
 function decodeBase64(text) {
   if (typeof globalThis.Buffer === 'function') {
@@ -17,17 +19,73 @@ function decodeBase64(text) {
   return bytes;
 }
 
-// Asynchronous compilation: browsers refuse synchronous compilation of large modules on the
-// main thread.
-const { instance } = await WebAssembly.instantiate(decodeBase64(WASM_BASE64), {});
-const ex = instance.exports;
-if (ex.sj_abi_version() !== ABI_VERSION) {
-  throw new Error(`sluice-limits: the embedded core speaks ABI ${ex.sj_abi_version()}, expected ${ABI_VERSION}`);
+/** The instance's exports, once compiled. */
+let ex = null;
+let compiling = null;
+let outPtr = 0;
+
+/** Why compilation failed, in words a developer can act on. */
+function explain(e) {
+  const text = String(e?.message ?? e);
+  if (/unsafe-eval|Content Security Policy|CSP/i.test(text)) {
+    return new Error(
+      "sluice-limits: this page's Content Security Policy forbids compiling WebAssembly: add " +
+      "'wasm-unsafe-eval' to its script-src (it allows WebAssembly only, not eval)",
+      { cause: e },
+    );
+  }
+  if (e instanceof RangeError) {
+    return new Error(
+      'sluice-limits: this page compiles WebAssembly asynchronously only: `await ready()` ' +
+      '(exported by sluice-limits) before the first limiter',
+      { cause: e },
+    );
+  }
+  return e;
+}
+
+function install(instance) {
+  if (ex) return;
+  const exports = instance.exports;
+  if (exports.sj_abi_version() !== ABI_VERSION) {
+    throw new Error(`sluice-limits: the embedded core speaks ABI ${exports.sj_abi_version()}, expected ${ABI_VERSION}`);
+  }
+  ex = exports;
+  outPtr = ex.sj_out();
+}
+
+/** The core's exports, compiling it synchronously if `ready()` has not done so. */
+function core() {
+  if (ex) return ex;
+  let module;
+  try {
+    module = new WebAssembly.Module(decodeBase64(WASM_BASE64));
+  } catch (e) {
+    throw explain(e);
+  }
+  install(new WebAssembly.Instance(module, {}));
+  return ex;
+}
+
+/**
+ * Compiles the core asynchronously (once); resolves when every API may be used. Needed only
+ * where synchronous compilation is refused (a browser page's main thread may refuse it);
+ * elsewhere the first limiter compiles it.
+ */
+export function ready() {
+  if (ex) return Promise.resolve();
+  compiling ??= WebAssembly.instantiate(decodeBase64(WASM_BASE64), {}).then(
+    ({ instance }) => install(instance),
+    (e) => {
+      compiling = null;
+      throw explain(e);
+    },
+  );
+  return compiling;
 }
 
 let buffer = null;
 let out = null;
-const outPtr = ex.sj_out();
 function views() {
   if (ex.memory.buffer !== buffer) {
     buffer = ex.memory.buffer;
@@ -41,20 +99,27 @@ function lastError() {
   return decoder.decode(new Uint8Array(ex.memory.buffer, ex.sj_error_ptr(), ex.sj_error_len()));
 }
 
-function writeInput(text) {
-  const bytes = encoder.encode(text);
-  const ptr = ex.sj_input(bytes.length);
-  new Uint8Array(ex.memory.buffer, ptr, bytes.length).set(bytes);
-  return bytes.length;
+function writeInput(...parts) {
+  let len = 0;
+  for (const p of parts) len += p.length;
+  const ptr = ex.sj_input(len);
+  const mem = new Uint8Array(ex.memory.buffer, ptr, len);
+  let at = 0;
+  for (const p of parts) {
+    mem.set(p, at);
+    at += p.length;
+  }
+  return len;
 }
 
-/** The algorithm names, in the order of their codes. */
-export const ALGORITHMS = ['token_bucket', 'gcra', 'leaky_bucket', 'sliding_log', 'sliding_window', 'fixed_window'];
+/** The algorithm names, in the order of the core's codes. Frozen: the code of a name never moves. */
+export const ALGORITHMS = Object.freeze(['token_bucket', 'gcra', 'leaky_bucket', 'sliding_log', 'sliding_window', 'fixed_window']);
 
 /** The code of an algorithm name, parsed by the core (so aliases match the gateway's). */
 export function algorithmCode(name) {
   if (typeof name !== 'string') throw new TypeError(`algorithm must be a string, got ${typeof name}`);
-  const code = ex.sj_parse_kind(writeInput(name));
+  const e = core();
+  const code = e.sj_parse_kind(writeInput(encoder.encode(name)));
   if (code < 0) throw new RangeError(`algorithm: ${lastError()}`);
   return code;
 }
@@ -64,9 +129,37 @@ export function rateIntervalNs(rate) {
   if (typeof rate !== 'string') {
     throw new TypeError(`rate must be a string such as "10/s" or "10 per 90s", got ${typeof rate}`);
   }
-  const ns = ex.sj_parse_rate(writeInput(rate));
+  const e = core();
+  const ns = e.sj_parse_rate(writeInput(encoder.encode(rate)));
   if (ns < 0n) throw new RangeError(`rate: ${lastError()}`);
   return ns;
+}
+
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+
+function bytesOf(value, what) {
+  if (typeof value === 'string') return encoder.encode(value);
+  if (value instanceof Uint8Array) return value;
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  throw new TypeError(`${what} must be a string or a Uint8Array, got ${typeof value}`);
+}
+
+/**
+ * The key as the gateway stores a key taken from a header, a cookie or a query parameter:
+ * HMAC-SHA256(salt, key), its first 16 bytes as 32 lowercase hex digits. `salt` is the value
+ * of the gateway's `store.key_salt` (a string is read as UTF-8); without one the gateway uses
+ * the empty salt.
+ */
+export function keyHash(salt, key) {
+  const s = bytesOf(salt, 'salt');
+  const k = bytesOf(key, 'key');
+  const e = core();
+  writeInput(s, k);
+  const ptr = e.sj_key_hash(s.length, k.length);
+  const digest = new Uint8Array(e.memory.buffer, ptr, 16);
+  let hex = '';
+  for (let i = 0; i < 16; i++) hex += HEX[digest[i]];
+  return hex;
 }
 
 /** Offer codes of the core. */
@@ -75,11 +168,21 @@ export const ADMITTED = 0, QUEUED = 1, LIMITED = 2, QUEUE_FULL = 3, TIMEOUT = 4,
 export const OUT_ADMITTED = 0, OUT_TIMED_OUT = 1, OUT_CLOSED = 2;
 
 const U32_MAX = 4294967295;
-const I64_MAX = 9223372036854775807n;
+export const I64_MAX = 9223372036854775807n;
 
-const registry = typeof FinalizationRegistry === 'function'
-  ? new FinalizationRegistry((handle) => ex.sj_drop(handle))
-  : null;
+let registry;
+function finalizer() {
+  if (registry === undefined) {
+    registry = typeof FinalizationRegistry === 'function'
+      ? new FinalizationRegistry((handle) => ex.sj_drop(handle))
+      : null;
+  }
+  return registry;
+}
+
+function depthOf(depth) {
+  return depth === Infinity ? U32_MAX : Math.min(depth, U32_MAX);
+}
 
 /** One limiter of the core: an algorithm, its bucket and its wait queue. */
 export class CoreLimiter {
@@ -91,15 +194,15 @@ export class CoreLimiter {
    * @param {bigint|null} maxWaitNs null: no limit
    */
   constructor(kind, capacity, intervalNs, depth, maxWaitNs) {
-    const d = depth === Infinity ? U32_MAX : Math.min(depth, U32_MAX);
-    const handle = ex.sj_create(kind, capacity, intervalNs, d, maxWaitNs ?? I64_MAX);
+    const e = core();
+    const handle = e.sj_create(kind, capacity, intervalNs, depthOf(depth), maxWaitNs ?? I64_MAX);
     if (handle < 0) throw new RangeError(lastError());
     this.handle = handle;
     /** Floats of the last offer: [ticket, wait or retry-after ns, remaining]. */
     this.ticket = 0;
     this.waitNs = 0;
     this.remaining = 0;
-    registry?.register(this, handle, this);
+    finalizer()?.register(this, handle, this);
   }
 
   /** Offers `cost` at `now`; returns the offer code and sets ticket / waitNs / remaining. */
@@ -141,6 +244,21 @@ export class CoreLimiter {
     ex.sj_status(this.handle, now);
     views();
     return [out[0], out[1], out[2], out[3]];
+  }
+
+  /**
+   * Changes algorithm, quota and queue at `now`, converting the bucket (no tokens gained).
+   * Nothing may wait: withdraw the waiters first. Throws RangeError for an invalid quota.
+   */
+  reconfigure(now, kind, capacity, intervalNs, depth, maxWaitNs) {
+    const code = ex.sj_reconfigure(this.handle, now, kind, capacity, intervalNs, depthOf(depth), maxWaitNs ?? I64_MAX);
+    if (code === -2) throw new Error('sluice-limits: reconfigure with waiters (withdraw them first)');
+    if (code < 0) throw new RangeError(lastError());
+  }
+
+  /** Spends the bucket so that it is full again no earlier than `until` (ns). Nothing may wait. */
+  spendUntil(now, until) {
+    ex.sj_spend_until(this.handle, now, until);
   }
 
   /** Frees the core's memory for this limiter; it must not be used afterwards. */
