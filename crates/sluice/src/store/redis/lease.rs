@@ -12,8 +12,9 @@
 //! - the next slice's size doubles (up to `max`) when one runs out before its deadline, and
 //!   halves (down to `min`) when one expires unspent, so a cold key takes slices of `min` and a
 //!   hot key few round trips;
-//! - slices past their deadline are given back by a sweeper (every `ttl`), and all of them by
-//!   [`Leases::drain`] when the store stops.
+//! - slices past their deadline with tokens left are given back by a sweeper (every `ttl`),
+//!   and all of them when the store stops (`RedisStore::give_back_leases`); a slice spent
+//!   whole is left to expire in Redis, which settles it as spent.
 //!
 //! Nothing here must touch Redis but through the store's round trip, which bounds it by the
 //! timeout and follows `on_error` when Redis does not answer; a lease whose giving back goes
@@ -220,7 +221,12 @@ impl Leases {
                 if slice.granted == 0 {
                     return now < slice.deadline + self.config.ttl;
                 }
-                if all || now >= slice.deadline {
+                // A slice spent whole needs no round trip: Redis settles it at its expiry as
+                // all spent, which it was. So a cold key costs one script per request, as
+                // without leases.
+                if slice.left == 0 && now >= slice.deadline {
+                    slice.clear();
+                } else if all || now >= slice.deadline {
                     due.push((key.to_string(), slice.granted - slice.left, slice.left));
                     slice.clear();
                 }
