@@ -180,6 +180,21 @@ function finalizer() {
   return registry;
 }
 
+let groups;
+/**
+ * Frees `cores()` (CoreLimiters made unowned) once `owner` is garbage: one registration for a
+ * whole table of limiters rather than one each (registering costs microseconds per limiter).
+ * `cores` must not hold `owner`.
+ */
+export function freeWithOwner(owner, cores) {
+  if (groups === undefined) {
+    groups = typeof FinalizationRegistry === 'function'
+      ? new FinalizationRegistry((list) => { for (const c of list()) c.free(); })
+      : null;
+  }
+  groups?.register(owner, cores, owner);
+}
+
 function depthOf(depth) {
   return depth === Infinity ? U32_MAX : Math.min(depth, U32_MAX);
 }
@@ -192,8 +207,10 @@ export class CoreLimiter {
    * @param {bigint} intervalNs
    * @param {number} depth queue depth (0: no queue)
    * @param {bigint|null} maxWaitNs null: no limit
+   * @param {boolean} owned whether it frees itself when garbage (false: its owner frees it,
+   *   see freeWithOwner)
    */
-  constructor(kind, capacity, intervalNs, depth, maxWaitNs) {
+  constructor(kind, capacity, intervalNs, depth, maxWaitNs, owned = true) {
     const e = core();
     const handle = e.sj_create(kind, capacity, intervalNs, depthOf(depth), maxWaitNs ?? I64_MAX);
     if (handle < 0) throw new RangeError(lastError());
@@ -202,7 +219,8 @@ export class CoreLimiter {
     this.ticket = 0;
     this.waitNs = 0;
     this.remaining = 0;
-    finalizer()?.register(this, handle, this);
+    this.registered = owned && finalizer() !== null;
+    if (this.registered) registry.register(this, handle, this);
   }
 
   /** Offers `cost` at `now`; returns the offer code and sets ticket / waitNs / remaining. */
@@ -264,7 +282,7 @@ export class CoreLimiter {
   /** Frees the core's memory for this limiter; it must not be used afterwards. */
   free() {
     if (this.handle >= 0) {
-      registry?.unregister(this);
+      if (this.registered) registry.unregister(this);
       ex.sj_drop(this.handle);
       this.handle = -1;
     }

@@ -19,7 +19,8 @@ export class QueueFullError extends SluiceError {
 /**
  * The task could not be admitted within its maximum wait: either refused at once (the
  * predicted wait exceeded it, `reason` 'timeout'; no token and no wait allowed, 'limited') or
- * timed out while waiting ('expired'). `retryAfterMs`: the predicted wait for this cost.
+ * timed out while waiting ('expired'); or it ran past its run timeout ('run').
+ * `retryAfterMs`: the predicted wait for this cost (0 when not known).
  */
 export class TimeoutError extends SluiceError {
   constructor(message, retryAfterMs = 0, reason = 'timeout') {
@@ -58,6 +59,18 @@ export class ClosedError extends SluiceError {}
 export class CircuitOpenError extends SluiceError {
   constructor(message, retryAfterMs = 0) {
     super(message);
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/**
+ * Redis did not answer (an error, or nothing within the store's `timeout`) and the store's
+ * `onError` is 'throw'. `cause` is what happened; `retryAfterMs` when the store tries Redis
+ * again.
+ */
+export class UnavailableError extends SluiceError {
+  constructor(message, retryAfterMs = 0, options) {
+    super(message, options);
     this.retryAfterMs = retryAfterMs;
   }
 }

@@ -8,6 +8,6 @@ export { retry, rateLimitHints } from './retry.js';
 export { CircuitBreaker } from './breaker.js';
 export {
   SluiceError, QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, ClosedError,
-  CircuitOpenError,
+  CircuitOpenError, UnavailableError,
 } from './errors.js';
-export { ALGORITHMS } from './core.js';
+export { ALGORITHMS, keyHash, ready } from './core.js';

@@ -55,18 +55,38 @@ export function nsToMsCeil(ns) {
   return Number((ns + 999999n) / 1000000n);
 }
 
-/** Resolves after `ms` milliseconds of timer; rejects with the abort reason once `signal` aborts. */
-export function sleep(ms, signal) {
+/** The longest delay a timer takes (2^31 - 1 ms, about 24.8 days); longer ones fire at once. */
+export const MAX_TIMER_MS = 2147483647;
+
+const realClock = {
+  now: () => globalThis.performance.now(),
+  setTimeout: (fn, ms) => globalThis.setTimeout(fn, ms),
+  clearTimeout: (t) => globalThis.clearTimeout(t),
+};
+
+/**
+ * Resolves after `ms` milliseconds of timer (a wait longer than a timer takes is slept in
+ * steps, never cut short); rejects with the abort reason once `signal` aborts. `clock`
+ * ({ now() in ms, setTimeout, clearTimeout }) is for tests.
+ */
+export function sleep(ms, signal, clock = realClock) {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(abortError(signal));
+    let t;
     const onAbort = () => {
-      clearTimeout(t);
+      clock.clearTimeout(t);
       reject(abortError(signal));
     };
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
+    const end = clock.now() + ms;
+    const step = (left) => {
+      t = clock.setTimeout(() => {
+        const rest = end - clock.now();
+        if (left > MAX_TIMER_MS && rest > 0) return step(rest);
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      }, Math.min(Math.max(0, Math.ceil(left)), MAX_TIMER_MS));
+    };
+    step(ms);
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }

@@ -2,9 +2,11 @@
 // (browser.test.mjs) alike. Time is a fake clock: admissions are exact.
 
 import {
-  RateLimiter, PromisePool, limit, keyed, retry, rateLimitHints, CircuitBreaker,
+  RateLimiter, PromisePool, limit, keyed, Keyed, retry, rateLimitHints, CircuitBreaker, ALGORITHMS,
+  keyHash, ready,
   QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, CircuitOpenError, ClosedError,
 } from '../src/index.js';
+import { sleep } from '../src/time.js';
 import { fakeTime } from './fake-time.mjs';
 import { equal, deepEqual, ok, rejects, throws } from './check.mjs';
 
@@ -259,7 +261,7 @@ test('limit(): concurrency and rate together', async () => {
   deepEqual(starts, [0, 0, 100, 200, 300, 400]);
 });
 
-test('keyed: separate buckets, maxKeys drops idle keys first and never a key with waiters', async () => {
+test('keyed: separate buckets; maxKeys drops the least recently used key and never a key with waiters', async () => {
   const time = fakeTime();
   const k = keyed({ maxKeys: 2, capacity: 1, rate: '1/s', now: time.now, timers: time.timers });
   ok(k.tryAcquire('a'));
@@ -271,18 +273,65 @@ test('keyed: separate buckets, maxKeys drops idle keys first and never a key wit
   ok(k.has('a') && k.has('c') && !k.has('b'));
   await time.advance(1000);
   equal(await waiting, 'a ran');
-  // 5 s later both buckets are full again: the least recently used ('a', touched before 'c')
-  // makes room for 'd'.
+  // 5 s later both buckets are full again: the least recently used ('c', used at 0 s; 'a' ran
+  // at 1 s) makes room for 'd'.
   await time.advance(5000);
   ok(k.tryAcquire('d'));
-  ok(k.has('c') && k.has('d') && !k.has('a'), 'a was the least recently used idle key');
+  ok(k.has('a') && k.has('d') && !k.has('c'), 'c was the least recently used key');
   // Every key waiting: a new key is refused.
-  k.tryAcquire('c');
-  const w1 = k.schedule('c', () => 1);
+  k.tryAcquire('a');
+  const w1 = k.schedule('a', () => 1);
   const w2 = k.schedule('d', () => 2);
   await rejects(k.schedule('e', () => 3), (e) => ok(e instanceof QueueFullError, String(e)));
   await time.advance(2000);
   deepEqual(await Promise.all([w1, w2]), [1, 2]);
+  k.close();
+});
+
+test('keyed: a key forgotten before its bucket is full again comes back no fuller than it left', async () => {
+  const time = fakeTime();
+  const k = keyed({ maxKeys: 1, capacity: 5, rate: '1/s', now: time.now, timers: time.timers });
+  for (let i = 0; i < 5; i++) ok(k.tryAcquire('a'), `a ${i}`);
+  equal(k.tryAcquire('a'), false, 'a is spent:');
+  ok(k.tryAcquire('b'), 'b takes the only slot');
+  ok(!k.has('a'));
+  await time.advance(2000);
+  // a refilled 2 tokens while forgotten, not 5.
+  ok(k.tryAcquire('a'), 'a: 1 of 2');
+  ok(k.tryAcquire('a'), 'a: 2 of 2');
+  equal(k.tryAcquire('a'), false, 'a, forgotten and back:');
+  // b was forgotten with 4 left (full again 1 s after it was used): back at once with 5.
+  await time.advance(1000);
+  for (let i = 0; i < 5; i++) ok(k.tryAcquire('b'), `b ${i}`);
+  equal(k.tryAcquire('b'), false);
+  k.close();
+});
+
+test('keyed: close() stops it; new Keyed(options) is keyed(options); wrap passes the key', async () => {
+  const time = fakeTime();
+  const k = new Keyed({ maxKeys: 10, capacity: 1, rate: '1/s', now: time.now, timers: time.timers });
+  ok(k.tryAcquire('x'));
+  const add = k.wrap((key, a, b) => `${key}:${a + b}`);
+  const p = add('y', 1, 2);
+  await time.advance(0);
+  equal(await p, 'y:3');
+  k.close();
+  equal(k.tryAcquire('z'), false, 'closed:');
+  equal(k.size, 0);
+  await rejects(k.schedule('z', () => 1), (e) => ok(e instanceof ClosedError, String(e)));
+  throws(() => new Keyed({ capacity: 0, rate: '1/s' }), (e) => ok(/capacity/.test(e.message), e.message));
+});
+
+test('keyed: reconfigure converts every key, none gains', async () => {
+  const time = fakeTime();
+  const k = keyed({ maxKeys: 10, capacity: 10, rate: '1/s', now: time.now, timers: time.timers });
+  for (let i = 0; i < 7; i++) k.tryAcquire('a');
+  k.reconfigure({ capacity: 100, rate: '10/s' });
+  equal(k.get('a').available, 3, 'a after a raise:');
+  equal(k.get('new').available, 100, 'a new key:');
+  k.reconfigure({ capacity: 2 });
+  equal(k.get('a').available, 2, 'a after a cut:');
+  k.close();
 });
 
 test('retry: full jitter within [0, min(cap, base·2^n)]', async () => {
@@ -357,6 +406,252 @@ test('CircuitBreaker: closed, open, half-open, closed again; CircuitOpenError', 
   await rejects(fail(), () => {});
   equal(b.state, 'open', 'a failed trial opens it again:');
   deepEqual(changes, ['open', 'half-open', 'closed', 'open', 'half-open', 'open']);
+});
+
+test('retry: a Unix-time RateLimit-Reset is a time, not seconds to wait; X-RateLimit-Reset too', async () => {
+  const waits = [];
+  const nowS = Math.floor(Date.now() / 1000);
+  const answers = [
+    // GitLab's form: RateLimit-Reset is the Unix time of the reset.
+    new Response(null, { status: 429, headers: { 'RateLimit-Remaining': '0', 'RateLimit-Reset': String(nowS + 3) } }),
+    // GitHub's.
+    new Response(null, { status: 403, headers: { 'X-RateLimit-Remaining': '0', 'X-RateLimit-Reset': String(nowS + 2) } }),
+    new Response('ok', { status: 200 }),
+  ];
+  const res = await retry((attempt) => answers[attempt], {
+    retries: 5, base: 10, cap: 50, random: () => 0, delay: async (ms) => { waits.push(ms); },
+    shouldRetry: (r) => r.status !== 200,
+  });
+  equal(res.status, 200);
+  equal(waits.length, 2);
+  ok(waits[0] > 1000 && waits[0] <= 3000, `GitLab reset: waited ${waits[0]} ms`);
+  ok(waits[1] > 0 && waits[1] <= 2000, `GitHub reset: waited ${waits[1]} ms`);
+  const h = rateLimitHints({ 'RateLimit-Reset': String(nowS + 60) });
+  ok(h.resetMs > 58000 && h.resetMs <= 60000, `resetMs ${h.resetMs}`);
+  equal(rateLimitHints({ 'RateLimit-Reset': '30' }).resetMs, 30000, 'delta-seconds stay seconds:');
+});
+
+test('retry: a server asking for more than maxRetryAfter is not waited for', async () => {
+  const waits = [];
+  let calls = 0;
+  const res = await retry(() => { calls++; return new Response(null, { status: 429, headers: { 'Retry-After': '3600' } }); }, {
+    retries: 5, delay: async (ms) => { waits.push(ms); },
+  });
+  equal(res.status, 429);
+  equal(calls, 1, 'calls (default maxRetryAfter 60 s):');
+  deepEqual(waits, []);
+  let n = 0;
+  await retry(() => (n++ === 0 ? new Response(null, { status: 429, headers: { 'Retry-After': '3600' } }) : 'done'), {
+    maxRetryAfter: '2h', delay: async (ms) => { waits.push(ms); },
+  });
+  deepEqual(waits, [3600000], 'with maxRetryAfter 2h:');
+});
+
+test('sleep: a wait longer than a timer takes is slept in steps, never cut short', async () => {
+  let now = 0;
+  const armed = [];
+  const clock = {
+    now: () => now,
+    setTimeout: (fn, ms) => { armed.push(ms); now += ms; queueMicrotask(fn); return armed.length; },
+    clearTimeout: () => {},
+  };
+  const day = 86400000;
+  await sleep(30 * day, undefined, clock);
+  ok(now >= 30 * day, `woke at ${now} ms`);
+  ok(armed.every((ms) => ms <= 2147483647), `timers: ${armed}`);
+  equal(armed.length, 2);
+});
+
+test('limit(): priority orders the wait for a slot; maxWait bounds it', async () => {
+  const time = fakeTime();
+  const l = limit({ concurrency: 1, capacity: 100, rate: '100/s', now: time.now, timers: time.timers });
+  const order = [];
+  const job = (name, ms) => () => { order.push(name); return new Promise((r) => time.timers.setTimeout(r, ms)); };
+  const jobs = [
+    l.schedule(job('a', 100), { priority: 'low' }),
+    l.schedule(job('b', 100), { priority: 'low' }),
+    l.schedule(job('c', 100), { priority: 'low' }),
+    l.schedule(job('H', 100), { priority: 'high' }),
+  ];
+  await time.advance(1000);
+  await Promise.all(jobs);
+  deepEqual(order, ['a', 'H', 'b', 'c']);
+  // A task with maxWait 100 ms behind a 500 ms task is refused at 100 ms, not run at 500 ms.
+  let ran = false;
+  const long = l.schedule(job('long', 500));
+  const t0 = time.ms;
+  let at = null;
+  const late = rejects(
+    l.schedule(() => { ran = true; }, { maxWait: '100ms' }).catch((e) => { at = time.ms - t0; throw e; }),
+    (e) => ok(e instanceof TimeoutError && e.reason === 'expired', String(e)),
+  );
+  await time.advance(600);
+  await late;
+  equal(ran, false);
+  equal(at, 100, 'refused after (ms):');
+  await long;
+  // The queue's maxWait counts the slot and the tokens together.
+  const q = limit({ concurrency: 1, capacity: 1, rate: '1/s', queue: { maxWait: '1.5s' }, now: time.now, timers: time.timers });
+  const starts = [];
+  const all = [1, 2, 3].map((i) => q.schedule(() => starts.push([i, time.ms - t0])).catch((e) => e));
+  await time.advance(3000);
+  const outcomes = await Promise.all(all);
+  equal(starts.length, 2, `started: ${JSON.stringify(starts)}`);
+  ok(outcomes[2] instanceof TimeoutError, String(outcomes[2]));
+});
+
+test('PromisePool: priority, maxWait, a larger concurrency starts waiting tasks at once', async () => {
+  const time = fakeTime();
+  const pool = new PromisePool({ concurrency: 1, now: time.now, timers: time.timers });
+  const gates = [deferred(), deferred(), deferred(), deferred()];
+  const started = [];
+  const run = (i, o) => pool.run(() => { started.push(i); return gates[i].promise; }, o);
+  const all = [run(0), run(1, { priority: 'low' }), run(2), run(3, { priority: 'high' })];
+  await time.advance(0);
+  deepEqual(started, [0]);
+  pool.concurrency = 3;
+  await time.advance(0);
+  deepEqual(started, [0, 3, 2], 'high first, then normal, at once:');
+  for (const g of gates) g.resolve();
+  await Promise.all(all);
+  deepEqual(started, [0, 3, 2, 1]);
+  const p1 = new PromisePool({ concurrency: 1, now: time.now, timers: time.timers });
+  const hold = deferred();
+  const first = p1.run(() => hold.promise);
+  const waiter = rejects(p1.run(() => 'never', { maxWait: 50 }), (e) => ok(e instanceof TimeoutError && e.reason === 'expired', String(e)));
+  await time.advance(50);
+  await waiter;
+  equal(p1.pending, 0);
+  hold.resolve('x');
+  equal(await first, 'x');
+});
+
+test('onEmpty(), onIdle() and the events (EventTarget, p-queue\'s names)', async () => {
+  const time = fakeTime();
+  const l = limiter(time, { capacity: 1, rate: '10/s' });
+  const events = [];
+  for (const type of ['active', 'completed', 'error', 'empty', 'idle']) {
+    l.addEventListener(type, (e) => events.push(e.detail == null ? type : `${type}:${e.detail instanceof Error ? e.detail.message : e.detail}`));
+  }
+  await l.onIdle();
+  const jobs = [
+    l.schedule(() => 1),
+    l.schedule(() => { throw new Error('two'); }).catch(() => 'caught'),
+    l.schedule(() => new Promise((r) => time.timers.setTimeout(() => r(3), 500))),
+  ];
+  let emptyAt = null;
+  let idleAt = null;
+  l.onEmpty().then(() => { emptyAt = time.ms; });
+  l.onIdle().then(() => { idleAt = time.ms; });
+  equal(l.pending, 2);
+  await time.advance(1000);
+  deepEqual(await Promise.all(jobs), [1, 'caught', 3]);
+  equal(emptyAt, 200, 'empty at (ms):');
+  equal(idleAt, 700, 'idle at (ms):');
+  deepEqual(events, ['active', 'completed:1', 'active', 'error:two', 'active', 'empty', 'completed:3', 'idle']);
+  l.close();
+  const pool = new PromisePool({ concurrency: 2 });
+  let idle = 0;
+  pool.addEventListener('idle', () => idle++);
+  await Promise.all([1, 2, 3].map((i) => pool.run(async () => i)));
+  await pool.onIdle();
+  equal(idle, 1);
+  equal(pool.active + pool.pending, 0);
+});
+
+test('reconfigure: a live quota change converts the bucket, waiters keep their turn', async () => {
+  const time = fakeTime();
+  const l = limiter(time, { capacity: 10, rate: '1/s' });
+  for (let i = 0; i < 7; i++) ok(l.tryAcquire());
+  l.reconfigure({ capacity: 100, rate: '10/s' });
+  equal(l.available, 3, 'raised: what was left, not 100:');
+  equal(l.capacity, 100);
+  l.reconfigure({ capacity: 2, algorithm: 'gcra' });
+  equal(l.available, 2, 'cut to the new capacity:');
+  equal(l.algorithm, 'gcra');
+  // Waiters: planned with the new rate, in their order.
+  l.tryAcquire(2);
+  const ran = [];
+  const waits = [1, 2, 3].map((i) => l.schedule(() => ran.push([i, time.ms])));
+  await time.advance(0);
+  l.reconfigure({ rate: '1/s' });
+  await time.advance(3000);
+  await Promise.all(waits);
+  deepEqual(ran, [[1, 1000], [2, 2000], [3, 3000]]);
+  throws(() => l.reconfigure({ rate: 'fast' }), (e) => ok(e instanceof RangeError, e.message));
+  equal(l.rate, '1/s', 'a refused change changes nothing:');
+  l.close();
+});
+
+test('pause(), resume(), clear(), wrap() and a run timeout', async () => {
+  const time = fakeTime();
+  const l = limiter(time, { capacity: 1, rate: '10/s', queue: { maxWait: '2s' } });
+  const ran = [];
+  const job = (i) => () => ran.push([i, time.ms]);
+  l.pause();
+  equal(l.tryAcquire(), false, 'paused: nothing admitted');
+  const a = l.schedule(job(1));
+  const b = l.schedule(job(2));
+  await time.advance(500);
+  deepEqual(ran, []);
+  equal(l.pending, 2);
+  l.resume();
+  await time.advance(200);
+  deepEqual(ran, [[1, 500], [2, 600]]);
+  await Promise.all([a, b]);
+  // A task held past its maxWait while paused is refused then.
+  l.pause();
+  const held = rejects(l.schedule(job(3), { maxWait: '100ms' }), (e) => ok(e instanceof TimeoutError && e.reason === 'expired', String(e)));
+  await time.advance(100);
+  await held;
+  l.resume();
+  // clear(): the waiters go (AbortError), spending nothing.
+  l.tryAcquire();
+  const c1 = l.schedule(job(4));
+  const c2 = l.schedule(job(5));
+  equal(l.clear(), 2);
+  await rejects(c1, (e) => ok(e instanceof AbortError, String(e)));
+  await rejects(c2, (e) => ok(e instanceof AbortError, String(e)));
+  await time.advance(100);
+  equal(l.available, 1, 'the cleared took nothing:');
+  // wrap: the arguments go through.
+  const add = l.wrap((x, y) => x + y);
+  equal(await add(2, 3), 5);
+  // timeout: the caller is answered at the timeout; the task's signal aborts.
+  let aborted = null;
+  const t0 = time.ms;
+  const slow = rejects(l.schedule(({ signal }) => new Promise((resolve) => {
+    signal.addEventListener('abort', () => { aborted = time.ms; resolve('late'); });
+  }), { timeout: 300 }), (e) => ok(e instanceof TimeoutError && e.reason === 'run', String(e)));
+  await time.advance(1000);
+  await slow;
+  ok(aborted !== null && aborted - t0 >= 300 && aborted - t0 <= 400, `aborted at ${aborted - t0}`);
+  // The pool keeps the slot until the task settles: never more than its concurrency runs.
+  const pool = new PromisePool({ concurrency: 1, timeout: 100, now: time.now, timers: time.timers });
+  const stuck = deferred();
+  const p1 = rejects(pool.run(() => stuck.promise), (e) => ok(e instanceof TimeoutError && e.reason === 'run', String(e)));
+  const p2 = pool.run(() => 'second');
+  await time.advance(150);
+  await p1;
+  equal(pool.active, 1, 'the timed-out task still holds its slot:');
+  stuck.resolve();
+  equal(await p2, 'second');
+  l.close();
+});
+
+test('ALGORITHMS is frozen: the store cannot be led to the wrong script', () => {
+  ok(Object.isFrozen(ALGORITHMS));
+  throws(() => ALGORITHMS.sort(), (e) => ok(e instanceof TypeError, String(e)));
+  deepEqual([...ALGORITHMS], ['token_bucket', 'gcra', 'leaky_bucket', 'sliding_log', 'sliding_window', 'fixed_window']);
+});
+
+test('keyHash is the gateway\'s keyed hash (HMAC-SHA256, 128 bits, hex)', async () => {
+  await ready();
+  // The vector crates/sluice-http/src/key_hash.rs pins (RFC 4231, test case 2, truncated).
+  equal(keyHash('Jefe', 'what do ya want for nothing?'), '5bdcc146bf60754e6a042426089575c7');
+  equal(keyHash(new TextEncoder().encode('Jefe'), 'what do ya want for nothing?'), '5bdcc146bf60754e6a042426089575c7');
+  equal(keyHash('', ''), 'b613679a0814d9ec772f95d778c35fc5', 'the empty salt:');
+  equal(keyHash('pepper', 'sk-ünïcode'), keyHash('pepper', new TextEncoder().encode('sk-ünïcode')), 'strings are UTF-8:');
 });
 
 test('the default clock and timers: real time, spaced at the rate', async () => {
