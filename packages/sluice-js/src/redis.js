@@ -1,13 +1,16 @@
 // sluice-limits/redis (Node): a rate limit shared through Redis, running the very scripts and
 // key layout of the Rust crate's Redis store, so that Node processes and `sluice serve` on one
-// Redis and prefix spend one bucket.
+// Redis and prefix spend one bucket. Single Redis or Redis Cluster, through node-redis or
+// ioredis; when Redis does not answer in time, a decision by `onError` as the gateway makes it.
 
 import { createHash } from 'node:crypto';
 
-import { algorithmCode, ALGORITHMS, rateIntervalNs, CoreLimiter } from './core.js';
+import { algorithmCode, ALGORITHMS, keyHash, rateIntervalNs, CoreLimiter } from './core.js';
 import { DEBT, SLIDING_WINDOW, FIXED_WINDOW } from './redis-scripts.generated.js';
-import { InsufficientCapacityError, TimeoutError, abortError } from './errors.js';
-import { durationNs, monotonicNow, sleep } from './time.js';
+import { InsufficientCapacityError, TimeoutError, UnavailableError, abortError } from './errors.js';
+import { Keyed } from './keyed.js';
+import { CHECK } from './limiter.js';
+import { durationNs, monotonicNow, nsToMsCeil, sleep } from './time.js';
 
 // The scripts compute exactly only below these (crates/sluice/src/store/redis/script.rs).
 const MAX_WINDOW_NS = 1n << 52n;
@@ -18,6 +21,7 @@ const sha1 = (text) => createHash('sha1').update(text).digest('hex');
 // The script of `algorithm` and its stamp `<family>:<capacity>:<interval_ns>`, which starts
 // every value it writes: a script reading another stamp converts the value to its own first.
 function program(algorithm, capacity, intervalNs) {
+  // ALGORITHMS is frozen: the name of a code cannot move under the store.
   const kind = ALGORITHMS[algorithmCode(algorithm)];
   const window = capacity * intervalNs;
   if (window > MAX_WINDOW_NS) {
@@ -28,26 +32,41 @@ function program(algorithm, capacity, intervalNs) {
     case 'gcra':
     case 'token_bucket':
     case 'leaky_bucket':
-      return { source: DEBT, stamp: stamp('gcra') };
+      return { kind, source: DEBT, stamp: stamp('gcra') };
     case 'sliding_window':
     case 'fixed_window':
       if (capacity > MAX_WINDOW_CAPACITY) {
         throw new RangeError(`${kind}: capacity ${capacity} is above the ${MAX_WINDOW_CAPACITY} the window scripts compute exactly`);
       }
       return kind === 'sliding_window'
-        ? { source: SLIDING_WINDOW, stamp: stamp('sw') }
-        : { source: FIXED_WINDOW, stamp: stamp('fw') };
+        ? { kind, source: SLIDING_WINDOW, stamp: stamp('sw') }
+        : { kind, source: FIXED_WINDOW, stamp: stamp('fw') };
     default:
       throw new RangeError(`${kind} is not available on Redis (it keeps one entry per admission); use sliding_window (same window, O(1)) or gcra`);
   }
 }
 
-/** Sends one command through node-redis (v4+) or ioredis. */
-function sender(client) {
-  if (typeof client?.call === 'function') return (args) => client.call(...args);
-  if (typeof client?.sendCommand === 'function') return (args) => client.sendCommand(args);
-  throw new TypeError('client must be a connected node-redis (createClient) or ioredis client');
+/** Whether `client` is node-redis's Cluster (createCluster), whose sendCommand routes by a key. */
+function isNodeRedisCluster(client) {
+  return typeof client.nodeClient === 'function' || typeof client.getSlotMaster === 'function';
 }
+
+/**
+ * `(key, args) => reply` over node-redis (createClient or createCluster, v4 and later) or
+ * ioredis (Redis or Cluster, whose `call` routes by the script's key itself).
+ */
+function sender(client) {
+  if (typeof client?.call === 'function') return (key, args) => client.call(...args);
+  if (typeof client?.sendCommand === 'function') {
+    if (isNodeRedisCluster(client)) return (key, args) => client.sendCommand(key, false, args);
+    return (key, args) => client.sendCommand(args);
+  }
+  throw new TypeError('client must be a connected node-redis (createClient, createCluster) or ioredis (Redis, Cluster) client');
+}
+
+const ON_ERROR = new Set(['local', 'allow', 'deny', 'throw']);
+/** After Redis failed, it is not asked again for this long (decisions follow onError). */
+const DEFAULT_RETRY_INTERVAL = 250;
 
 /**
  * One limit in Redis: `capacity` and `rate` by `algorithm`, each key's bucket at
@@ -61,46 +80,110 @@ export class RedisStore {
   #program;
   #sha;
   #tails = new Map();
+  #timeoutMs;
+  #onError;
+  #retryIntervalMs;
+  #downUntil = 0;
+  #local = null;
+  #salt;
 
   constructor(options = {}) {
-    const { client, prefix = 'sluice', algorithm = 'token_bucket', capacity, rate, maxWait } = options;
+    const {
+      client, prefix = 'sluice', algorithm = 'token_bucket', capacity, rate, maxWait,
+      timeout = 250, onError = 'local', retryInterval = DEFAULT_RETRY_INTERVAL, keySalt,
+    } = options;
     if (!Number.isSafeInteger(capacity) || capacity < 1) {
       throw new RangeError(`capacity must be a whole number of at least 1, got ${capacity}`);
     }
     if (typeof prefix !== 'string' || prefix === '') throw new TypeError('prefix must be a non-empty string');
+    if (!ON_ERROR.has(onError)) throw new RangeError(`onError must be 'local', 'allow', 'deny' or 'throw', got ${JSON.stringify(onError)}`);
     const intervalNs = rateIntervalNs(rate);
     // The core validates the quota as the gateway does.
     new CoreLimiter(algorithmCode(algorithm), BigInt(capacity), intervalNs, 0, 0n).free();
     this.#program = program(algorithm, BigInt(capacity), intervalNs);
     this.#sha = sha1(this.#program.source);
     this.#send = sender(client);
+    const timeoutNs = durationNs(timeout, 'timeout');
+    this.#timeoutMs = timeoutNs === null ? Infinity : Math.max(1, nsToMsCeil(timeoutNs));
+    this.#retryIntervalMs = nsToMsCeil(durationNs(retryInterval, 'retryInterval') ?? 0n);
+    this.#onError = onError;
+    if (keySalt !== undefined && keySalt !== null) keyHash(keySalt, ''); // checks its type now
+    this.#salt = keySalt ?? null;
     this.prefix = prefix;
     this.capacity = capacity;
+    this.algorithm = this.#program.kind;
+    this.rate = rate;
     this.maxWaitNs = maxWait === undefined ? null : durationNs(maxWait, 'maxWait');
   }
 
-  /** The Redis key of `key`: `<prefix>:{<key>}` (the braces a Cluster hash tag). */
+  /**
+   * The Redis key of `key`: `<prefix>:{<key>}` (the braces a Cluster hash tag); with
+   * `keySalt`, `<prefix>:{<keyHash(keySalt, key)>}`, as the gateway stores keys taken from
+   * headers, cookies and query parameters.
+   */
   redisKey(key) {
-    return `${this.prefix}:{${key}}`;
+    const k = String(key);
+    return `${this.prefix}:{${this.#salt === null ? k : keyHash(this.#salt, k)}}`;
   }
 
-  async #eval(args) {
+  async #eval(redisKey, args) {
     try {
-      return await this.#send(['EVALSHA', this.#sha, ...args]);
+      return await this.#send(redisKey, ['EVALSHA', this.#sha, '1', redisKey, ...args]);
     } catch (e) {
       if (!/NOSCRIPT/.test(String(e?.message ?? e))) throw e;
-      return this.#send(['EVAL', this.#program.source, ...args]);
+      return this.#send(redisKey, ['EVAL', this.#program.source, '1', redisKey, ...args]);
+    }
+  }
+
+  /** The script's answer, or a rejection once `timeout` has passed without one. */
+  #withTimeout(promise) {
+    if (this.#timeoutMs === Infinity) return promise;
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`Redis did not answer within ${this.#timeoutMs} ms`)), this.#timeoutMs);
+    });
+    // A late answer (or error) after the timeout is dropped.
+    promise.catch(() => {});
+    return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+  }
+
+  /** What `onError` decides without Redis. */
+  #fallback(key, cost, cause) {
+    const retryAfterMs = Math.max(0, Math.ceil(this.#downUntil - performance.now()));
+    switch (this.#onError) {
+      case 'allow':
+        return { allowed: true, limit: this.capacity, remaining: this.capacity - cost, retryAfterMs: 0, resetAfterMs: 0, source: 'allow' };
+      case 'deny':
+        return { allowed: false, limit: this.capacity, remaining: 0, retryAfterMs: Math.max(1, retryAfterMs), resetAfterMs: 0, source: 'deny' };
+      case 'throw':
+        throw new UnavailableError(`Redis is unavailable: ${cause?.message ?? cause}`, retryAfterMs, { cause });
+      default: {
+        // Decided in this process with the same quota: each process holds the limit on its
+        // own share of the traffic until Redis answers again.
+        this.#local ??= new Keyed({ maxKeys: 100000, algorithm: this.#program.kind, capacity: this.capacity, rate: this.rate, queue: false });
+        return { ...this.#local.get(key)[CHECK](cost), source: 'local' };
+      }
     }
   }
 
   /**
    * Takes `cost` from `key`'s bucket if it allows, never waits: `{ allowed, limit, remaining,
-   * retryAfterMs, resetAfterMs }` (the times rounded up to whole ms).
+   * retryAfterMs, resetAfterMs, source }` (the times rounded up to whole ms). `source` is
+   * 'redis', or what `onError` decided while Redis did not answer ('local', 'allow', 'deny').
    */
   async check(key, cost = 1) {
     if (!Number.isSafeInteger(cost) || cost < 0) throw new RangeError(`cost must be a whole number of zero or more, got ${cost}`);
     if (cost > this.capacity) throw new InsufficientCapacityError(cost, this.capacity);
-    const reply = await this.#eval(['1', this.redisKey(String(key)), this.#program.stamp, String(cost)]);
+    const k = String(key);
+    if (performance.now() < this.#downUntil) return this.#fallback(k, cost, new Error('Redis failed moments ago'));
+    const redisKey = this.redisKey(k);
+    let reply;
+    try {
+      reply = await this.#withTimeout(this.#eval(redisKey, [this.#program.stamp, String(cost)]));
+    } catch (e) {
+      this.#downUntil = performance.now() + this.#retryIntervalMs;
+      return this.#fallback(k, cost, e);
+    }
     if (!Array.isArray(reply) || reply.length !== 4) throw new Error(`unexpected reply from the Redis script: ${JSON.stringify(reply)}`);
     const [allowed, remaining, retryNs, resetNs] = reply.map(Number);
     return {
@@ -109,6 +192,7 @@ export class RedisStore {
       remaining,
       retryAfterMs: Math.ceil(retryNs / 1e6),
       resetAfterMs: Math.ceil(resetNs / 1e6),
+      source: 'redis',
     };
   }
 
@@ -118,47 +202,78 @@ export class RedisStore {
   }
 
   /**
-   * Runs `fn` once `cost` is taken from `key`'s bucket, waiting what Redis says between tries;
-   * tasks of one key in this process go in FIFO order. Rejects with TimeoutError (with
-   * `retryAfterMs`) when the wait would pass `maxWait`, AbortError when `signal` fires first.
+   * Runs `fn()` once `cost` is taken from `key`'s bucket, waiting what Redis says between
+   * tries; tasks of one key in this process go in FIFO order. `maxWait` counts from this call,
+   * time spent behind earlier tasks of the key included: TimeoutError (with `retryAfterMs`)
+   * as soon as the wait is known to pass it ('timeout'), or when it passes while the task is
+   * still behind others ('expired'). AbortError when `signal` fires first.
    */
   schedule(key, fn, options = {}) {
     const { cost = 1, signal } = options;
-    const maxWaitNs = options.maxWait === undefined ? this.maxWaitNs : durationNs(options.maxWait, 'maxWait');
+    let maxWaitNs;
+    try {
+      maxWaitNs = options.maxWait === undefined ? this.maxWaitNs : durationNs(options.maxWait, 'maxWait');
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (signal?.aborted) return Promise.reject(abortError(signal));
     const k = String(key);
+    const deadline = maxWaitNs === null ? null : monotonicNow() + maxWaitNs;
+    // Aborted when this task gives up (its signal, its deadline): its tries and sleeps stop.
+    const stop = new AbortController();
+    let settle;
+    const admitted = new Promise((resolve, reject) => {
+      settle = { resolve, reject };
+    });
+    let timer = null;
+    let over = false;
+    const finish = (ok, value) => {
+      if (over) return;
+      over = true;
+      if (timer !== null) clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      if (ok) settle.resolve(value);
+      else {
+        stop.abort(value);
+        settle.reject(value);
+      }
+    };
+    const onAbort = () => finish(false, abortError(signal));
+    signal?.addEventListener('abort', onAbort, { once: true });
+    if (deadline !== null) {
+      timer = setTimeout(() => {
+        timer = null;
+        finish(false, new TimeoutError(`waited past the maximum wait of ${nsToMsCeil(maxWaitNs)} ms`, 0, 'expired'));
+      }, nsToMsCeil(maxWaitNs));
+    }
     const previous = this.#tails.get(k) ?? Promise.resolve();
-    const admitted = previous.then(() => this.#acquire(k, cost, maxWaitNs, signal));
-    const tail = admitted.then(() => {}, () => {});
+    const turn = previous.then(() => {
+      if (over) return undefined;
+      // Its turn: from here the tries themselves keep to the deadline, refusing as soon as the
+      // wait Redis names would pass it.
+      if (timer !== null) clearTimeout(timer);
+      timer = null;
+      return this.#acquire(k, cost, deadline, stop.signal).then((d) => finish(true, d), (e) => finish(false, stop.signal.aborted ? stop.signal.reason : e));
+    });
+    const tail = turn.then(() => {}, () => {});
     this.#tails.set(k, tail);
     tail.then(() => {
       if (this.#tails.get(k) === tail) this.#tails.delete(k);
     });
-    if (!signal) return admitted.then(() => fn());
-    // The signal rejects at once, even while earlier tasks of the key still go first; its
-    // listener goes once this task is admitted or refused.
-    let onAbort;
-    const aborted = new Promise((_, reject) => {
-      onAbort = () => reject(abortError(signal));
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-    });
-    const done = () => signal.removeEventListener('abort', onAbort);
-    admitted.then(done, done);
-    return Promise.race([admitted, aborted]).then(() => fn());
+    return admitted.then(() => fn());
   }
 
-  async #acquire(key, cost, maxWaitNs, signal) {
-    const start = monotonicNow();
+  async #acquire(key, cost, deadline, stop) {
     for (;;) {
-      if (signal?.aborted) throw abortError(signal);
+      if (stop.aborted) throw stop.reason;
       const d = await this.check(key, cost);
+      if (stop.aborted) throw stop.reason;
       if (d.allowed) return d;
-      const waited = monotonicNow() - start;
       const waitNs = BigInt(d.retryAfterMs) * 1000000n;
-      if (maxWaitNs !== null && waited + waitNs > maxWaitNs) {
+      if (deadline !== null && monotonicNow() + waitNs > deadline) {
         throw new TimeoutError(`the wait of ${d.retryAfterMs} ms would pass the maximum wait`, d.retryAfterMs, 'timeout');
       }
-      await sleep(Math.max(1, d.retryAfterMs), signal);
+      await sleep(Math.max(1, d.retryAfterMs), stop);
     }
   }
 }

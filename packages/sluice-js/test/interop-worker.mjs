@@ -9,7 +9,8 @@ import { RedisStore } from '../src/redis.js';
 
 const [url, prefix, key, ms] = process.argv.slice(2);
 const client = await createClient({ url }).connect();
-const store = new RedisStore({ client, prefix, algorithm: 'gcra', capacity: 20, rate: '100/s' });
+// As the gateway beside it: Redis or nothing (on_error = "deny"), a timeout no stall reaches.
+const store = new RedisStore({ client, prefix, algorithm: 'gcra', capacity: 20, rate: '100/s', onError: 'deny', timeout: '2s' });
 await store.check('warm-up', 0);
 let admitted = 0;
 const first = Date.now();

@@ -10,9 +10,9 @@ import { join } from 'node:path';
 
 import { createClient } from 'redis';
 import { RedisStore } from '../src/redis.js';
-import { AbortError, InsufficientCapacityError, TimeoutError } from '../src/index.js';
+import { ALGORITHMS, AbortError, InsufficientCapacityError, TimeoutError, UnavailableError, keyHash } from '../src/index.js';
 import { DEBT } from '../src/redis-scripts.generated.js';
-import { PACKAGE, freePort, missing, sluiceBin, startRedis, which } from './support.mjs';
+import { PACKAGE, freePort, missing, redisCli, sluiceBin, startRedis, which } from './support.mjs';
 
 test('RedisStore: the Rust crate\'s key layout, exact denials, waits, aborts and NOSCRIPT', async (t) => {
   if (!which('redis-server')) return missing(t, 'redis-server');
@@ -82,6 +82,88 @@ test('RedisStore with an ioredis client: the same decisions and key', async (t) 
     assert.equal((await store.check('other')).allowed, true, 'EVAL after NOSCRIPT');
   } finally {
     client.disconnect();
+    await redis.close();
+  }
+});
+
+test('RedisStore.schedule: maxWait counts the time queued behind earlier tasks of the key', async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const redis = await startRedis();
+  const client = await createClient({ url: redis.url }).connect();
+  try {
+    const store = new RedisStore({ client, prefix: 'mw', capacity: 1, rate: '1/s', onError: 'throw', timeout: '5s' });
+    const t0 = Date.now();
+    const outcomes = await Promise.all([1, 2, 3, 4, 5].map((i) => store.schedule('k', () => ['ran', i, Date.now() - t0], { maxWait: '1.5s' })
+      .catch((e) => [e.name, i, Date.now() - t0, e.reason])));
+    t.diagnostic(JSON.stringify(outcomes));
+    const ran = outcomes.filter((o) => o[0] === 'ran');
+    assert.deepEqual(ran.map((o) => o[1]), [1, 2], 'the two that fit in 1.5 s ran');
+    assert.ok(ran[1][2] >= 900 && ran[1][2] < 1500, `the second at ${ran[1][2]} ms`);
+    for (const o of outcomes.slice(2)) {
+      assert.equal(o[0], 'TimeoutError', JSON.stringify(o));
+      assert.ok(o[2] < 1500 + 500, `refused at ${o[2]} ms, not after its maximum wait`);
+    }
+  } finally {
+    await client.quit();
+    await redis.close();
+  }
+});
+
+test('RedisStore: a stalled Redis (CLIENT PAUSE) is given `timeout`, then onError decides', { timeout: 60000 }, async (t) => {
+  if (!which('redis-server') || !which('redis-cli')) return missing(t, 'redis-server and redis-cli');
+  const redis = await startRedis();
+  const client = await createClient({ url: redis.url }).connect();
+  try {
+    const local = new RedisStore({ client, prefix: 'stall', capacity: 2, rate: '1/min', timeout: '200ms' });
+    assert.equal((await local.check('k')).source, 'redis');
+    redisCli(redis.port, 'CLIENT', 'PAUSE', '2000', 'ALL');
+    const t0 = Date.now();
+    const d = await local.check('k');
+    const took = Date.now() - t0;
+    t.diagnostic(`check() during a 2 s CLIENT PAUSE answered in ${took} ms: ${JSON.stringify(d)}`);
+    assert.ok(took >= 190 && took < 1000, `answered after ${took} ms`);
+    assert.equal(d.source, 'local');
+    assert.equal(d.allowed, true);
+    // Within retryInterval Redis is not asked: the local limit decides at once, exactly.
+    const t1 = Date.now();
+    assert.equal((await local.check('k')).allowed, true);
+    const third = await local.check('k');
+    assert.equal(third.allowed, false, 'the local bucket holds the same quota');
+    assert.ok(Date.now() - t1 < 100, `local decisions at once: ${Date.now() - t1} ms`);
+    const deny = new RedisStore({ client, prefix: 'stall', capacity: 2, rate: '1/min', timeout: '100ms', onError: 'deny' });
+    const denied = await deny.check('d');
+    assert.equal(denied.allowed, false);
+    assert.equal(denied.source, 'deny');
+    assert.ok(denied.retryAfterMs > 0);
+    const strict = new RedisStore({ client, prefix: 'stall', capacity: 2, rate: '1/min', timeout: '100ms', onError: 'throw' });
+    await assert.rejects(strict.check('s'), (e) => e instanceof UnavailableError && /within 100 ms/.test(e.message));
+    const allow = new RedisStore({ client, prefix: 'stall', capacity: 2, rate: '1/min', timeout: '100ms', onError: 'allow' });
+    assert.deepEqual([(await allow.check('a')).allowed, (await allow.check('a')).source], [true, 'allow']);
+    // Once Redis answers again (the pause over, retryInterval past), it decides again.
+    await new Promise((r) => setTimeout(r, Math.max(0, 2300 - (Date.now() - t0))));
+    const back = await local.check('fresh');
+    assert.equal(back.source, 'redis');
+  } finally {
+    await client.quit();
+    await redis.close();
+  }
+});
+
+test('RedisStore: a sorted ALGORITHMS cannot send a token bucket to another script', async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const redis = await startRedis();
+  const client = await createClient({ url: redis.url }).connect();
+  try {
+    try {
+      ALGORITHMS.sort();
+    } catch {
+      // Frozen: refused.
+    }
+    const store = new RedisStore({ client, prefix: 'alg', algorithm: 'token_bucket', capacity: 3, rate: '1/s', onError: 'throw' });
+    assert.equal(await store.tryAcquire('k'), true);
+    assert.match(await client.get('alg:{k}'), /^gcra:3:1000000000\|/);
+  } finally {
+    await client.quit();
     await redis.close();
   }
 });
@@ -177,6 +259,76 @@ test('interop: sluice serve and two Node processes share one bucket in Redis', {
       await client.quit();
     }
   } finally {
+    gateway.kill('SIGTERM');
+    await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
+    await rm(dir, { recursive: true, force: true });
+    await redis.close();
+  }
+});
+
+test('keyHash: the gateway stores a header key under keyHash(salt, key), and Node spends that bucket', { timeout: 120000 }, async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const bin = sluiceBin();
+  if (!bin) return missing(t, 'the sluice binary (cargo build -p sluice-server --bin sluice; SLUICE_BIN)');
+  const redis = await startRedis();
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-js-salt-'));
+  const [listen, admin] = [await freePort(), await freePort()];
+  const config = join(dir, 'sluice.toml');
+  const SALT = 'pepper and salt';
+  const SECRET = 'sk-live-0123456789abcdef';
+  await writeFile(config, [
+    '[server]',
+    `listen = "127.0.0.1:${listen}"`,
+    `admin_listen = "127.0.0.1:${admin}"`,
+    'workers = 1',
+    '[store]',
+    'backend = "redis"',
+    `url = "${redis.url}"`,
+    'prefix = "gw"',
+    'timeout = "2s"',
+    'on_error = "deny"',
+    'key_salt = "env:SLUICE_JS_TEST_SALT"',
+    '[[policy]]',
+    'name = "bykey"',
+    'algorithm = "gcra"',
+    'capacity = 5',
+    'rate = "1/min"',
+    'key = "header:x-api-key"',
+    '[[route]]',
+    'path_prefix = "/"',
+    'policies = ["bykey"]',
+    'upstream = "builtin:demo"',
+    '',
+  ].join('\n'));
+  const gateway = spawn(bin, ['serve', '--config', config], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, SLUICE_JS_TEST_SALT: SALT },
+  });
+  const client = await createClient({ url: redis.url }).connect();
+  try {
+    const call = () => fetch(`http://127.0.0.1:${listen}/x`, { headers: { 'x-api-key': SECRET } }).then(async (r) => {
+      await r.arrayBuffer();
+      return r.status;
+    }, () => 0);
+    const deadline = Date.now() + 30000;
+    while ((await call()) !== 200) {
+      if (Date.now() > deadline || gateway.exitCode !== null) throw new Error('sluice serve did not admit a first request');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // The gateway wrote the key's bucket under its keyed hash, as keyHash computes it.
+    const keys = await client.keys('gw:*');
+    const hashed = keyHash(SALT, SECRET);
+    t.diagnostic(`the gateway's key: ${keys.join(', ')}; keyHash: ${hashed}`);
+    assert.deepEqual(keys, [`gw:bykey:{${hashed}}`]);
+    const store = new RedisStore({ client, prefix: 'gw:bykey', algorithm: 'gcra', capacity: 5, rate: '1/min', keySalt: SALT, onError: 'throw' });
+    assert.equal(store.redisKey(SECRET), keys[0]);
+    // One bucket: the gateway took 1 of 5; Node takes the other 4; the gateway then refuses.
+    let node = 0;
+    while (await store.tryAcquire(SECRET)) node++;
+    assert.equal(node, 4);
+    assert.equal(await call(), 429);
+  } finally {
+    await client.quit();
     gateway.kill('SIGTERM');
     await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
     await rm(dir, { recursive: true, force: true });

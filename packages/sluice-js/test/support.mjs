@@ -74,14 +74,36 @@ export async function launchBrowser() {
   return launchChromium(chromium, 'sluice-js-chromium-');
 }
 
-/** A redis-server on a free port, in a temporary folder: { port, url, close() }. */
-export async function startRedis() {
-  const port = await freePort();
+/** Whether `port` on 127.0.0.1 is free now. */
+function portFree(port) {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+/** A free port whose Cluster bus port (+10000) is free too. */
+async function freeClusterPort() {
+  for (;;) {
+    const port = await freePort();
+    if (port < 55000 && await portFree(port + 10000)) return port;
+  }
+}
+
+/**
+ * A redis-server on a free port, in a temporary folder: { port, url, close() }. With
+ * `cluster`, a Cluster node (its bus port free too), not yet joined.
+ */
+export async function startRedis({ cluster = false } = {}) {
+  const port = cluster ? await freeClusterPort() : await freePort();
   const dir = await mkdtemp(join(tmpdir(), 'sluice-js-redis-'));
-  const child = spawn('redis-server', [
+  const args = [
     '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
     '--protected-mode', 'no', '--dir', dir,
-  ], { stdio: 'ignore' });
+  ];
+  if (cluster) args.push('--cluster-enabled', 'yes', '--cluster-node-timeout', '5000', '--cluster-config-file', join(dir, 'nodes.conf'));
+  const child = spawn('redis-server', args, { stdio: 'ignore' });
   const deadline = Date.now() + 10000;
   for (;;) {
     const up = await new Promise((resolve) => {
@@ -101,6 +123,42 @@ export async function startRedis() {
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** redis-cli against 127.0.0.1:`port`: its output. */
+export function redisCli(port, ...args) {
+  const r = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`redis-cli ${args.join(' ')}: ${r.stderr}`);
+  return r.stdout;
+}
+
+/**
+ * A Redis Cluster of three masters, every slot assigned (as crates/sluice/tests do it: three
+ * `redis-server --cluster-enabled yes` joined by `redis-cli --cluster create`), once every
+ * node says cluster_state:ok: { nodes: [{ port, url }], close() }.
+ */
+export async function startRedisCluster() {
+  const nodes = [];
+  try {
+    while (nodes.length < 3) {
+      const node = await startRedis({ cluster: true });
+      if (nodes.some((n) => n.port === node.port)) await node.close();
+      else nodes.push(node);
+    }
+    const create = spawnSync('redis-cli', [
+      '--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes',
+    ], { encoding: 'utf8', timeout: 60000 });
+    if (create.status !== 0) throw new Error(`redis-cli --cluster create failed:\n${create.stdout}${create.stderr}`);
+    const deadline = Date.now() + 30000;
+    while (!nodes.every((n) => redisCli(n.port, 'CLUSTER', 'INFO').includes('cluster_state:ok'))) {
+      if (Date.now() > deadline) throw new Error('cluster_state:ok not reached in 30 s');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } catch (e) {
+    await Promise.all(nodes.map((n) => n.close()));
+    throw e;
+  }
+  return { nodes, close: () => Promise.all(nodes.map((n) => n.close())) };
 }
 
 /** The sluice binary: $SLUICE_BIN, else this checkout's debug build if present. */
