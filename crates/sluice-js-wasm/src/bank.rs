@@ -80,31 +80,35 @@ impl Bank {
         Ok(true)
     }
 
-    /// Spends `handle`'s bucket so that it is full again no earlier than `until` (as
-    /// [`Algorithm::idle_at`] tells): the state of a key that was forgotten while it still had
-    /// spending to recover, so that it comes back no fuller than it left. A bucket already
-    /// emptier is left as it is only if it holds no queue; the call is for fresh limiters.
-    ///
-    /// # Errors
-    ///
-    /// [`Busy`] while requests wait on it.
-    pub fn spend_until(&mut self, handle: u32, now: u64, until: u64) -> Result<bool, Busy> {
+    /// Makes `handle`'s limiter afresh (its algorithm, quota and queue kept): a full bucket, or
+    /// with `until` later than `now`, the fullest bucket that is full again no earlier than
+    /// `until` (as [`Algorithm::idle_at`] tells). What a key table does with the slot of a key
+    /// it forgot, for the next key; with `until`, the state of a key that was forgotten while it
+    /// still had spending to recover, so that it comes back no fuller than it left. Waiters,
+    /// if any, are forgotten. Returns whether the limiter exists.
+    pub fn reset(&mut self, handle: u32, now: u64, until: u64) -> bool {
         let Some(limiter) = self.get_mut(handle) else {
-            return Ok(false);
+            return false;
         };
-        if until <= now {
-            return Ok(true);
+        let (kind, quota) = (limiter.kind(), limiter.quota());
+        *limiter = Limiter::new(kind, quota, limiter.queue_config());
+        if until > now {
+            let algorithm = AnyAlgorithm::new(kind, quota);
+            let span = algorithm
+                .idle_at(&algorithm.exhausted_state(now))
+                .saturating_sub(now);
+            if until >= span {
+                // A fresh limiter has seen no time yet: empty at `until - span`, full at `until`.
+                let _ = limiter.exhaust(until - span);
+            } else {
+                let state = spent_until(&algorithm, until, now);
+                let snapshot = Snapshot::take(&algorithm, &state, now, 0);
+                if limiter.restore(&snapshot, now, 0).is_err() {
+                    let _ = limiter.exhaust(now);
+                }
+            }
         }
-        if limiter.queued() > 0 {
-            return Err(Busy);
-        }
-        let algorithm = AnyAlgorithm::new(limiter.kind(), limiter.quota());
-        let state = spent_until(&algorithm, until, now);
-        let snapshot = Snapshot::take(&algorithm, &state, now, 0);
-        if limiter.restore(&snapshot, now, 0).is_err() {
-            let _ = limiter.exhaust(now);
-        }
-        Ok(true)
+        true
     }
 
     /// Limiters alive.
@@ -120,7 +124,8 @@ impl Bank {
 
 /// The fullest state of `algorithm` at `now` that is idle (full again) no earlier than `until`:
 /// an exhausted bucket, aged so that it refills by `until`. The rule of the Rust crate's keyed
-/// table for a key it evicted busy (`sluice::keyed`).
+/// table for a key it evicted busy (`sluice::keyed`), for `until` earlier than one whole
+/// refill after the clock's start.
 fn spent_until(algorithm: &AnyAlgorithm, until: u64, now: u64) -> sluice_core::AnyState {
     let span = algorithm
         .idle_at(&algorithm.exhausted_state(now))
@@ -330,13 +335,18 @@ mod tests {
     }
 
     #[test]
-    fn spend_until_is_full_again_exactly_then() {
+    fn reset_is_full_again_exactly_then() {
         for kind in Kind::ALL {
             let mut bank = Bank::default();
             let h = bank.create(kind, Quota::parse(10, "10/s").unwrap(), QueueConfig::NONE);
+            let l = bank.get_mut(h).unwrap();
+            assert!(matches!(
+                l.offer(0, 10, 0, Priority::Normal, None),
+                Verdict::Admitted { .. }
+            ));
             // Full again at 0.5 s from now (5 s): half the bucket spent.
             let now = 5 * SEC;
-            assert_eq!(bank.spend_until(h, now, now + SEC / 2), Ok(true));
+            assert!(bank.reset(h, now, now + SEC / 2));
             let st = bank.get_mut(h).unwrap().status(now);
             assert!(
                 st.remaining <= 5 && st.reset_after_ns >= SEC / 2 - 1,
@@ -350,10 +360,20 @@ mod tests {
                 0,
                 "{kind:?}"
             );
-            // A time already past spends nothing.
-            let h2 = bank.create(kind, Quota::parse(10, "10/s").unwrap(), QueueConfig::NONE);
-            assert_eq!(bank.spend_until(h2, now, now - 1), Ok(true));
-            assert_eq!(remaining(&mut bank, h2, now), 10);
+            // A time already past: a full bucket, whatever it held.
+            let l = bank.get_mut(h).unwrap();
+            let _ = l.offer(now, 10, 0, Priority::Normal, None);
+            assert!(bank.reset(h, now, now - 1));
+            assert_eq!(remaining(&mut bank, h, now), 10);
+            // Near the clock's start (a fake clock): the same rule.
+            assert!(bank.reset(h, 0, SEC / 2));
+            assert!(remaining(&mut bank, h, 0) <= 5, "{kind:?}");
+            assert_eq!(
+                bank.get_mut(h).unwrap().status(SEC / 2).reset_after_ns,
+                0,
+                "{kind:?}"
+            );
+            assert!(!bank.reset(99, 0, 0));
         }
     }
 }

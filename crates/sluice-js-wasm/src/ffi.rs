@@ -218,17 +218,18 @@ pub extern "C" fn sj_reconfigure(
     })
 }
 
-/// Spends a limiter's bucket so that it is full again no earlier than `until_ns`: the state a
-/// forgotten key comes back with. 0 done, -1 no such limiter, -2 requests wait on it.
+/// Makes a limiter afresh, its configuration kept: a full bucket, or with `until_ns` later
+/// than `now_ns` the fullest one that is full again no earlier than then (a forgotten key's
+/// return). 0 done, -1 no such limiter.
 #[no_mangle]
-pub extern "C" fn sj_spend_until(handle: u32, now_ns: i64, until_ns: i64) -> i32 {
-    with(
-        |g| match g.bank().spend_until(handle, ns(now_ns), ns(until_ns)) {
-            Ok(true) => 0,
-            Ok(false) => -1,
-            Err(_) => -2,
-        },
-    )
+pub extern "C" fn sj_reset(handle: u32, now_ns: i64, until_ns: i64) -> i32 {
+    with(|g| {
+        if g.bank().reset(handle, ns(now_ns), ns(until_ns)) {
+            0
+        } else {
+            -1
+        }
+    })
 }
 
 /// The gateway's keyed hash ([`crate::key_hash`]) of the input, read as `salt_len` bytes of

@@ -264,6 +264,13 @@ export class CoreLimiter {
     return [out[0], out[1], out[2], out[3]];
   }
 
+  /** Nanoseconds until the bucket is full again as of `now` (0: full), a number. */
+  untilFull(now) {
+    ex.sj_status(this.handle, now);
+    views();
+    return out[3];
+  }
+
   /**
    * Changes algorithm, quota and queue at `now`, converting the bucket (no tokens gained).
    * Nothing may wait: withdraw the waiters first. Throws RangeError for an invalid quota.
@@ -274,9 +281,12 @@ export class CoreLimiter {
     if (code < 0) throw new RangeError(lastError());
   }
 
-  /** Spends the bucket so that it is full again no earlier than `until` (ns). Nothing may wait. */
-  spendUntil(now, until) {
-    ex.sj_spend_until(this.handle, now, until);
+  /**
+   * Makes it afresh, its configuration kept: a full bucket, or with `until` (ns) later than
+   * `now` the fullest one that is full again no earlier than then. Waiters are forgotten.
+   */
+  reset(now, until = 0n) {
+    ex.sj_reset(this.handle, now, until);
   }
 
   /** Frees the core's memory for this limiter; it must not be used afterwards. */

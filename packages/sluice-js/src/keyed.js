@@ -51,9 +51,14 @@ class OrderedMap {
     return true;
   }
 
-  /** The first [key, value], or undefined. */
-  first() {
-    return this.#head === null ? undefined : [this.#head.key, this.#head.value];
+  /** The first key, or undefined. */
+  firstKey() {
+    return this.#head?.key;
+  }
+
+  /** The first value, or undefined. */
+  firstValue() {
+    return this.#head?.value;
   }
 
   #unlink(node) {
@@ -62,10 +67,6 @@ class OrderedMap {
     if (node.next !== null) node.next.prev = node.prev;
     else this.#tail = node.prev;
     node.prev = node.next = null;
-  }
-
-  *entries() {
-    for (let n = this.#head; n !== null; n = n.next) yield [n.key, n.value];
   }
 
   *values() {
@@ -144,8 +145,8 @@ export class Keyed {
     return this.#lru.has(key) || this.#busy.has(key);
   }
 
-  /** The entry of `key` ({ core, limiter }), made (and an old key dropped) if needed. */
-  #entry(key) {
+  /** The entry of `key` ({ core, limiter }) at `now`, made (and an old key dropped) if needed. */
+  #entry(key, now) {
     if (this.#closed) throw new ClosedError('keyed() was closed');
     let e = this.#lru.get(key);
     if (e !== undefined) {
@@ -170,30 +171,40 @@ export class Keyed {
       }
       return e;
     }
-    if (this.size >= this.#maxKeys) this.#makeRoom();
-    const c = this.#config;
-    e = { core: new CoreLimiter(c.kind, BigInt(c.capacity), c.intervalNs, c.depth, c.maxWaitNs, false), limiter: null };
-    this.#restore(key, e.core);
+    // The bucket of a dropped key is made afresh for this one (no allocation), else a new one.
+    let core = this.size >= this.#maxKeys ? this.#makeRoom(now) : null;
+    const until = this.#until(key, now);
+    if (core !== null) {
+      core.reset(now, until);
+    } else {
+      const c = this.#config;
+      core = new CoreLimiter(c.kind, c.capacityN, c.intervalNs, c.depth, c.maxWaitNs, false);
+      if (until > now) core.reset(now, until);
+    }
+    e = { core, limiter: null };
     this.#lru.set(key, e);
     return e;
   }
 
   /** The RateLimiter of `key`, made (and an old key dropped) if needed. */
   get(key) {
-    const e = this.#entry(key);
+    const e = this.#entry(key, this.#now());
     e.limiter ??= new RateLimiter({ ...this.#options, [ADOPT]: { core: e.core, config: this.#config } });
     return e.limiter;
   }
 
-  /** Drops the least recently used key with nothing waiting. */
-  #makeRoom() {
+  /**
+   * Drops the least recently used key with nothing waiting. Returns its core limiter for the
+   * next key when nothing else holds it (null when it had a RateLimiter, now closed).
+   */
+  #makeRoom(now) {
     for (;;) {
-      const first = this.#lru.first();
-      if (first === undefined) {
+      const key = this.#lru.firstKey();
+      const e = this.#lru.firstValue();
+      if (e === undefined) {
         if (this.#settleBusy()) continue;
         throw new QueueFullError(`maxKeys (${this.#maxKeys}) reached and every key has waiting tasks`);
       }
-      const [key, e] = first;
       this.#lru.delete(key);
       if (e.limiter !== null && e.limiter.pending > 0) {
         // Waiters came through get(key).schedule(): it is busy, not a key to drop.
@@ -201,13 +212,12 @@ export class Keyed {
         continue;
       }
       if (e.core.handle >= 0) {
-        const now = this.#now();
-        const untilFull = e.core.status(now)[3];
+        const untilFull = e.core.untilFull(now);
         if (untilFull > 0) this.#remember(key, now, now + BigInt(untilFull));
       }
-      if (e.limiter !== null) e.limiter.close();
-      else e.core.free();
-      return;
+      if (e.limiter === null && e.core.handle >= 0) return e.core;
+      e.limiter?.close();
+      return null;
     }
   }
 
@@ -226,41 +236,44 @@ export class Keyed {
 
   #remember(key, now, fullAt) {
     // Memories already past go from the front as they are met: nothing to hold against them.
-    for (let first = this.#gone.first(); first !== undefined && first[1] <= now; first = this.#gone.first()) {
-      this.#gone.delete(first[0]);
-    }
+    while (this.#gone.size > 0 && this.#gone.firstValue() <= now) this.#gone.delete(this.#gone.firstKey());
     if (this.#gone.size >= this.#maxGone) {
       // The oldest memory folds into the floor: every new key is then held to it.
-      const [oldest, at] = this.#gone.first();
+      const oldest = this.#gone.firstKey();
+      const at = this.#gone.firstValue();
       this.#gone.delete(oldest);
       if (this.#floor === null || at > this.#floor) this.#floor = at;
     }
     this.#gone.set(key, fullAt);
   }
 
-  /** A new key's bucket: no fuller than the key was when it was forgotten, or than the floor. */
-  #restore(key, core) {
-    const remembered = this.#gone.get(key);
-    let until = this.#floor;
-    if (remembered !== undefined) {
-      this.#gone.delete(key);
-      if (until === null || remembered > until) until = remembered;
+  /** When a new key's bucket may be full at the earliest: when it was when forgotten, or the floor (0n: now). */
+  #until(key, now) {
+    let until = 0n;
+    if (this.#gone.size > 0) {
+      const remembered = this.#gone.get(key);
+      if (remembered !== undefined) {
+        this.#gone.delete(key);
+        until = remembered;
+      }
     }
-    if (until === null) return;
-    const now = this.#now();
-    if (until > now) core.spendUntil(now, until);
-    else if (until === this.#floor) this.#floor = null;
+    if (this.#floor !== null) {
+      if (this.#floor <= now) this.#floor = null;
+      else if (this.#floor > until) until = this.#floor;
+    }
+    return until;
   }
 
   /** Takes `cost` from `key`'s bucket if it is there now and nobody waits; false once closed. */
   tryAcquire(key, cost = 1) {
     if (this.#closed) return false;
-    const e = this.#entry(key);
+    const now = this.#now();
+    const e = this.#entry(key, now);
     if (e.limiter !== null) return e.limiter.tryAcquire(cost);
     if (!Number.isSafeInteger(cost) || cost < 0) {
       throw new RangeError(`cost must be a whole number of zero or more, got ${cost}`);
     }
-    const code = e.core.offer(this.#now(), BigInt(cost), 1, 0n);
+    const code = e.core.offer(now, cost === 1 ? 1n : BigInt(cost), 1, 0n);
     if (code === ADMITTED) return true;
     if (code === TOO_COSTLY) throw new InsufficientCapacityError(cost, this.#config.capacity);
     return false;
@@ -309,7 +322,7 @@ export class Keyed {
     const c = this.#config;
     for (const e of [...this.#lru.values(), ...this.#busy.values()]) {
       if (e.limiter !== null) e.limiter.reconfigure(options);
-      else if (e.core.handle >= 0) e.core.reconfigure(this.#now(), c.kind, BigInt(c.capacity), c.intervalNs, c.depth, c.maxWaitNs);
+      else if (e.core.handle >= 0) e.core.reconfigure(this.#now(), c.kind, c.capacityN, c.intervalNs, c.depth, c.maxWaitNs);
     }
   }
 

@@ -13,9 +13,6 @@ import { Observed, CHANGED, EMIT, runTask, timeoutOption } from './events.js';
 import { monotonicNow, durationNs, nsToMsCeil, MAX_TIMER_MS } from './time.js';
 
 const PRIORITY = { high: 0, normal: 1, low: 2 };
-/** For keyed(): when a limiter is full again, and making a fresh one no fuller than a forgotten one. */
-export const IDLE_AT = Symbol('idleAt');
-export const SPEND_UNTIL = Symbol('spendUntil');
 /** For keyed(): a limiter over a core limiter it made, with options it has read already. */
 export const ADOPT = Symbol('adopt');
 /** For the Redis store's local decisions: a decision without waiting, as Redis gives one. */
@@ -59,7 +56,7 @@ export function readConfig(options) {
     throw new RangeError(`capacity must be a whole number of at least 1, got ${capacity}`);
   }
   const [depth, maxWaitNs] = queueOptions(queue);
-  return { algorithm, kind: algorithmCode(algorithm), capacity, intervalNs: rateIntervalNs(rate), rate, queue, depth, maxWaitNs };
+  return { algorithm, kind: algorithmCode(algorithm), capacity, capacityN: BigInt(capacity), intervalNs: rateIntervalNs(rate), rate, queue, depth, maxWaitNs };
 }
 
 /**
@@ -471,17 +468,6 @@ export class RateLimiter extends Observed {
     };
   }
 
-  /** [now, when the bucket is full again] in ns of this limiter's clock (for keyed()). */
-  [IDLE_AT]() {
-    const now = this.#now();
-    return [now, now + BigInt(this.#core.status(now)[3])];
-  }
-
-  /** Spends the bucket so that it is full again no earlier than `until` (for keyed()). */
-  [SPEND_UNTIL](until) {
-    if (this.pending === 0) this.#core.spendUntil(this.#now(), until);
-  }
-
   /** Rejects every waiting task with ClosedError, refuses new ones, and frees the core's memory. */
   close() {
     if (this.#closed) return;
@@ -513,6 +499,5 @@ const closedCore = {
   close: () => {},
   status: () => [0, 0, 0, 0],
   reconfigure: () => {},
-  spendUntil: () => {},
   free: () => {},
 };
