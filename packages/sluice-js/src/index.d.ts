@@ -1,4 +1,5 @@
-// Types of sluice-limits (written by hand; test/types/check.ts exercises them under tsc).
+// Types of sluice-limits (written by hand; test/types/consumer.ts exercises every documented
+// API under tsc --strict, for ES module and CommonJS consumers).
 
 /** A duration: milliseconds, or a string with a unit ("250ms", "2s", "1.5min"). */
 export type Duration = number | string;
@@ -14,7 +15,22 @@ export type Algorithm =
 
 export type Priority = 'high' | 'normal' | 'low';
 
+/** The algorithm names, in the order of the core's codes (frozen). */
 export declare const ALGORITHMS: readonly Algorithm[];
+
+/**
+ * Compiles the WebAssembly core asynchronously (once). Needed only where synchronous
+ * compilation is refused (a browser page's main thread may refuse it); elsewhere the first
+ * limiter compiles it.
+ */
+export declare function ready(): Promise<void>;
+
+/**
+ * The key as `sluice serve` stores a key taken from a header, a cookie or a query parameter:
+ * HMAC-SHA256(salt, key), its first 16 bytes as 32 lowercase hex digits. `salt` is the value of
+ * the gateway's `store.key_salt` ('' when it has none); strings are read as UTF-8.
+ */
+export declare function keyHash(salt: string | Uint8Array, key: string | Uint8Array): string;
 
 /** Timer functions, replaceable together with `now` for tests. */
 export interface Timers {
@@ -38,11 +54,22 @@ export interface RateLimiterOptions {
   rate: string;
   /** The wait queue; `false`: none (a task that finds no token is refused at once). */
   queue?: QueueOptions | false;
+  /** The run timeout of every task (default: none); a task may set its own. */
+  timeout?: Duration;
   /** A monotonic clock in integer nanoseconds (default: process.hrtime / performance.now). */
   now?: () => bigint;
   /** Timers driven with `now` (default: the global ones). */
   timers?: Timers;
 }
+
+/** What a task function receives. */
+export interface TaskContext {
+  /** The task's signal, aborted too when its run timeout passes (undefined without either). */
+  signal: AbortSignal | undefined;
+}
+
+/** A task: called once admitted, with its context. */
+export type Task<T> = (context: TaskContext) => T | PromiseLike<T>;
 
 export interface ScheduleOptions {
   /** Tokens this task takes (default 1). */
@@ -53,38 +80,110 @@ export interface ScheduleOptions {
   signal?: AbortSignal;
   /** This task's own maximum wait (0: never wait). */
   maxWait?: Duration;
+  /** This task's run timeout: TimeoutError (reason 'run') once it passes; its signal aborts. */
+  timeout?: Duration;
 }
 
-export declare class RateLimiter {
+/** The event names, as p-queue's: a task started, resolved, rejected; nothing waits; nothing runs. */
+export type QueueEvent = 'active' | 'completed' | 'error' | 'empty' | 'idle';
+
+/** The events and promises every queue has (RateLimiter, PromisePool, limit()). */
+export interface Observed {
+  /** EventTarget's: listeners get a CustomEvent, `detail` the result ('completed') or error ('error'). */
+  addEventListener(type: QueueEvent, listener: (event: CustomEvent) => void, options?: boolean | AddEventListenerOptions): void;
+  removeEventListener(type: QueueEvent, listener: (event: CustomEvent) => void, options?: boolean | EventListenerOptions): void;
+  dispatchEvent(event: Event): boolean;
+  /** Resolves once no task waits. */
+  onEmpty(): Promise<void>;
+  /** Resolves once no task waits and none runs. */
+  onIdle(): Promise<void>;
+}
+
+export interface ReconfigureOptions {
+  algorithm?: Algorithm | (string & {});
+  capacity?: number;
+  rate?: string;
+  queue?: QueueOptions | false;
+}
+
+export declare class RateLimiter implements Observed {
   constructor(options: RateLimiterOptions);
   readonly capacity: number;
-  /** Tasks waiting for their tokens. */
+  readonly rate: string;
+  readonly algorithm: Algorithm | (string & {});
+  /** Tasks waiting for their tokens (or for resume()). */
   readonly pending: number;
+  /** Tasks admitted whose function has not settled. */
+  readonly active: number;
   /** Whole tokens available now. */
   readonly available: number;
+  readonly isPaused: boolean;
   /** Takes `cost` tokens if they are there now and nobody waits ahead; never waits. */
   tryAcquire(cost?: number): boolean;
   /** Waits until `cost` tokens are taken. */
   acquire(options?: ScheduleOptions): Promise<void>;
   /** Runs `fn` once its tokens are admitted; resolves to its result. */
-  schedule<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  schedule<T>(fn: Task<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  /** `fn` limited: each call schedules it with `options`. */
+  wrap<A extends unknown[], T>(fn: (...args: A) => T | PromiseLike<T>, options?: ScheduleOptions): (...args: A) => Promise<Awaited<T>>;
+  /** Changes the quota or queue in place: the bucket is converted, no tokens are gained. */
+  reconfigure(options: ReconfigureOptions): void;
+  /** Admits nothing until resume(); tasks keep their order and deadlines. */
+  pause(): void;
+  resume(): void;
+  /** Withdraws every waiting task (AbortError); returns how many. */
+  clear(reason?: unknown): number;
   /** Nothing waits and the bucket is full. */
   isIdle(): boolean;
   /** Rejects every waiting task with ClosedError and refuses new ones. */
   close(): void;
+  addEventListener(type: QueueEvent, listener: (event: CustomEvent) => void, options?: boolean | AddEventListenerOptions): void;
+  removeEventListener(type: QueueEvent, listener: (event: CustomEvent) => void, options?: boolean | EventListenerOptions): void;
+  dispatchEvent(event: Event): boolean;
+  onEmpty(): Promise<void>;
+  onIdle(): Promise<void>;
 }
 
-export declare class PromisePool {
-  constructor(options: { concurrency: number });
-  readonly concurrency: number;
+export interface PoolOptions {
+  /** The most tasks running at once (a whole number, or Infinity). */
+  concurrency: number;
+  /** The longest a task may wait for a slot (default: no bound). */
+  maxWait?: Duration;
+  /** The run timeout of every task (default: none). */
+  timeout?: Duration;
+  now?: () => bigint;
+  timers?: Timers;
+}
+
+export interface RunOptions {
+  signal?: AbortSignal;
+  priority?: Priority;
+  maxWait?: Duration;
+  timeout?: Duration;
+}
+
+export declare class PromisePool implements Observed {
+  constructor(options: PoolOptions);
+  /** Setting it starts waiting tasks at once if it grew. */
+  concurrency: number;
   readonly active: number;
   readonly pending: number;
-  run<T>(fn: () => T | PromiseLike<T>, options?: { signal?: AbortSignal }): Promise<Awaited<T>>;
+  readonly isPaused: boolean;
+  run<T>(fn: Task<T>, options?: RunOptions): Promise<Awaited<T>>;
   map<I, T>(
     items: Iterable<I>,
     fn: (item: I, index: number) => T | PromiseLike<T>,
-    options?: { signal?: AbortSignal },
+    options?: RunOptions,
   ): Promise<Awaited<T>[]>;
+  wrap<A extends unknown[], T>(fn: (...args: A) => T | PromiseLike<T>, options?: RunOptions): (...args: A) => Promise<Awaited<T>>;
+  pause(): void;
+  resume(): void;
+  clear(reason?: unknown): number;
+  addEventListener(type: QueueEvent, listener: (event: CustomEvent) => void, options?: boolean | AddEventListenerOptions): void;
+  removeEventListener(type: QueueEvent, listener: (event: CustomEvent) => void, options?: boolean | EventListenerOptions): void;
+  dispatchEvent(event: Event): boolean;
+  onEmpty(): Promise<void>;
+  onIdle(): Promise<void>;
 }
 
 export interface LimitOptions extends Partial<RateLimiterOptions> {
@@ -92,13 +191,19 @@ export interface LimitOptions extends Partial<RateLimiterOptions> {
   concurrency?: number;
 }
 
-export interface Limit {
-  schedule<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
-  run<T>(fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+export interface Limit extends Observed {
+  schedule<T>(fn: Task<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  run<T>(fn: Task<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  wrap<A extends unknown[], T>(fn: (...args: A) => T | PromiseLike<T>, options?: ScheduleOptions): (...args: A) => Promise<Awaited<T>>;
   readonly pool: PromisePool;
   readonly limiter: RateLimiter | null;
   readonly active: number;
   readonly pending: number;
+  concurrency: number;
+  reconfigure(options: ReconfigureOptions): void;
+  pause(): void;
+  resume(): void;
+  clear(reason?: unknown): number;
   close(): void;
 }
 
@@ -111,15 +216,19 @@ export interface KeyedOptions extends RateLimiterOptions {
 }
 
 export declare class Keyed<K = string> {
+  constructor(options: KeyedOptions);
+  readonly maxKeys: number;
   readonly size: number;
   has(key: K): boolean;
   get(key: K): RateLimiter;
   tryAcquire(key: K, cost?: number): boolean;
-  schedule<T>(key: K, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  schedule<T>(key: K, fn: Task<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
+  wrap<A extends unknown[], T>(fn: (key: K, ...args: A) => T | PromiseLike<T>, options?: ScheduleOptions): (key: K, ...args: A) => Promise<Awaited<T>>;
+  reconfigure(options: ReconfigureOptions): void;
   close(): void;
 }
 
-/** A RateLimiter per key, at most `maxKeys` of them. */
+/** A RateLimiter per key, at most `maxKeys` of them: `new Keyed(options)`. */
 export declare function keyed<K = string>(options: KeyedOptions): Keyed<K>;
 
 export interface RetryOptions<T> {
@@ -133,6 +242,8 @@ export interface RetryOptions<T> {
   jitter?: 'full' | 'none';
   /** Wait at least what Retry-After / RateLimit ask (default true). */
   respectRetryAfter?: boolean;
+  /** The longest wait a server may ask for (default 60 s); a longer one is not retried. */
+  maxRetryAfter?: Duration;
   /** Whether to retry this error or result (default: errors, and responses 408, 425, 429, 5xx). */
   shouldRetry?: (errorOrResult: unknown) => boolean | PromiseLike<boolean>;
   signal?: AbortSignal;
@@ -177,27 +288,43 @@ export interface CircuitBreakerOptions {
 export declare class CircuitBreaker {
   constructor(options?: CircuitBreakerOptions);
   readonly state: CircuitState;
+  readonly failureThreshold: number;
+  readonly halfOpenMax: number;
   call<T>(fn: () => T | PromiseLike<T>): Promise<Awaited<T>>;
 }
 
-export declare class SluiceError extends Error {}
+/** The base class of every error sluice-limits raises itself. */
+export declare class SluiceError extends Error {
+  constructor(message?: string, options?: { cause?: unknown });
+}
 export declare class QueueFullError extends SluiceError {
+  constructor(message?: string, retryAfterMs?: number);
   readonly retryAfterMs: number;
 }
+export type TimeoutReason = 'timeout' | 'limited' | 'expired' | 'run';
 export declare class TimeoutError extends SluiceError {
+  constructor(message?: string, retryAfterMs?: number, reason?: TimeoutReason);
   readonly retryAfterMs: number;
-  /** 'timeout': refused at once; 'limited': no token and no wait allowed; 'expired': timed out waiting. */
-  readonly reason: 'timeout' | 'limited' | 'expired';
+  /** 'timeout': refused at once; 'limited': no token and no wait allowed; 'expired': timed out waiting; 'run': ran past its timeout. */
+  readonly reason: TimeoutReason;
 }
 export declare class AbortError extends SluiceError {
+  constructor(message?: string, options?: { cause?: unknown });
   readonly name: 'AbortError';
   readonly code: 20;
 }
 export declare class InsufficientCapacityError extends SluiceError {
+  constructor(cost: number, capacity: number);
   readonly cost: number;
   readonly capacity: number;
 }
 export declare class ClosedError extends SluiceError {}
 export declare class CircuitOpenError extends SluiceError {
+  constructor(message?: string, retryAfterMs?: number);
+  readonly retryAfterMs: number;
+}
+/** Redis did not answer in time and the store's onError is 'throw'. */
+export declare class UnavailableError extends SluiceError {
+  constructor(message?: string, retryAfterMs?: number, options?: { cause?: unknown });
   readonly retryAfterMs: number;
 }

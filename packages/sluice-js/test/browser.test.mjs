@@ -41,3 +41,37 @@ test('the behaviour suite passes in Chromium', { timeout: 120000 }, async (t) =>
     await site.close();
   }
 });
+
+test('Chromium: a page whose CSP lacks \'wasm-unsafe-eval\' is told what to add; with it, ready() and sync compilation work', { timeout: 120000 }, async (t) => {
+  if (!existsSync(CHROMIUM)) return missing(t, `chromium (${CHROMIUM})`);
+  const strict = await serveStatic(PACKAGE, { 'content-security-policy': "script-src 'self'" });
+  const allowed = await serveStatic(PACKAGE, { 'content-security-policy': "script-src 'self' 'wasm-unsafe-eval'" });
+  const browser = await launchBrowser();
+  try {
+    const page = await browser.context.newPage();
+    await page.goto(`${strict.url}/`);
+    const refused = await page.evaluate(async () => {
+      try {
+        const m = await import('/src/index.js');
+        new m.RateLimiter({ capacity: 1, rate: '1/s' });
+        return 'no error';
+      } catch (e) {
+        return String(e && e.message);
+      }
+    });
+    t.diagnostic(`without 'wasm-unsafe-eval': ${refused}`);
+    assert.match(refused, /'wasm-unsafe-eval'/, 'the error names what to add to the policy');
+    await page.goto(`${allowed.url}/`);
+    const works = await page.evaluate(async () => {
+      const m = await import('/src/index.js');
+      await m.ready();
+      const l = new m.RateLimiter({ capacity: 2, rate: '1/s' });
+      return [l.tryAcquire(), l.tryAcquire(), l.tryAcquire(), m.keyHash('Jefe', 'what do ya want for nothing?')];
+    });
+    assert.deepEqual(works, [true, true, false, '5bdcc146bf60754e6a042426089575c7']);
+  } finally {
+    await browser.close();
+    await strict.close();
+    await allowed.close();
+  }
+});

@@ -1,15 +1,17 @@
 // The generated modules are what the repository's sources make: the Lua scripts are the Rust
-// crate's, byte for byte, and the embedded wasm is the committed module, whose record matches
-// the current Rust sources (a fresh build is compared by `scripts/wasm-module check`, which
-// run-tests.sh runs too).
+// crate's, byte for byte; the embedded wasm is the committed module, whose record matches the
+// current Rust sources (a fresh build is compared by `scripts/wasm-module check`, which
+// run-tests.sh runs too); cjs/ is the CommonJS form of src/; the license files are the
+// repository's.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { generatedModule, GENERATED } from '../scripts/gen-redis-scripts.mjs';
+import { generated as cjsFiles, CJS } from '../scripts/gen-cjs.mjs';
 import { PACKAGE, ROOT } from './support.mjs';
 import { WASM_BASE64 } from '../src/core-wasm.generated.js';
 
@@ -70,4 +72,19 @@ test('the embedded wasm is the committed module, and its record matches the Rust
   assert.equal(field(record, 'sources'), sourceDigest(), `sluice-core or sluice-js-wasm changed: ${stale}`);
   assert.equal(field(record, 'module'), createHash('sha256').update(wasm).digest('hex'), `the record does not match the module: ${stale}`);
   assert.ok(Buffer.from(WASM_BASE64, 'base64').equals(wasm), `src/core-wasm.generated.js does not embed the committed module: ${stale}`);
+});
+
+test('cjs/ is the CommonJS form of src/ (node scripts/gen-cjs.mjs)', async () => {
+  const files = await cjsFiles();
+  const present = existsSync(CJS) ? readdirSync(CJS).sort() : [];
+  assert.deepEqual(present, Object.keys(files).sort(), 'the files of cjs/: run node scripts/gen-cjs.mjs and commit');
+  for (const [name, text] of Object.entries(files)) {
+    assert.equal(readFileSync(join(CJS, name), 'utf8'), text, `cjs/${name} is stale: run node scripts/gen-cjs.mjs and commit`);
+  }
+});
+
+test('the license files of the package are the repository\'s', () => {
+  for (const name of ['LICENSE-MIT', 'LICENSE-APACHE']) {
+    assert.ok(readFileSync(join(PACKAGE, name)).equals(readFileSync(join(ROOT, name))), `${name} differs from the repository's`);
+  }
 });

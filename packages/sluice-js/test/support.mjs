@@ -42,8 +42,11 @@ export function freePort() {
 
 const TYPES = { '.js': 'text/javascript', '.mjs': 'text/javascript', '.html': 'text/html', '.json': 'application/json' };
 
-/** Serves `dir` read-only on a free port of 127.0.0.1: { url, close() }. */
-export function serveStatic(dir) {
+/**
+ * Serves `dir` read-only on a free port of 127.0.0.1: { url, close() }. `headers` go on the
+ * page at / (a Content-Security-Policy, say).
+ */
+export function serveStatic(dir, headers = {}) {
   const server = http.createServer((req, res) => {
     const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname));
     const file = join(dir, path);
@@ -52,7 +55,7 @@ export function serveStatic(dir) {
       return;
     }
     if (path === '/') {
-      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>sluice-limits</title>');
+      res.writeHead(200, { 'content-type': 'text/html', ...headers }).end('<!doctype html><title>sluice-limits</title>');
       return;
     }
     res.writeHead(200, { 'content-type': TYPES[extname(file)] || 'application/octet-stream' });

@@ -1,5 +1,7 @@
-// The hand-written declarations (src/*.d.ts) under tsc --noEmit: test/types/check.ts uses the
-// API as the README does, and its @ts-expect-error lines must stay errors.
+// The hand-written declarations (src/*.d.ts, cjs/*.d.cts) under tsc --strict --noEmit:
+// test/types/consumer.ts uses every documented API, consumer-cjs.cts as CommonJS, with the
+// real node-redis and ioredis types; their @ts-expect-error lines must stay errors. The same
+// files run against the packed tarball in test/pack.test.mjs (node10 too).
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +11,7 @@ import { join } from 'node:path';
 
 import { PACKAGE, missing } from './support.mjs';
 
-test('the type declarations check under tsc --noEmit', (t) => {
+test('the type declarations check under tsc --strict --noEmit (nodenext)', (t) => {
   const tsc = join(PACKAGE, 'node_modules', '.bin', 'tsc');
   if (!existsSync(tsc)) return missing(t, 'typescript (npm ci in packages/sluice-js)');
   const r = spawnSync(tsc, ['--noEmit', '-p', join(PACKAGE, 'test', 'types')], { encoding: 'utf8' });
