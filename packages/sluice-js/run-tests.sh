@@ -3,10 +3,13 @@
 #   - npm ci (exact versions from package-lock.json);
 #   - the embedded wasm is a fresh build of the Rust sources (scripts/wasm-module check);
 #   - node --test test/*.test.mjs: the behaviour suite in Node and in headless Chromium, the
-#     generated modules, the types (tsc), the Redis store on a real redis-server and its
-#     interop with `sluice serve`, and the packed tarball running the README's examples.
+#     generated modules (the wasm, the Redis scripts, cjs/), the types (tsc), the Redis store
+#     with node-redis and ioredis on a real redis-server and on a three-master Redis Cluster,
+#     its interop with `sluice serve`, and the packed tarball in a fresh folder (the README's
+#     examples, CommonJS, esbuild bundles, TypeScript consumers).
 #
-# Needs: node >= 20, npm, cargo with the wasm32-unknown-unknown target, redis-server, Chromium
+# Needs: node >= 20, npm, cargo with the wasm32-unknown-unknown target, redis-server and
+# redis-cli (the Cluster is made with `redis-cli --cluster create`), Chromium
 # ($SLUICE_CHROMIUM, default /usr/bin/chromium) and the sluice binary ($SLUICE_BIN; built here
 # with `cargo build -p sluice-server --bin sluice` when unset). Under CI=true a missing tool
 # fails the run, naming it; otherwise the test that needs it is skipped with a message.
@@ -28,6 +31,7 @@ need node "Node >= 20"
 need npm "npm"
 need cargo "the wasm freshness check and the sluice binary"
 need redis-server "the Redis store and interop tests"
+need redis-cli "the Redis Cluster tests"
 need "${SLUICE_CHROMIUM:-/usr/bin/chromium}" "the browser run of the behaviour suite"
 
 npm ci --no-audit --no-fund
