@@ -7,8 +7,12 @@
 //   accuracy  10 s of real time at 100/s with a burst of 20, each limiter flooded in turn:
 //             admitted against the exact bound capacity + rate·T (T from the window's start to
 //             its last admission)
+//   newkey    ns per new key while the key table is full (maxKeys 1,000 / 20,000 / 100,000):
+//             keyed() beside rate-limiter-flexible's memory limiter and Bottleneck's Group
+//   lateness  10 s at 100/s with capacity 1 (then 2), a queue kept full: the rate reached,
+//             against Bottleneck's minTime, and the bound checked over every window
 //
-//   node --expose-gc bench.mjs [--rounds N] [--only overhead,memory,accuracy] [--json]
+//   node --expose-gc bench.mjs [--rounds N] [--only overhead,memory,accuracy,newkey,lateness] [--json]
 //
 // Each figure is the median of N rounds (default 5; 3 for accuracy), with min and max.
 
@@ -17,7 +21,7 @@ import pLimit from 'p-limit';
 import PQueue from 'p-queue';
 import { RateLimiterMemory, RateLimiterQueue } from 'rate-limiter-flexible';
 
-import { RateLimiter, PromisePool, limit } from '../../packages/sluice-js/src/index.js';
+import { RateLimiter, PromisePool, limit, keyed } from '../../packages/sluice-js/src/index.js';
 
 const args = process.argv.slice(2);
 const flag = (name, fallback) => {
@@ -25,7 +29,7 @@ const flag = (name, fallback) => {
   return i >= 0 ? args[i + 1] : fallback;
 };
 const ROUNDS = Number(flag('--rounds', 5));
-const ONLY = new Set(flag('--only', 'overhead,memory,accuracy').split(','));
+const ONLY = new Set(flag('--only', 'overhead,memory,accuracy,newkey,lateness').split(','));
 const JSON_OUT = args.includes('--json');
 const N = 100000;
 
@@ -231,9 +235,141 @@ async function accuracyRound() {
   return results;
 }
 
+// === newkey ===
+
+const MAX_KEYS = [1000, 20000, 100000];
+const NEW_KEYS = 2000;
+
+/**
+ * Each entry: (maxKeys) => { fill(i): Promise|void, batch(keys): Promise|void, close() }. The
+ * table is filled with maxKeys keys, each spent once (1 of 10 per minute: none full again
+ * during the run, so every key sluice drops is remembered); then batches of new keys are
+ * timed, each key a first decision. rate-limiter-flexible keeps every key until it expires
+ * (it has no cap); Bottleneck's Group makes a Bottleneck per key.
+ */
+const NEWKEY = {
+  'sluice keyed().tryAcquire': (maxKeys) => {
+    const k = keyed({ maxKeys, capacity: 10, rate: '10/min' });
+    return {
+      fill: (key) => k.tryAcquire(key),
+      batch: (keys) => { for (const key of keys) k.tryAcquire(key); },
+      close: () => k.close(),
+    };
+  },
+  'rate-limiter-flexible RateLimiterMemory.consume': () => {
+    const r = new RateLimiterMemory({ points: 10, duration: 60 });
+    const consume = (key) => r.consume(key).then(() => true, () => false);
+    return {
+      fill: consume,
+      batch: (keys) => Promise.all(keys.map(consume)),
+      close: () => {},
+    };
+  },
+  'Bottleneck.Group key().check': () => {
+    const g = new Bottleneck.Group({ reservoir: 10, reservoirRefreshAmount: 10, reservoirRefreshInterval: 60000 });
+    const check = (key) => g.key(key).check();
+    return {
+      fill: check,
+      batch: (keys) => Promise.all(keys.map(check)),
+      close: () => Promise.all(g.limiters().map(({ limiter }) => limiter.disconnect())).catch(() => {}),
+    };
+  },
+};
+
+async function newKeyRound(make, maxKeys, round) {
+  const t = make(maxKeys);
+  const fills = [];
+  for (let i = 0; i < maxKeys; i++) {
+    fills.push(t.fill(`k${i}`));
+    if (fills.length === 1000) await Promise.all(fills.splice(0));
+  }
+  await Promise.all(fills);
+  global.gc();
+  await settle();
+  const batches = [];
+  for (let b = 0; b < NEW_KEYS / 100; b++) {
+    const keys = Array.from({ length: 100 }, (_, i) => `r${round}-n${b * 100 + i}`);
+    const t0 = process.hrtime.bigint();
+    await t.batch(keys);
+    batches.push(Number(process.hrtime.bigint() - t0) / 100);
+  }
+  await t.close();
+  return stats(batches).median;
+}
+
+// === lateness ===
+
+/**
+ * Each entry: () => { queued(fn) } at 100/s; the queue holds far more than can run in
+ * LATE_SECONDS, and the start times of the tasks are kept.
+ */
+const LATE_SECONDS = 10;
+const LATENESS = {
+  'sluice token_bucket, capacity 1': () => {
+    const l = new RateLimiter({ algorithm: 'token_bucket', capacity: 1, rate: '100/s' });
+    return { capacity: 1, queued: (fn) => l.schedule(fn), close: () => l.close() };
+  },
+  'sluice gcra, capacity 1': () => {
+    const l = new RateLimiter({ algorithm: 'gcra', capacity: 1, rate: '100/s' });
+    return { capacity: 1, queued: (fn) => l.schedule(fn), close: () => l.close() };
+  },
+  'sluice token_bucket, capacity 2': () => {
+    const l = new RateLimiter({ algorithm: 'token_bucket', capacity: 2, rate: '100/s' });
+    return { capacity: 2, queued: (fn) => l.schedule(fn), close: () => l.close() };
+  },
+  'Bottleneck minTime 10 ms': () => {
+    const b = new Bottleneck({ minTime: 10, maxConcurrent: null });
+    return { capacity: 1, queued: (fn) => b.schedule(async () => fn()), close: () => b.stop({ dropWaitingJobs: true }).catch(() => {}) };
+  },
+};
+
+/**
+ * The largest excess over capacity + floor(rate·(t_j - t_i)) among all windows [t_i, t_j]. The
+ * times are when the tasks started, read a few microseconds after each admission: a window is
+ * widened by SLACK_MS so that this reading does not count as an excess.
+ */
+const SLACK_MS = 0.1;
+function worstWindow(times, capacity, perSecond) {
+  let worst = -Infinity;
+  for (let i = 0; i < times.length; i++) {
+    for (let j = i; j < times.length; j++) {
+      const excess = (j - i + 1) - (capacity + Math.floor((perSecond * (times[j] - times[i] + SLACK_MS)) / 1000));
+      if (excess > worst) worst = excess;
+    }
+  }
+  return worst;
+}
+
+async function latenessRound() {
+  const results = {};
+  for (const [name, make] of Object.entries(LATENESS)) {
+    global.gc();
+    await settle();
+    const l = make();
+    const times = [];
+    const t0 = performance.now();
+    const end = t0 + LATE_SECONDS * 1000;
+    for (let i = 0; i < PER_SECOND * LATE_SECONDS * 2; i++) {
+      l.queued(() => {
+        const now = performance.now();
+        if (now < end) times.push(now);
+      }).catch(() => {});
+    }
+    await new Promise((r) => setTimeout(r, end - performance.now() + 5));
+    l.close();
+    const T = (times[times.length - 1] - times[0]) / 1000;
+    results[name] = {
+      perSecond: (times.length - 1) / T,
+      admitted: times.length,
+      worst: worstWindow(times, l.capacity, PER_SECOND),
+    };
+  }
+  return results;
+}
+
 // === main ===
 
-const report = { node: process.version, rounds: ROUNDS, overhead: {}, memory: {}, accuracy: {} };
+const report = { node: process.version, rounds: ROUNDS, overhead: {}, memory: {}, accuracy: {}, newkey: {}, lateness: {} };
 
 if (ONLY.has('overhead')) {
   const samples = Object.fromEntries(Object.keys(OVERHEAD).map((k) => [k, []]));
@@ -263,6 +399,28 @@ if (ONLY.has('accuracy')) {
   }
 }
 
+if (ONLY.has('newkey')) {
+  const rounds = Math.min(ROUNDS, 3);
+  for (const maxKeys of MAX_KEYS) {
+    const samples = Object.fromEntries(Object.keys(NEWKEY).map((k) => [k, []]));
+    for (let r = 0; r < rounds; r++) {
+      for (const [name, make] of Object.entries(NEWKEY)) samples[name].push(await newKeyRound(make, maxKeys, r));
+    }
+    report.newkey[maxKeys] = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, stats(xs)]));
+  }
+}
+
+if (ONLY.has('lateness')) {
+  const rounds = Math.min(ROUNDS, 3);
+  const samples = {};
+  for (let r = 0; r < rounds; r++) {
+    for (const [name, res] of Object.entries(await latenessRound())) (samples[name] ??= []).push(res);
+  }
+  for (const [name, rs] of Object.entries(samples)) {
+    report.lateness[name] = { ...stats(rs.map((x) => x.perSecond)), worst: Math.max(...rs.map((x) => x.worst)), rounds: rs };
+  }
+}
+
 if (JSON_OUT) {
   console.log(JSON.stringify(report, null, 2));
 } else {
@@ -280,6 +438,18 @@ if (JSON_OUT) {
     for (const [k, s] of Object.entries(report.accuracy)) {
       const detail = s.rounds.map((x) => `${x.admitted}/${x.bound}`).join(' ');
       console.log(`  ${k.padEnd(40)} ${String(s.median).padStart(5)}  [${s.min}, ${s.max}]  admitted/bound: ${detail}`);
+    }
+  }
+  if (ONLY.has('newkey')) {
+    console.log(`\nnewkey: ns per new key with the table full (median of ${NEW_KEYS / 100} batches of 100 per round; median of rounds [min, max])`);
+    for (const [maxKeys, row] of Object.entries(report.newkey)) {
+      for (const [k, s] of Object.entries(row)) console.log(`  maxKeys ${String(maxKeys).padStart(6)}  ${k.padEnd(46)} ${s.median.toFixed(0).padStart(7)}  [${s.min.toFixed(0)}, ${s.max.toFixed(0)}]`);
+    }
+  }
+  if (ONLY.has('lateness')) {
+    console.log(`\nlateness: tasks started per second over ${LATE_SECONDS} s at ${PER_SECOND}/s, a queue kept full (worst window: admissions above capacity + rate·(t + ${SLACK_MS} ms) in any window; > 0 is over the bound)`);
+    for (const [k, s] of Object.entries(report.lateness)) {
+      console.log(`  ${k.padEnd(40)} ${s.median.toFixed(1).padStart(6)}/s  [${s.min.toFixed(1)}, ${s.max.toFixed(1)}]  worst window ${s.worst}`);
     }
   }
 }
