@@ -299,7 +299,7 @@ impl RedisStore {
             nanos(ago),
             Some(unix_ns),
         );
-        inner.run_direct(&settings, &cmd).await.map(drop)
+        inner.run_direct(&settings, &cmd, false).await.map(drop)
     }
 
     /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
@@ -316,7 +316,7 @@ impl RedisStore {
         let cmd = settings
             .program
             .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let reply = inner.run_direct(&settings, &cmd).await?;
+        let reply = inner.run_direct(&settings, &cmd, cost > 0).await?;
         settings.program.decision(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })
@@ -406,12 +406,13 @@ impl Inner {
         &self,
         settings: &Settings,
         cmd: &redis::Cmd,
+        admission: bool,
     ) -> Result<redis::Value, Error> {
         let unavailable = Error::Unavailable {
             retry_after: self.config.retry_interval,
         };
         let conn = self.health.conn.get().ok_or(unavailable)?;
-        let run = conn.run(cmd, settings.program.script());
+        let run = conn.run(cmd, settings.program.script(), admission);
         match tokio::time::timeout(self.config.timeout, run).await {
             Ok(Ok(reply)) => Ok(reply),
             _ => Err(unavailable),
@@ -427,12 +428,14 @@ impl Inner {
     ) -> Result<Decision, Unanswered> {
         let program = &settings.program;
         let cmd = program.command(&self.config.prefix, key, cost, None);
-        self.round_trip(program, &cmd, now, |reply| program.decision(reply))
-            .await
+        self.round_trip(program, &cmd, now, cost > 0, |reply| {
+            program.decision(reply)
+        })
+        .await
     }
 
-    /// Runs the script `cmd` of `program` and reads its reply with `read`, all within the
-    /// timeout. A failure (no connection, no answer in time, an error or a reply `read`
+    /// Runs the script `cmd` of `program` (a check that spends if `admission`) and reads its
+    /// reply with `read`, all within the timeout. A failure (no connection, no answer in time, an error or a reply `read`
     /// rejects) marks Redis down, except a connection that broke under the request while
     /// Redis still answers `PING` at once over a new one: only this request then goes
     /// unanswered.
@@ -441,6 +444,7 @@ impl Inner {
         program: &Program,
         cmd: &redis::Cmd,
         now: u64,
+        admission: bool,
         read: impl FnOnce(&redis::Value) -> Option<T>,
     ) -> Result<T, Unanswered> {
         let (conn, probe) = match self.health.gate(now) {
@@ -458,7 +462,7 @@ impl Inner {
             if probe {
                 conn.ping().await?;
             }
-            conn.run(cmd, program.script()).await
+            conn.run(cmd, program.script(), admission).await
         };
         let reply = tokio::time::timeout_at(deadline, run).await;
         let error = match reply {
@@ -517,7 +521,7 @@ impl Inner {
         let cmd = program.refund_command(&self.config.prefix, key, cost, nanos(ago), None);
         // Unanswered: the tokens stay spent.
         let _ = self
-            .round_trip(program, &cmd, now, |reply| {
+            .round_trip(program, &cmd, now, false, |reply| {
                 matches!(reply, redis::Value::Array(_)).then_some(())
             })
             .await;
