@@ -34,7 +34,10 @@
 //! `WAIT` through: its admissions follow the failure policy, and the next probe asks the
 //! Sentinels again. A master found with no replica (the new master of a failover, before any
 //! replica follows it) waits for none: no failover can promote a replica it never had, and
-//! those that join it copy everything first.
+//! those that join it copy everything first. (The limits of this: a replica that joins later
+//! is waited for only once a probe's `ROLE` lists it, so until then a failover to it, should
+//! it lag, may lose its lag; and a new connection to the same master, made because the old one
+//! broke, counts the replicas anew.)
 //!
 //! Denials, refunds and conversions are not waited for: losing one never gives a token.
 
