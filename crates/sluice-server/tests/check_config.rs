@@ -304,3 +304,56 @@ fn an_admin_token_is_read_from_the_environment_or_a_file_only() {
         assert!(!stderr.contains("s3cret") || value == "s3cret");
     }
 }
+
+#[test]
+fn a_redis_sentinel_url_is_read_and_a_malformed_one_named_with_its_line() {
+    let valid = |url: &str| {
+        format!(
+            "[store]\nbackend = \"redis\"\nurl = {url}\non_error = \"deny\"\n\n[[policy]]\nname = \"api\"\ncapacity = 10\nrate = \"5/s\"\n\n[[route]]\npath_prefix = \"/\"\npolicies = [\"api\"]\nupstream = \"http://127.0.0.1:9000\"\n"
+        )
+    };
+    for url in [
+        r#""redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3/mymaster""#,
+        r#""redis+sentinel://:s%40cret@[::1]:26379/mymaster/2?wait=none&sentinel_password=pw""#,
+    ] {
+        let (code, stdout, stderr, _) = check(&valid(url));
+        assert_eq!(code, 0, "{url}: {stderr}");
+        assert!(stdout.contains("ok (1 policies"), "{stdout}");
+    }
+    for (url, says) in [
+        (
+            r#""redis+sentinel://10.0.0.1:26379""#,
+            "no master name after the Sentinels",
+        ),
+        (
+            r#""redis+sentinel://10.0.0.1:26379,/mymaster""#,
+            "an empty Sentinel in the list",
+        ),
+        (
+            r#""redis+sentinel://10.0.0.1:7o00/mymaster""#,
+            "`7o00` is not a port",
+        ),
+        (
+            r#""redis+sentinel://10.0.0.1/mymaster/zero""#,
+            "the database `zero`",
+        ),
+        (
+            r#""redis+sentinel://10.0.0.1/mymaster?wait=all""#,
+            "wait=`all`",
+        ),
+        (r#"["redis+sentinel://10.0.0.1/mymaster"]"#, "not in a list"),
+    ] {
+        let (code, _, stderr, path) = check(&valid(url));
+        assert_eq!(code, 2, "{url}: {stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("{path}:3:")))
+            .unwrap_or_else(|| panic!("{url}: no error on line 3 in:\n{stderr}"));
+        assert!(
+            line.contains(" store.url: cannot read `redis+sentinel://")
+                && line.contains("as a Redis Sentinel URL")
+                && line.contains(says),
+            "{url}: {line}"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! The gateway's guarantees under faults, with real processes: a `kill -9` of a gateway on the
-//! file store, a Redis that stops answering (SIGSTOP), a Redis Cluster that loses a master, and
-//! a full disk under the file store. (A reload that tightens a policy under 500 requests a
+//! file store, a Redis that stops answering (SIGSTOP), a Redis Cluster that loses a master, a
+//! Redis Sentinel failover, and a full disk under the file store. (A reload that tightens a policy under 500 requests a
 //! second is in `reload.rs`.)
 //!
 //! They run against Cargo's `sluice` binary of the test profile; `SLUICE_BIN=target/release/sluice`
@@ -375,6 +375,132 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
     eprintln!(
         "failover: a replica promoted {promoted_after:?} after the kill, the last denial {recovered_after:?} after the kill; {all}"
     );
+}
+
+// === Redis Sentinel failover ===
+
+/// A master, its replica and three `redis-sentinel`; a gateway on `redis+sentinel://` with a
+/// global limit of 50 at 100/s and `on_error = "deny"`, under 300 requests a second;
+/// `SENTINEL FAILOVER`. Every answer is a 200 or a 503 `unavailable` (while no master admits),
+/// none waits beyond the timeout, decisions are back on the new master within 2 s of the
+/// promotion, and the admissions over the whole run hold capacity + rate x T in every window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_under_load_follows_on_error_and_keeps_the_limit() {
+    let Some(set) = redis_support::RedisSentinels::start(1) else {
+        return;
+    };
+    let up = Upstream::start().await;
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"deny\"",
+        set.url()
+    );
+    let gw = Gateway::start("", &policy(&up.url(), &store, 50, "100/s", "global")).await;
+    wait_for_200(&gw, Duration::from_secs(10)).await;
+    // The burst spent by the readiness check refills within 0.5 s.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let started = Instant::now();
+    let load = tokio::spawn(drive(
+        gw.url("/api/x"),
+        300,
+        started + Duration::from_millis(5_500),
+        |_| Vec::new(),
+    ));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (asked, promoted) = tokio::task::block_in_place(|| {
+        let asked = Instant::now();
+        set.failover();
+        while set.servers[1].cli(&["ROLE"]).lines().next() != Some("master") {
+            assert!(
+                asked.elapsed() < Duration::from_secs(10),
+                "no promotion within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (asked, Instant::now())
+    });
+    let mut sent = load.await.unwrap();
+    let log = gw.log_text();
+    let all = summary(&sent);
+    sent.sort_by_key(|s| s.at + s.took);
+
+    let margin = Duration::from_millis(400);
+    let timeout = Duration::from_millis(200);
+    for s in &sent {
+        match &s.answer {
+            Ok((StatusCode::OK, _)) => {}
+            Ok((StatusCode::TOO_MANY_REQUESTS, reason)) => assert_eq!(reason, "limit", "{all}"),
+            Ok((StatusCode::SERVICE_UNAVAILABLE, reason)) => {
+                assert_eq!(reason, "unavailable", "{all}")
+            }
+            other => {
+                panic!("only 200, 429 `limit` and 503 `unavailable`, got {other:?}: {all}\n{log}")
+            }
+        }
+        assert!(
+            s.took <= timeout * 2 + margin,
+            "a request took {:?}: {all}",
+            s.took
+        );
+    }
+    let first_denial = sent
+        .iter()
+        .find(|s| s.at > asked && s.status() == Some(StatusCode::SERVICE_UNAVAILABLE))
+        .unwrap_or_else(|| panic!("no decision followed on_error at the failover: {all}\n{log}"));
+    let resumed = sent
+        .iter()
+        .find(|s| s.at > first_denial.at && s.status() == Some(StatusCode::OK))
+        .unwrap_or_else(|| panic!("nothing admitted after the failover: {all}\n{log}"));
+    let back = (resumed.at + resumed.took).saturating_duration_since(promoted);
+    // The admissions (200s) in every window: those answered in [a_i, a_j] were decided by
+    // Redis between the earliest of their requests and a_j.
+    let admitted: Vec<&Sent> = sent
+        .iter()
+        .filter(|s| s.status() == Some(StatusCode::OK))
+        .collect();
+    let mut worst = (0usize, f64::MAX, Duration::ZERO);
+    for i in 0..admitted.len() {
+        let mut earliest = admitted[i].at;
+        for (j, s) in admitted.iter().enumerate().skip(i) {
+            earliest = earliest.min(s.at);
+            let span = (s.at + s.took).saturating_duration_since(earliest);
+            let bound = 50.0 + 100.0 * span.as_secs_f64();
+            let count = j - i + 1;
+            if count as f64 - bound > worst.0 as f64 - worst.1 {
+                worst = (count, bound, span);
+            }
+        }
+    }
+    let denied_from_promotion = sent
+        .iter()
+        .filter(|s| s.at > promoted && s.at < resumed.at)
+        .filter(|s| s.status() == Some(StatusCode::SERVICE_UNAVAILABLE))
+        .count();
+    eprintln!(
+        "sentinel failover through the gateway: first 503 at P{:+} ms, first 200 again answered at P+{} ms; {} admitted, closest window {} in {:?} (bound {:.1}); {denied_from_promotion} 503 from the promotion to then; {all}",
+        if first_denial.at >= promoted {
+            first_denial.at.duration_since(promoted).as_millis() as i64
+        } else {
+            -(promoted.duration_since(first_denial.at).as_millis() as i64)
+        },
+        back.as_millis(),
+        admitted.len(),
+        worst.0,
+        worst.2,
+        worst.1
+    );
+    assert!(
+        back <= Duration::from_secs(2),
+        "decisions back on Redis {back:?} after the promotion: {all}\n{log}"
+    );
+    assert!(
+        worst.0 as f64 <= worst.1 + 1e-9,
+        "{} admitted within {:?}, above 50 + 100/s x T = {:.1}: {all}",
+        worst.0,
+        worst.2,
+        worst.1
+    );
+    assert!(log.contains("redis store down"), "{log}");
 }
 
 // === a full disk ===

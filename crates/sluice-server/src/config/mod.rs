@@ -966,6 +966,27 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
             }
         };
         for (url, at) in list {
+            if sluice::store::RedisConfig::new(url).is_sentinel() {
+                // Redis Sentinel: the URL names the Sentinels and the master itself.
+                let problem = if cluster {
+                    Some(String::from("a Sentinel URL names every Sentinel itself: give it as one string, not in a list (a list is a Redis Cluster)"))
+                } else {
+                    match sluice::store::RedisConfig::new(url).check() {
+                        Ok(()) => None,
+                        Err(sluice::store::RedisStoreError::BadUrl { reason, .. }) => Some(reason),
+                        Err(e) => Some(e.to_string()),
+                    }
+                };
+                match problem {
+                    None => urls.push(url.to_owned()),
+                    Some(reason) => errors.at(
+                        at,
+                        "store.url",
+                        format!("cannot read `{url}` as a Redis Sentinel URL: {reason}"),
+                    ),
+                }
+                continue;
+            }
             let rest = url
                 .strip_prefix("redis://")
                 .or_else(|| url.strip_prefix("rediss://"))
@@ -976,7 +997,7 @@ fn store(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -> StoreConf
                 _ => errors.at(
                     at,
                     "store.url",
-                    format!("cannot read `{url}` as a Redis URL: expected redis://HOST:PORT"),
+                    format!("cannot read `{url}` as a Redis URL: expected redis://HOST:PORT, or redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME for Redis Sentinel"),
                 ),
             }
         }

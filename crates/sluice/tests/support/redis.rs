@@ -1,9 +1,10 @@
 //! Real `redis-server` processes on free ports of 127.0.0.1, in temporary directories, without
-//! persistence, killed on drop: one server, or a Cluster of masters.
+//! persistence, killed on drop: one server, a Cluster of masters, or a master with replicas
+//! watched by `redis-sentinel` processes.
 //!
-//! Without redis-server the tests that need it are skipped, except under `CI=true`, where they
-//! fail: CI installs it (scripts/test), so its absence there is a broken machine, not a reason
-//! to pass.
+//! Without redis-server (or redis-sentinel) the tests that need it are skipped, except under
+//! `CI=true`, where they fail: CI installs them (scripts/test), so their absence there is a
+//! broken machine, not a reason to pass.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,11 +14,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const SERVER: &str = "redis-server";
+const SENTINEL: &str = "redis-sentinel";
 const CLI: &str = "redis-cli";
 
 /// Whether redis-server can be run here; under `CI=true` its absence is a failure.
 pub fn available() -> bool {
-    let found = Command::new(SERVER)
+    installed(SERVER)
+}
+
+/// Whether `program` (redis-server, redis-sentinel) runs here; under `CI=true` its absence is
+/// a failure.
+fn installed(program: &str) -> bool {
+    let found = Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -25,9 +33,9 @@ pub fn available() -> bool {
         .is_ok_and(|s| s.success());
     if !found {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("redis-server is not installed; CI=true, so this fails instead of skipping (scripts/test installs it)");
+            panic!("{program} is not installed; CI=true, so this fails instead of skipping (scripts/test installs it)");
         }
-        eprintln!("skipped: redis-server is not installed (install it, or run scripts/test)");
+        eprintln!("skipped: {program} is not installed (install it, or run scripts/test)");
     }
     found
 }
@@ -84,6 +92,8 @@ pub struct RedisServer {
     /// `cluster-node-timeout`, in milliseconds: how long a Cluster node may not answer before
     /// it is failed over.
     node_timeout_ms: u32,
+    /// More arguments (`--replicaof HOST PORT`).
+    extra: Vec<String>,
     dir: TempDir,
 }
 
@@ -97,11 +107,21 @@ impl RedisServer {
     }
 
     fn spawn(port: u16, cluster: bool, node_timeout_ms: u32) -> RedisServer {
+        RedisServer::spawn_with(port, cluster, node_timeout_ms, Vec::new())
+    }
+
+    fn spawn_with(
+        port: u16,
+        cluster: bool,
+        node_timeout_ms: u32,
+        extra: Vec<String>,
+    ) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port,
             cluster,
             node_timeout_ms,
+            extra,
             dir: TempDir::new("redis"),
         };
         server.launch();
@@ -117,6 +137,9 @@ impl RedisServer {
             .arg(dir)
             .arg("--logfile")
             .arg(dir.join("redis.log"))
+            // A replica that must copy everything copies it at once (not 5 s later).
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .stdin(Stdio::null());
@@ -308,5 +331,156 @@ impl RedisCluster {
             .iter()
             .map(|n| n.cli(&["DBSIZE"]).trim().parse().unwrap_or(0))
             .collect()
+    }
+}
+
+/// A master, its replicas and three `redis-sentinel` processes watching it under the name
+/// `mymaster` (quorum 2), every process on a free port of 127.0.0.1.
+pub struct RedisSentinels {
+    /// The master first, then the replicas.
+    pub servers: Vec<RedisServer>,
+    /// The Sentinels' ports.
+    pub ports: Vec<u16>,
+    sentinels: Vec<Child>,
+    _dirs: Vec<TempDir>,
+}
+
+/// The master name the Sentinels watch.
+pub const MASTER_NAME: &str = "mymaster";
+
+impl RedisSentinels {
+    /// A master with `replicas` replicas (in sync) and three Sentinels that all see them and
+    /// each other; `None` (skip) if redis-server or redis-sentinel is missing.
+    pub fn start(replicas: usize) -> Option<RedisSentinels> {
+        if !available() || !installed(SENTINEL) {
+            return None;
+        }
+        let master = RedisServer::spawn(free_port(false), false, 5000);
+        let mut servers = vec![master];
+        for _ in 0..replicas {
+            let of = servers[0].port.to_string();
+            servers.push(RedisServer::spawn_with(
+                free_port(false),
+                false,
+                5000,
+                vec!["--replicaof".into(), "127.0.0.1".into(), of],
+            ));
+        }
+        let mut set = RedisSentinels {
+            servers,
+            ports: Vec::new(),
+            sentinels: Vec::new(),
+            _dirs: Vec::new(),
+        };
+        for _ in 0..3 {
+            let port = free_port(false);
+            let dir = TempDir::new("sentinel");
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 10000\n",
+                    dir = dir.path().display(),
+                    master = set.servers[0].port,
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new(SENTINEL)
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start redis-sentinel");
+            set.sentinels.push(child);
+            set.ports.push(port);
+            set._dirs.push(dir);
+        }
+        // Ready: every replica in sync, and every Sentinel sees them all and the others.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let synced = set.servers[1..].iter().all(|r| {
+                r.cli(&["INFO", "replication"])
+                    .contains("master_link_status:up")
+            });
+            let seen = set.ports.iter().all(|&p| {
+                let fields = set.sentinel_master(p);
+                fields.get("num-slaves").map(String::as_str) == Some(&replicas.to_string())
+                    && fields.get("num-other-sentinels").map(String::as_str) == Some("2")
+            });
+            if synced && seen {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinels did not see the master, its {replicas} replicas and each other within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(set)
+    }
+
+    /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/mymaster`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// What the Sentinel on `port` knows of the master (`SENTINEL MASTER mymaster`).
+    pub fn sentinel_master(&self, port: u16) -> std::collections::HashMap<String, String> {
+        let out = Command::new(CLI)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["SENTINEL", "MASTER", MASTER_NAME])
+            .output()
+            .expect("run redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .chunks(2)
+            .filter(|c| c.len() == 2)
+            .map(|c| (c[0].to_string(), c[1].to_string()))
+            .collect()
+    }
+
+    /// The servers that answer `ROLE` with `master` now, by index into `servers`.
+    pub fn masters(&self) -> Vec<usize> {
+        (0..self.servers.len())
+            .filter(|&i| self.servers[i].cli(&["ROLE"]).lines().next() == Some("master"))
+            .collect()
+    }
+
+    /// `SENTINEL FAILOVER mymaster` on the first Sentinel (again while it answers that no
+    /// replica is ready yet).
+    pub fn failover(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = Command::new(CLI)
+                .args(["-h", "127.0.0.1", "-p", &self.ports[0].to_string()])
+                .args(["SENTINEL", "FAILOVER", MASTER_NAME])
+                .output()
+                .expect("run redis-cli");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if text.trim() == "OK" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "SENTINEL FAILOVER: {text}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RedisSentinels {
+    fn drop(&mut self) {
+        for child in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

@@ -8,9 +8,8 @@
 -- settled as all spent (its holder lost track of it). The new lease takes what is free, up to
 -- what was asked, if that is at least ARGV[8] (else nothing).
 -- Returns {granted, free after, retry_after_ns (until ARGV[8] tokens are free, if none was
--- granted), reset_after_ns (until full, were every lease spent), replicas (connected to this
--- master, when something was granted: the caller then waits for one to have the lease before
--- it spends any of it, so that a failover never forgets a slice being spent)}.
+-- granted), reset_after_ns (until full, were every lease spent)}. Taking a slice is an
+-- admission: the caller waits for the replicas to have it before spending any of it.
 local id, want, ttl = ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[7])
 local at_least = tonumber(ARGV[8] or '1')
 if at_least < 1 then at_least = 1 end
@@ -42,8 +41,4 @@ local owed = debt + held * interval
 local wait = 0
 if granted == 0 and want > 0 then wait = owed + at_least * interval - tau end
 if wait < 0 then wait = 0 end
-local replicas = 0
-if granted > 0 then
-  replicas = tonumber(string.match(redis.call('INFO', 'replication'), 'connected_slaves:(%d+)') or '0')
-end
-return {granted, free_now(), wait, owed, replicas}
+return {granted, free_now(), wait, owed}

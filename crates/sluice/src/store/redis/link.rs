@@ -1,15 +1,19 @@
-//! The connection to Redis (one server or a Cluster) and whether to use it right now.
+//! The connection to Redis (one server, a Cluster, or the master of Sentinels) and whether to
+//! use it right now.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use redis::aio::ConnectionLike;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, RedisResult, Script, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, Value};
 
-use crate::store::redis::config::{OnError, RedisConfig, RedisStoreError};
+use crate::store::redis::config::{
+    is_sentinel_url, OnError, RedisConfig, RedisStoreError, SentinelUrl,
+};
+use crate::store::redis::sentinel::SentinelLink;
 
 /// A multiplexed connection that reconnects by itself: every clone shares it.
 #[derive(Clone)]
@@ -18,12 +22,20 @@ pub(crate) enum Conn {
     Single(ConnectionManager),
     /// A Cluster: routes by key slot, follows `MOVED`, refreshes its slot map.
     Cluster(ClusterConnection),
+    /// The master the Sentinels name, asked again by [`Conn::ping`].
+    Sentinel(Arc<SentinelLink>),
 }
 
 impl Conn {
     /// Opens the connection (once; it then reconnects by itself).
     pub(crate) async fn open(config: &RedisConfig) -> RedisResult<Conn> {
-        if config.cluster {
+        if config.is_sentinel() {
+            let url = SentinelUrl::parse(&config.urls[0]).map_err(|e| {
+                RedisError::from((ErrorKind::InvalidClientConfig, "bad Sentinel URL", e))
+            })?;
+            let link = SentinelLink::open(url, config.connect_timeout, config.timeout).await?;
+            Ok(Conn::Sentinel(link))
+        } else if config.cluster {
             let client = ClusterClientBuilder::new(config.urls.clone())
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.connect_timeout.max(config.timeout))
@@ -54,7 +66,32 @@ impl Conn {
     /// In a Cluster, a `MOVED` answer (the slot has another master now: the script did not
     /// run) is asked once more; the client refreshes its slot map on `MOVED`, and while it
     /// still names the old master the decision follows the failure policy.
-    pub(crate) async fn run(&self, cmd: &Cmd, script: &Script) -> RedisResult<Value> {
+    ///
+    /// Through Sentinels, when `admission` (a check that spends) and the script admitted, the
+    /// reply comes back only once the replicas have it (see `sentinel`), or as an error.
+    pub(crate) async fn run(
+        &self,
+        cmd: &Cmd,
+        script: &Script,
+        admission: bool,
+    ) -> RedisResult<Value> {
+        if let Conn::Sentinel(link) = self {
+            let ran = |(master, reply)| match reply {
+                Value::ServerError(e) => Err(RedisError::from(e)),
+                reply => Ok((master, reply)),
+            };
+            let (master, reply) = match ran(link.query(cmd).await?) {
+                Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                    link.load(script).await?;
+                    ran(link.query(cmd).await?)?
+                }
+                other => other?,
+            };
+            if admission && admitted(&reply) {
+                link.acknowledged(&master).await?;
+            }
+            return Ok(reply);
+        }
         let first = match self.query(cmd).await {
             Err(e) if e.kind() == ErrorKind::Moved => self.query(cmd).await,
             other => other,
@@ -72,10 +109,16 @@ impl Conn {
     /// client reconnects to each node by itself). After Redis came back, the first request
     /// only finds the old connection broken (which starts a new one): `PING` decides nothing,
     /// so it may be sent again at once, and the decision then goes over a fresh connection.
+    ///
+    /// Through Sentinels, asks them which server is the master, connects to it if this is not
+    /// the server in use (or its connection broke) and checks that it answers `ROLE` with
+    /// `master`: after a failover the probe finds the new master.
     pub(crate) async fn ping(&self) -> RedisResult<()> {
-        let Conn::Single(_) = self else {
-            return Ok(());
-        };
+        match self {
+            Conn::Single(_) => {}
+            Conn::Cluster(_) => return Ok(()),
+            Conn::Sentinel(link) => return link.find().await,
+        }
         let ping = redis::cmd("PING");
         match self.query(&ping).await {
             Err(e) if e.is_io_error() || e.is_connection_dropped() => {
@@ -85,28 +128,11 @@ impl Conn {
         }
     }
 
-    /// `WAIT 1 <timeout>`: whether a replica has every write of this connection so far. A
-    /// Cluster's client cannot say which node to ask: `None` there.
-    pub(crate) async fn replicated(&self, timeout: std::time::Duration) -> Option<bool> {
-        let Conn::Single(_) = self else {
-            return None;
-        };
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(1).arg(
-            u64::try_from(timeout.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(1),
-        );
-        match self.query(&wait).await {
-            Ok(Value::Int(acks)) => Some(acks >= 1),
-            _ => Some(false),
-        }
-    }
-
     async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match self {
             Conn::Single(c) => c.clone().req_packed_command(cmd).await?,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await?,
+            Conn::Sentinel(link) => link.query(cmd).await?.1,
         };
         // A server error (`NOSCRIPT`, a script error) comes back as a value.
         match reply {
@@ -121,6 +147,7 @@ impl Conn {
         let _sha: String = match self {
             Conn::Single(c) => script.prepare_invoke().load_async(&mut c.clone()).await?,
             Conn::Cluster(c) => script.prepare_invoke().load_async(&mut c.clone()).await?,
+            Conn::Sentinel(link) => return link.load(script).await,
         };
         Ok(())
     }
@@ -131,6 +158,22 @@ pub(crate) fn validate(config: &RedisConfig) -> Result<(), RedisStoreError> {
     if config.urls.is_empty() || config.urls.iter().all(|u| u.is_empty()) {
         return Err(RedisStoreError::NoUrl);
     }
+    if let Some(url) = config.urls.iter().find(|u| is_sentinel_url(u)) {
+        let reason = if config.cluster {
+            String::from("a Sentinel URL is not a Cluster seed: give it alone, as one URL")
+        } else if config.urls.len() > 1 {
+            String::from("a Sentinel URL names every Sentinel itself: give it alone")
+        } else {
+            match SentinelUrl::parse(url) {
+                Ok(_) => return Ok(()),
+                Err(reason) => reason,
+            }
+        };
+        return Err(RedisStoreError::BadUrl {
+            url: url.clone(),
+            reason,
+        });
+    }
     for url in &config.urls {
         if let Err(e) = redis::Client::open(url.as_str()) {
             return Err(RedisStoreError::BadUrl {
@@ -140,6 +183,11 @@ pub(crate) fn validate(config: &RedisConfig) -> Result<(), RedisStoreError> {
         }
     }
     Ok(())
+}
+
+/// Whether the reply of a check says it admitted (`{1, ...}`).
+fn admitted(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))))
 }
 
 /// Whether Redis is being used, and when to try it again if not.
@@ -170,6 +218,7 @@ impl std::fmt::Debug for Conn {
         f.write_str(match self {
             Conn::Single(_) => "Conn::Single",
             Conn::Cluster(_) => "Conn::Cluster",
+            Conn::Sentinel(_) => "Conn::Sentinel",
         })
     }
 }

@@ -1,4 +1,5 @@
-//! Keyed limits in Redis, shared by every server that uses the same Redis (single or Cluster).
+//! Keyed limits in Redis, shared by every server that uses the same Redis (single, Cluster,
+//! or the master of a Sentinel deployment).
 //!
 //! # How a decision is made
 //!
@@ -102,6 +103,34 @@
 //! (info); before the first connection, `redis store cannot connect` (warn) and
 //! `redis store connected` (info).
 //!
+//! # Redis Sentinel
+//!
+//! With a `redis+sentinel://` URL (see [`RedisConfig::new`]) the store asks the Sentinels
+//! which server is the master: all of them at once, the highest configuration epoch winning,
+//! and the server must answer `ROLE` with `master`. It asks them again on every probe and
+//! whenever a connection breaks under a request, so after a failover the first probe that
+//! finds the new master brings decisions back (scripts are loaded there on `NOSCRIPT`).
+//!
+//! A failover promotes a replica, which has only what was replicated to it; the old master
+//! keeps answering, as a master, until the Sentinels turn it into a replica (about 10 s after
+//! the promotion), and any other replica follows it until the Sentinels point it at the new
+//! master: everything written on the old master after the promotion is lost. So by default an
+//! admission counts only once every replica that was connected to the master when the store
+//! connected to it (`ROLE`) has it: `WAIT <n> <timeout>`, sent once for all the admissions
+//! answered meanwhile on the connection. Whichever replica is promoted then has every
+//! admission that counted, and the old master, whose promoted replica is gone, gets no more
+//! through: an admission not acknowledged in time follows [`OnError`] like a lost answer
+//! (never sent again) and marks Redis down until a probe finds, through the Sentinels, a
+//! master that acknowledges. A master found without replicas (the new master, before the
+//! others follow it) waits for none: those that join it copy everything first. Denials,
+//! refunds and conversions are not waited for: losing one never gives a token. So a failover
+//! loses no admission and the limit holds across it (as far as the servers' clocks agree);
+//! the cost is one more round trip per admission, shared by the admissions in flight
+//! together. Decisions follow `on_error` from the promotion until the Sentinels name the new
+//! master (about a second), then go to it. `wait=none` in the URL waits for nothing: faster,
+//! but a failover then gives back the tokens of the admissions made on the old master after
+//! the promotion (and of any not yet replicated), up to a key's capacity.
+//!
 //! # The local denial cache
 //!
 //! Only time adds tokens, so a denial "cost c is refused until T" stays true until T for any
@@ -166,6 +195,7 @@ mod lease;
 mod link;
 mod queue;
 mod script;
+mod sentinel;
 mod store;
 
 pub use config::{OnError, RedisConfig, RedisStoreError};

@@ -43,8 +43,6 @@ pub(crate) struct Granted {
     pub(crate) free: u64,
     pub(crate) retry_after_ns: u64,
     pub(crate) reset_after_ns: u64,
-    /// Replicas of the master that granted it.
-    pub(crate) replicas: u64,
 }
 
 /// One algorithm's script with its stamp.
@@ -239,7 +237,7 @@ impl Program {
         Some(cmd)
     }
 
-    /// The lease script's reply `{granted, free, retry_after_ns, reset_after_ns, replicas}`.
+    /// The lease script's reply `{granted, free, retry_after_ns, reset_after_ns}`.
     pub(crate) fn granted(reply: &redis::Value) -> Option<Granted> {
         let redis::Value::Array(items) = reply else {
             return None;
@@ -248,7 +246,7 @@ impl Program {
             Some(redis::Value::Int(v)) => u64::try_from(*v).ok(),
             _ => None,
         };
-        if items.len() != 5 {
+        if items.len() != 4 {
             return None;
         }
         Some(Granted {
@@ -256,7 +254,6 @@ impl Program {
             free: n(1)?,
             retry_after_ns: n(2)?,
             reset_after_ns: n(3)?,
-            replicas: n(4)?,
         })
     }
 

@@ -337,7 +337,7 @@ impl RedisStore {
             Some(unix_ns),
         );
         inner
-            .run_direct(settings.program.script(), &cmd)
+            .run_direct(settings.program.script(), &cmd, false)
             .await
             .map(drop)
     }
@@ -356,7 +356,9 @@ impl RedisStore {
         let cmd = settings
             .program
             .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let reply = inner.run_direct(settings.program.script(), &cmd).await?;
+        let reply = inner
+            .run_direct(settings.program.script(), &cmd, cost > 0)
+            .await?;
         settings.program.decision(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })
@@ -399,7 +401,7 @@ impl RedisStore {
         ) else {
             return Err(unavailable);
         };
-        let reply = inner.run_direct(script, &cmd).await?;
+        let reply = inner.run_direct(script, &cmd, want > 0).await?;
         let granted = Program::granted(&reply).ok_or(unavailable)?;
         Ok((granted.granted, granted.free))
     }
@@ -488,12 +490,13 @@ impl Inner {
         &self,
         script: &redis::Script,
         cmd: &redis::Cmd,
+        admission: bool,
     ) -> Result<redis::Value, Error> {
         let unavailable = Error::Unavailable {
             retry_after: self.config.retry_interval,
         };
         let conn = self.health.conn.get().ok_or(unavailable)?;
-        let run = conn.run(cmd, script);
+        let run = conn.run(cmd, script, admission);
         match tokio::time::timeout(self.config.timeout, run).await {
             Ok(Ok(reply)) => Ok(reply),
             _ => Err(unavailable),
@@ -509,12 +512,14 @@ impl Inner {
     ) -> Result<Decision, Unanswered> {
         let program = &settings.program;
         let cmd = program.command(&self.config.prefix, key, cost, None);
-        self.round_trip(program.script(), &cmd, now, |reply| program.decision(reply))
-            .await
+        self.round_trip(program.script(), &cmd, now, cost > 0, |reply| {
+            program.decision(reply)
+        })
+        .await
     }
 
-    /// Runs the script `cmd` of `program` and reads its reply with `read`, all within the
-    /// timeout. A failure (no connection, no answer in time, an error or a reply `read`
+    /// Runs the script `cmd` of `program` (a check that spends if `admission`) and reads its
+    /// reply with `read`, all within the timeout. A failure (no connection, no answer in time, an error or a reply `read`
     /// rejects) marks Redis down, except a connection that broke under the request while
     /// Redis still answers `PING` at once over a new one: only this request then goes
     /// unanswered.
@@ -523,6 +528,7 @@ impl Inner {
         script: &redis::Script,
         cmd: &redis::Cmd,
         now: u64,
+        admission: bool,
         read: impl FnOnce(&redis::Value) -> Option<T>,
     ) -> Result<T, Unanswered> {
         let (conn, probe) = match self.health.gate(now) {
@@ -540,7 +546,7 @@ impl Inner {
             if probe {
                 conn.ping().await?;
             }
-            conn.run(cmd, script).await
+            conn.run(cmd, script, admission).await
         };
         let reply = tokio::time::timeout_at(deadline, run).await;
         let error = match reply {
@@ -608,7 +614,7 @@ impl Inner {
         let cmd = program.refund_command(&self.config.prefix, key, cost, nanos(ago), None);
         // Unanswered: the tokens stay spent.
         let _ = self
-            .round_trip(program.script(), &cmd, now, |reply| {
+            .round_trip(program.script(), &cmd, now, false, |reply| {
                 matches!(reply, redis::Value::Array(_)).then_some(())
             })
             .await;
@@ -646,7 +652,9 @@ impl Inner {
             };
             // Unanswered: Redis settles the lease when it expires, as all spent.
             let now = self.clock.now_ns();
-            let _ = self.round_trip(script, &cmd, now, Program::granted).await;
+            let _ = self
+                .round_trip(script, &cmd, now, false, Program::granted)
+                .await;
         }
     }
 
@@ -722,35 +730,15 @@ impl Inner {
             });
         };
         let sent = tokio::time::Instant::now();
-        match self.round_trip(script, &cmd, now, Program::granted).await {
+        // Taking a slice is an admission: with replicas it counts once they have it (see
+        // `link`), so that a failover never forgets a slice being spent.
+        match self
+            .round_trip(script, &cmd, now, want > 0, Program::granted)
+            .await
+        {
             Ok(granted) => {
                 if give_back.is_some() {
                     leases.metrics.returned.increment(1);
-                }
-                // A master with replicas: the slice is spent only once one of them has it, so
-                // that a failover to it never forgets a slice being spent. Unconfirmed, the
-                // slice goes back unspent at the next renewal, and this request follows
-                // on_error.
-                if granted.granted > 0 && granted.replicas > 0 {
-                    let confirmed = match self.health.conn.get() {
-                        Some(conn) => conn.replicated(self.config.timeout).await,
-                        None => Some(false),
-                    };
-                    if confirmed == Some(false) {
-                        let mut slice = entry.slice.lock();
-                        slice.granted = granted.granted;
-                        slice.left = granted.granted;
-                        slice.deadline = tokio::time::Instant::now();
-                        drop(slice);
-                        return self.fallback(
-                            settings,
-                            key,
-                            cost,
-                            Unanswered {
-                                retry_at_ns: self.clock.now_ns(),
-                            },
-                        );
-                    }
                 }
                 let mut slice = entry.slice.lock();
                 slice.granted = granted.granted;
