@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 use sluice_core::{Kind, Quota, Rate};
 use toml::de::{DeTable, DeValue};
 
+use super::values::{duration, size};
 use super::walk::{Errors, Fields};
-use super::{duration, size};
 
 /// The largest whole number JavaScript holds exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
