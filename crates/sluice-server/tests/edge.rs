@@ -1,6 +1,10 @@
-//! The main listener at the edge: body limits, body timeouts, an authenticated admin listener,
-//! connection limits, and the other protections of an internet-facing server. Real sockets
-//! on 127.0.0.1 against the built binary.
+//! The main listener against its clients: body limits and body timeouts, an authenticated
+//! admin listener, connection limits, slow and silent clients, and the open-files limit.
+//! Real sockets on 127.0.0.1 against the built binary.
+//!
+//! What the gateway passes on about a client (`Forwarded`, `X-Request-Id`) is in
+//! `tests/edge_headers.rs`; how it treats upstreams that stall or drop connections, in
+//! `tests/edge_upstream.rs`.
 
 mod common;
 
@@ -10,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::config::two_routes;
 use common::{get, Gateway};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -85,15 +90,6 @@ impl Recorder {
     fn complete(&self) -> Vec<usize> {
         self.complete.lock().unwrap().clone()
     }
-}
-
-/// Two routes in front of `up`: `/api/` with the server's limits, `/upload/` with
-/// `upload_extra` lines.
-fn two_routes(up: &str, upload_extra: &str) -> String {
-    format!(
-        "[[route]]\npath_prefix = \"/api/\"\nupstream = \"{up}\"\n\n\
-         [[route]]\npath_prefix = \"/upload/\"\nupstream = \"{up}\"\n{upload_extra}\n"
-    )
 }
 
 /// Writes `head` then each of `parts` (after `pause`), and reads the answer until the gateway
@@ -490,263 +486,6 @@ async fn slowloris_connections_are_closed_at_the_header_timeout_and_cost_others_
         );
     }
     assert_eq!(up.heads() as usize, latencies.len());
-}
-
-/// `/api/` limited to one request a minute per client address, in front of `up`.
-fn one_per_minute_per_ip(up: &str) -> String {
-    format!(
-        "[[policy]]\nname = \"api\"\ncapacity = 1\nrate = \"1/min\"\nkey = \"ip\"\n\n\
-         [[route]]\npath_prefix = \"/api/\"\npolicies = [\"api\"]\nupstream = \"{up}\"\n"
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forwarded_is_believed_and_passed_on_only_from_trusted_proxies() {
-    let up = common::Upstream::start().await;
-    // The test's own address is not trusted: a client's Forwarded never reaches the upstream.
-    let gw = Gateway::start(
-        "trusted_proxies = [\"10.0.0.0/8\"]",
-        &one_per_minute_per_ip(&up.url()),
-    )
-    .await;
-    let a = common::get_with(&gw.url("/api/x"), &[("forwarded", "for=203.0.113.9")]).await;
-    assert_eq!(a.status, StatusCode::OK);
-    assert!(
-        a.json()["headers"].get("forwarded").is_none(),
-        "{:?}",
-        a.body
-    );
-    // Nor does it choose the bucket: the second request from this address is denied.
-    let a = common::get_with(&gw.url("/api/x"), &[("forwarded", "for=203.0.113.10")]).await;
-    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
-    drop(gw);
-
-    // From a trusted proxy: its Forwarded names the client, and is passed on.
-    let gw = Gateway::start(
-        "trusted_proxies = [\"127.0.0.1\"]",
-        &one_per_minute_per_ip(&up.url()),
-    )
-    .await;
-    let header = "for=\"[2001:db8::7]:4711\";proto=http, for=203.0.113.9";
-    let a = common::get_with(&gw.url("/api/x"), &[("forwarded", header)]).await;
-    assert_eq!(a.status, StatusCode::OK);
-    assert_eq!(a.json()["headers"]["forwarded"], header);
-    let a = common::get_with(&gw.url("/api/x"), &[("forwarded", "for=203.0.113.9")]).await;
-    assert_eq!(
-        a.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "one bucket per client"
-    );
-    let a = common::get_with(&gw.url("/api/x"), &[("forwarded", "for=203.0.113.10")]).await;
-    assert_eq!(a.status, StatusCode::OK, "another client, another bucket");
-    assert!(gw.log_text().contains("client=203.0.113.10"));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_id_false_neither_makes_up_nor_echoes_an_id() {
-    let up = common::Upstream::start().await;
-    let gw = Gateway::start("request_id = false", &two_routes(&up.url(), "")).await;
-    let a = get(&gw.url("/api/x")).await.unwrap();
-    assert_eq!(a.status, StatusCode::OK);
-    assert!(a.header("x-request-id").is_none());
-    assert!(a.json()["headers"].get("x-request-id").is_none());
-    // A client's id is passed on untouched, even one the gateway would have replaced.
-    for id in ["edge-7f3a", "not visible ascii ✓"] {
-        let a = common::get_with(&gw.url("/api/x"), &[("x-request-id", id)]).await;
-        assert!(a.header("x-request-id").is_none());
-        assert_eq!(a.json()["headers"]["x-request-id"], id);
-    }
-    let log = gw.log_text();
-    assert!(log.contains("request_id=\"edge-7f3a\""), "{log}");
-    // The browser paths the gateway answers itself are no different.
-    let browser = format!(
-        "{}\n[browser]\ncapacity = 10\nrate = \"1/s\"\n",
-        two_routes(&up.url(), "")
-    );
-    let gw = Gateway::start("request_id = false", &browser).await;
-    let a = get(&gw.url("/sluice/config.json")).await.unwrap();
-    assert_eq!(a.status, StatusCode::OK);
-    assert!(
-        a.header("x-request-id").is_none(),
-        "{:?}",
-        a.header("x-request-id")
-    );
-    let a = common::get_with(
-        &gw.url("/sluice/config.json"),
-        &[("x-request-id", "page-41")],
-    )
-    .await;
-    assert!(a.header("x-request-id").is_none());
-    let log = gw.log_text();
-    assert!(log.contains("request_id=\"page-41\""), "{log}");
-    // The default makes one up and echoes it.
-    let gw = Gateway::start("", &two_routes(&up.url(), "")).await;
-    let a = get(&gw.url("/api/x")).await.unwrap();
-    let id = a.header("x-request-id").expect("an id").to_owned();
-    assert_eq!(a.json()["headers"]["x-request-id"], id.as_str());
-}
-
-/// An upstream that silently stops answering on a connection idle for more than a second
-/// (as one behind a firewall that drops idle flows without a word): it reads the request and
-/// never replies. Records when it saw each connection closed by the gateway.
-struct Sulky {
-    addr: SocketAddr,
-    accepted: Arc<Mutex<u64>>,
-    closed: Arc<Mutex<Vec<Instant>>>,
-}
-
-impl Sulky {
-    async fn start() -> Sulky {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted: Arc<Mutex<u64>> = Arc::default();
-        let closed: Arc<Mutex<Vec<Instant>>> = Arc::default();
-        let (a, c) = (Arc::clone(&accepted), Arc::clone(&closed));
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    continue;
-                };
-                *a.lock().unwrap() += 1;
-                let c = Arc::clone(&c);
-                tokio::spawn(async move {
-                    let mut last = Instant::now();
-                    let mut buf = vec![0u8; 4096];
-                    let mut pending = Vec::new();
-                    loop {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => {
-                                c.lock().unwrap().push(Instant::now());
-                                return;
-                            }
-                            Ok(n) => pending.extend_from_slice(&buf[..n]),
-                        }
-                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                            pending.drain(..end + 4);
-                            if last.elapsed() > Duration::from_secs(1) {
-                                continue; // silent from now on
-                            }
-                            let _ = s
-                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                                .await;
-                            last = Instant::now();
-                        }
-                    }
-                });
-            }
-        });
-        Sulky {
-            addr,
-            accepted,
-            closed,
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_that_drops_idle_connections_silently_costs_no_request_its_timeout() {
-    // With the idle timeout at 60 s, the pooled connection is used again and the request
-    // waits the whole upstream_timeout: what upstream_idle_timeout prevents.
-    let up = Sulky::start().await;
-    let routes = |idle: &str| {
-        format!(
-            "[[route]]\npath_prefix = \"/\"\nupstream = \"http://{}\"\nupstream_timeout = \"2s\"\n",
-            up.addr
-        ) + idle
-    };
-    let gw = Gateway::start("workers = 1", &routes("")).await;
-    let client = common::client();
-    let ask = || {
-        common::send(
-            &client,
-            Request::get(gw.url("/x")).body(Full::default()).unwrap(),
-        )
-    };
-    assert_eq!(ask().await.unwrap().status, StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let started = Instant::now();
-    assert_eq!(ask().await.unwrap().status, StatusCode::GATEWAY_TIMEOUT);
-    assert!(started.elapsed() >= Duration::from_millis(1900));
-    drop(gw);
-
-    let up = Sulky::start().await;
-    let gw = Gateway::start(
-        "workers = 1\nupstream_idle_timeout = \"500ms\"",
-        &format!(
-            "[[route]]\npath_prefix = \"/\"\nupstream = \"http://{}\"\nupstream_timeout = \"2s\"\n",
-            up.addr
-        ),
-    )
-    .await;
-    let ask = || {
-        common::send(
-            &client,
-            Request::get(gw.url("/x")).body(Full::default()).unwrap(),
-        )
-    };
-    assert_eq!(ask().await.unwrap().status, StatusCode::OK);
-    let idle_since = Instant::now();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    // The gateway closed the idle connection itself, between 0.5 s and a sweep later.
-    let closed = up.closed.lock().unwrap().clone();
-    assert_eq!(closed.len(), 1, "the pooled connection is still open");
-    let after = closed[0] - idle_since;
-    assert!(
-        after >= Duration::from_millis(450) && after < Duration::from_millis(2000),
-        "{after:?}"
-    );
-    let started = Instant::now();
-    assert_eq!(ask().await.unwrap().status, StatusCode::OK);
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(*up.accepted.lock().unwrap(), 2);
-    let metrics = get(&gw.admin("/metrics")).await.unwrap();
-    let text = String::from_utf8_lossy(&metrics.body).into_owned();
-    assert!(
-        text.contains("sluice_upstream_pool_idle{worker=\"0\"}"),
-        "{text}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_that_does_not_accept_gets_504_after_the_connect_timeout() {
-    // A listener whose accept queue is full: the kernel drops further SYNs, so a connect
-    // neither succeeds nor fails.
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    socket.listen(0).unwrap();
-    let addr = socket.local_addr().unwrap().as_socket().unwrap();
-    let mut fillers = Vec::new();
-    for _ in 0..4 {
-        if let Ok(Ok(s)) =
-            tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await
-        {
-            fillers.push(s);
-        }
-    }
-    let gw = Gateway::start(
-        "upstream_connect_timeout = \"500ms\"",
-        &format!(
-            "[[route]]\npath_prefix = \"/\"\nupstream = \"http://{addr}\"\nupstream_timeout = \"10s\"\n"
-        ),
-    )
-    .await;
-    let started = Instant::now();
-    let a = get(&gw.url("/x")).await.unwrap();
-    let took = started.elapsed();
-    assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT, "{:?}", a.body);
-    assert!(
-        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
-    assert!(gw.log_text().contains("decision=upstream_timeout"));
-    drop(socket);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,24 +1,26 @@
-//! TLS and HTTP/2 at the main listener and towards upstreams, driven with clients nobody here
-//! wrote (curl, h2load, rustls, hyper's HTTP/2) against the built `sluice` binary. The
-//! certificates are made by each test with rcgen.
+//! TLS at the main listener and towards upstreams, driven with clients nobody here wrote
+//! (curl, h2load, rustls, hyper's HTTP/2) against the built `sluice` binary: HTTPS over
+//! HTTP/1.1 and HTTP/2, certificates swapped at SIGHUP, bad TLS settings, and `https://`
+//! upstreams verified. The certificates are made by each test with rcgen.
 //!
 //! curl and h2load are needed: without them a test fails under `CI=true`, and says
-//! `skipped: <tool> missing` otherwise.
+//! `skipped: <tool> missing` otherwise. Plain-text HTTP/2 (h2c) is in `tests/h2c.rs`.
 
 mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::config::{policy, route};
+use common::tools::{count, curl, curl_many, h2load, have};
 use common::{Gateway, TempDir, Upstream};
-use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
@@ -109,83 +111,6 @@ fn tls_table(cert: &Path, key: &Path) -> String {
     )
 }
 
-// === tools ===
-
-/// Whether `tool` can run; under `CI=true` a missing tool fails the test.
-fn have(tool: &str) -> bool {
-    let found = Command::new(tool).arg("--version").output().is_ok();
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{tool} missing: install it (scripts/test does)"
-        );
-        eprintln!("skipped: {tool} missing");
-    }
-    found
-}
-
-/// Runs curl with `args`; its stdout.
-fn curl(args: &[&str]) -> String {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "20"])
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `n` requests to `url` on one curl (one connection, reused), each written as
-/// `VERSION STATUS`.
-fn curl_many(extra: &[&str], url: &str, n: usize) -> Vec<String> {
-    let mut args: Vec<&str> = extra.to_vec();
-    args.extend(["-w", "%{http_version} %{http_code}\\n"]);
-    for _ in 0..n {
-        args.extend(["-o", "/dev/null", url]);
-    }
-    curl(&args).lines().map(str::to_owned).collect()
-}
-
-/// `n` requests to `url`, one curl each (curl 7.88 fails the second request it sends on a
-/// reused prior-knowledge HTTP/2 connection), each written as `VERSION STATUS`.
-fn curl_each(extra: &[&str], url: &str, n: usize) -> Vec<String> {
-    (0..n).flat_map(|_| curl_many(extra, url, 1)).collect()
-}
-
-/// How many of `lines` are exactly `line`.
-fn count(lines: &[String], line: &str) -> usize {
-    lines.iter().filter(|l| l.as_str() == line).count()
-}
-
-/// h2load's `status codes: N 2xx, N 3xx, N 4xx, N 5xx` line, as (2xx, 4xx, 5xx).
-fn h2load(args: &[&str]) -> (u64, u64, u64, String) {
-    let out = Command::new("h2load").args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("status codes:"))
-        .unwrap_or_else(|| panic!("no status codes line in h2load's output:\n{text}"))
-        .to_owned();
-    let n = |class: &str| -> u64 {
-        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
-        let at = words.iter().position(|w| *w == class).unwrap();
-        words[at - 1].parse().unwrap()
-    };
-    (n("2xx"), n("4xx"), n("5xx"), text)
-}
-
-/// A policy that admits `capacity` and then (in a test's time) nothing more.
-fn policy(name: &str, capacity: u32) -> String {
-    format!("[[policy]]\nname = \"{name}\"\ncapacity = {capacity}\nrate = \"1/h\"\n")
-}
-
-fn route(prefix: &str, policies: &[&str], upstream: &str) -> String {
-    let policies: Vec<String> = policies.iter().map(|p| format!("\"{p}\"")).collect();
-    format!(
-        "[[route]]\npath_prefix = \"{prefix}\"\npolicies = [{}]\nupstream = \"{upstream}\"\n",
-        policies.join(", ")
-    )
-}
-
 // === test servers ===
 
 /// A TLS connection to the gateway with `config`: the certificate it presented, and the
@@ -204,57 +129,6 @@ async fn tls_connect(
         .unwrap();
     let presented = stream.get_ref().1.peer_certificates().unwrap()[0].clone();
     (stream, presented)
-}
-
-/// An HTTP/2 server with prior knowledge (an h2c upstream, as a gRPC server is): answers
-/// `hello` with the trailer `grpc-status: 0` and `x-got-authority` (the `:authority` it got),
-/// and echoes in `x-got-te` the `TE` it received and in `x-got-trailer` the request's
-/// trailer `x-client-trailer`.
-async fn h2c_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let svc = service_fn(|req: Request<Incoming>| async move {
-                    let authority = req.uri().authority().map(|a| a.to_string());
-                    let te = req.headers().get("te").cloned();
-                    let collected = req.into_body().collect().await.ok();
-                    let trailer = collected
-                        .as_ref()
-                        .and_then(|c| c.trailers())
-                        .and_then(|t| t.get("x-client-trailer"))
-                        .cloned();
-                    let mut trailers = HeaderMap::new();
-                    trailers.insert("grpc-status", "0".parse().unwrap());
-                    let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
-                        Ok(Frame::data(Bytes::from_static(b"hello"))),
-                        Ok(Frame::trailers(trailers)),
-                    ];
-                    let mut r = Response::new(StreamBody::new(futures_util::stream::iter(frames)));
-                    let h = r.headers_mut();
-                    h.insert(
-                        "x-got-authority",
-                        authority.unwrap_or_default().parse().unwrap(),
-                    );
-                    if let Some(te) = te {
-                        h.insert("x-got-te", te);
-                    }
-                    if let Some(t) = trailer {
-                        h.insert("x-got-trailer", t);
-                    }
-                    Ok::<_, Infallible>(r)
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
 }
 
 /// An HTTPS upstream (HTTP/1.1 over TLS with `leaf`): answers `tls ok`.
@@ -374,66 +248,6 @@ async fn https_over_http1_and_http2_keeps_the_policies_exact() {
         &format!("http://127.0.0.1:{}/one/x", gw.port),
     ]);
     assert_ne!(plain, "200", "plain HTTP answered on the TLS listener");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn h2c_prior_knowledge_beside_http1_and_h2c_upstreams_with_trailers() {
-    if !have("curl") {
-        return;
-    }
-    let h2 = h2c_upstream().await;
-    let rest = format!(
-        "{}{}",
-        policy("api", 5),
-        route("/api/", &["api"], &format!("h2c://{h2}")),
-    );
-    let gw = Gateway::start("", &rest).await;
-
-    let prior = curl_each(&["--http2-prior-knowledge"], &gw.url("/api/x"), 20);
-    assert_eq!(count(&prior, "2 200"), 5, "{prior:?}");
-    assert_eq!(count(&prior, "2 429"), 15, "{prior:?}");
-    // HTTP/1.1 on the same port still works (and is limited by the same bucket).
-    let h1 = curl_many(&["--http1.1"], &gw.url("/api/x"), 1);
-    assert_eq!(h1, ["1.1 429"]);
-
-    // An HTTP/2 client with prior knowledge through the gateway to the h2c upstream: the
-    // trailers pass both ways, TE: trailers reaches the upstream, :authority is the client's.
-    let gw2 = Gateway::start("", &route("/rpc/", &[], &format!("h2c://{h2}"))).await;
-    let tcp = TcpStream::connect(("127.0.0.1", gw2.port)).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let mut trailers = HeaderMap::new();
-    trailers.insert("x-client-trailer", "sent".parse().unwrap());
-    let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
-        Ok(Frame::data(Bytes::from_static(b"ping"))),
-        Ok(Frame::trailers(trailers)),
-    ];
-    let authority = format!("grpc.example:{}", gw2.port);
-    let req = Request::post(format!("http://{authority}/rpc/Say"))
-        .header("te", "trailers")
-        .header("content-type", "application/grpc")
-        .body(StreamBody::new(futures_util::stream::iter(frames)))
-        .unwrap();
-    let response = sender.send_request(req).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.headers()["x-got-authority"], authority.as_str());
-    assert_eq!(response.headers()["x-got-te"], "trailers");
-    assert_eq!(response.headers()["x-got-trailer"], "sent");
-    let body = response.into_body().collect().await.unwrap();
-    let trailers = body.trailers().cloned().expect("the upstream's trailers");
-    assert_eq!(trailers["grpc-status"], "0");
-    assert_eq!(body.to_bytes(), "hello");
-
-    // With h2c = false the plain port speaks HTTP/1.1 only.
-    let gw3 = Gateway::start("h2c = false", &route("/", &[], &format!("h2c://{h2}"))).await;
-    let refused = curl_many(&["--http2-prior-knowledge"], &gw3.url("/x"), 1);
-    assert!(!refused.iter().any(|l| l.starts_with("2 ")), "{refused:?}");
-    let h1 = curl_many(&["--http1.1"], &gw3.url("/x"), 1);
-    assert_eq!(h1, ["1.1 200"]);
-    assert!(!gw.log_text().contains("panicked"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -660,60 +474,6 @@ async fn bad_tls_settings_are_named_by_check_config() {
     );
 }
 
-/// An h2c upstream that closes each connection (GOAWAY) once it has answered one request;
-/// the answer names the connection (`conn-N`).
-async fn one_request_h2c_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        for n in 0u64.. {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-                let done_tx = std::sync::Mutex::new(Some(done_tx));
-                let svc = service_fn(move |_req: Request<Incoming>| {
-                    if let Some(tx) = done_tx.lock().unwrap().take() {
-                        let _ = tx.send(());
-                    }
-                    async move {
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!(
-                            "conn-{n}"
-                        )))))
-                    }
-                });
-                let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc);
-                tokio::pin!(conn);
-                tokio::select! {
-                    _ = conn.as_mut() => return,
-                    _ = done_rx => {}
-                }
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
-            });
-        }
-    });
-    addr
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_h2c_upstream_connection_that_closes_is_made_again() {
-    let up = one_request_h2c_upstream().await;
-    let gw = Gateway::start("workers = 1", &route("/", &[], &format!("h2c://{up}"))).await;
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        let a = common::get(&gw.url("/x")).await.unwrap();
-        assert_eq!(a.status, StatusCode::OK, "{:?} {}", a.body, gw.log_text());
-        seen.push(String::from_utf8_lossy(&a.body).into_owned());
-        // Let the GOAWAY arrive, as it would between a client's requests.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    seen.dedup();
-    assert_eq!(seen.len(), 4, "each request on a new connection: {seen:?}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_an_http2_request_in_flight_finish() {
     let dir = TempDir::new();
@@ -746,42 +506,4 @@ async fn sigterm_lets_an_http2_request_in_flight_finish() {
     assert_eq!(status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&body).contains("/slow/1000"));
     assert!(gw.wait_exit(Duration::from_secs(10)).await.success());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_http2_connection_is_closed_at_the_keep_alive_timeout_though_it_pings() {
-    let up = Upstream::start().await;
-    let gw = Gateway::start(
-        "keep_alive_timeout = \"1s\"\nheader_read_timeout = \"6s\"",
-        &route("/", &[], &up.url()),
-    )
-    .await;
-    let tcp = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .timer(hyper_util::rt::TokioTimer::new())
-        .keep_alive_interval(Duration::from_millis(200))
-        .keep_alive_while_idle(true)
-        .handshake(TokioIo::new(tcp))
-        .await
-        .unwrap();
-    let closed = tokio::spawn(conn);
-    let req = Request::get(format!("http://127.0.0.1:{}/x", gw.port))
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    let r = sender.send_request(req).await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    r.into_body().collect().await.unwrap();
-    let idle_since = Instant::now();
-    // The client pings every 200 ms; the gateway still closes the idle connection at
-    // keep_alive_timeout, not at the (longer) header timeout the pings would start.
-    tokio::time::timeout(Duration::from_secs(10), closed)
-        .await
-        .expect("the idle connection stayed open")
-        .unwrap()
-        .ok();
-    let idle = idle_since.elapsed();
-    assert!(
-        idle >= Duration::from_millis(800) && idle < Duration::from_secs(4),
-        "closed after {idle:?}"
-    );
 }

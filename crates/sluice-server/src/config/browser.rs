@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 use sluice_core::{Kind, Quota, Rate};
 use toml::de::{DeTable, DeValue};
 
+use super::values::{boolean, duration, size};
 use super::walk::{Errors, Fields};
-use super::{duration, size};
 
 /// The largest whole number JavaScript holds exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
@@ -423,28 +423,6 @@ fn telemetry(t: &DeTable<'_>, errors: &mut Errors<'_>) -> TelemetryConfig {
         interval_ms: ceil_ms(interval),
         sample,
         limit,
-    }
-}
-
-fn boolean(
-    fields: &mut Fields<'_, '_>,
-    key: &'static str,
-    default: bool,
-    errors: &mut Errors<'_>,
-) -> bool {
-    let Some(value) = fields.get(key) else {
-        return default;
-    };
-    match value.get_ref() {
-        DeValue::Boolean(b) => *b,
-        other => {
-            errors.value(
-                value,
-                &fields.path(key),
-                format!("expected true or false, found {}", other.type_str()),
-            );
-            default
-        }
     }
 }
 

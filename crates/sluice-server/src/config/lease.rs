@@ -155,6 +155,66 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lease_is_read_and_one_the_store_or_algorithm_cannot_keep_is_named_with_its_line() {
+        let redis = "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n";
+        let policy = |algorithm: &str, lease: &str| {
+            format!("[[policy]]\nname = \"p\"\nalgorithm = \"{algorithm}\"\ncapacity = 1000\nrate = \"100/s\"\nlease = {lease}\n[[route]]\npath_prefix = \"/\"\npolicies = [\"p\"]\nupstream = \"http://127.0.0.1:1\"\n")
+        };
+        let c = crate::config::parse(
+            &format!(
+                "{redis}{}",
+                policy("gcra", "{ max = \"5%\", ttl = \"200ms\", min = 2 }")
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let spec = c.policies[0].lease.unwrap();
+        assert_eq!(spec.config.max.tokens(1000), 50);
+        assert_eq!(
+            (spec.config.min, spec.config.ttl),
+            (2, Duration::from_millis(200))
+        );
+        let errors = |text: String| {
+            crate::config::parse(&text, "t.toml")
+                .unwrap_err()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let e = errors(policy("gcra", "{ max = \"5%\" }"));
+        assert!(
+            e.contains(":6:") && e.contains("need store.backend = \"redis\""),
+            "{e}"
+        );
+        let e = errors(format!("{redis}{}", policy("fixed_window", "{ max = 10 }")));
+        assert!(
+            e.contains(":9:") && e.contains("fixed_window keeps none"),
+            "{e}"
+        );
+        let e = errors(format!(
+            "{redis}{}",
+            policy("gcra", "{ max = \"150%\", ttl = \"5ms\" }")
+        ));
+        assert!(
+            e.contains("policy[0].lease.max") && e.contains("150%"),
+            "{e}"
+        );
+        assert!(
+            e.contains("policy[0].lease.ttl") && e.contains("between 10ms and 60s"),
+            "{e}"
+        );
+        let e = errors(format!(
+            "{redis}{}",
+            policy("gcra", "{ ttl = \"1s\", size = 3 }")
+        ));
+        assert!(
+            e.contains("a lease needs a max") && e.contains("unknown key `size`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn shares_are_read_in_hundredths_of_a_percent() {
         assert_eq!(percent("5%"), Some(500));
         assert_eq!(percent("2.5%"), Some(250));

@@ -265,3 +265,26 @@ pub(crate) fn uint_value(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    #[test]
+    fn an_unknown_key_that_is_not_bare_is_named_as_toml_writes_it() {
+        // An empty key, or one with a space or a dot, would make an empty or misleading field.
+        let text = "\"\" = 1\n[server]\n\"a b\" = 2\n\"x.y\" = 3\nok_key-2 = 4\n";
+        let errors = parse(text, "t.toml").unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "\"\"",
+                "server.\"a b\"",
+                "server.\"x.y\"",
+                "server.ok_key-2"
+            ],
+            "{errors:?}"
+        );
+    }
+}

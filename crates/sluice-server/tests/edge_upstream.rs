@@ -1,0 +1,178 @@
+//! The gateway towards its upstreams at the edge: a pooled connection the upstream dropped
+//! without a word, and an upstream that does not accept connections. Real sockets on
+//! 127.0.0.1 against the built binary.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{get, Gateway};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// An upstream that silently stops answering on a connection idle for more than a second
+/// (as one behind a firewall that drops idle flows without a word): it reads the request and
+/// never replies. Records when it saw each connection closed by the gateway.
+struct Sulky {
+    addr: SocketAddr,
+    accepted: Arc<Mutex<u64>>,
+    closed: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Sulky {
+    async fn start() -> Sulky {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted: Arc<Mutex<u64>> = Arc::default();
+        let closed: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let (a, c) = (Arc::clone(&accepted), Arc::clone(&closed));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    continue;
+                };
+                *a.lock().unwrap() += 1;
+                let c = Arc::clone(&c);
+                tokio::spawn(async move {
+                    let mut last = Instant::now();
+                    let mut buf = vec![0u8; 4096];
+                    let mut pending = Vec::new();
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => {
+                                c.lock().unwrap().push(Instant::now());
+                                return;
+                            }
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+                        }
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            pending.drain(..end + 4);
+                            if last.elapsed() > Duration::from_secs(1) {
+                                continue; // silent from now on
+                            }
+                            let _ = s
+                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                                .await;
+                            last = Instant::now();
+                        }
+                    }
+                });
+            }
+        });
+        Sulky {
+            addr,
+            accepted,
+            closed,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_drops_idle_connections_silently_costs_no_request_its_timeout() {
+    // With the idle timeout at 60 s, the pooled connection is used again and the request
+    // waits the whole upstream_timeout: what upstream_idle_timeout prevents.
+    let up = Sulky::start().await;
+    let routes = |idle: &str| {
+        format!(
+            "[[route]]\npath_prefix = \"/\"\nupstream = \"http://{}\"\nupstream_timeout = \"2s\"\n",
+            up.addr
+        ) + idle
+    };
+    let gw = Gateway::start("workers = 1", &routes("")).await;
+    let client = common::client();
+    let ask = || {
+        common::send(
+            &client,
+            Request::get(gw.url("/x")).body(Full::default()).unwrap(),
+        )
+    };
+    assert_eq!(ask().await.unwrap().status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = Instant::now();
+    assert_eq!(ask().await.unwrap().status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(started.elapsed() >= Duration::from_millis(1900));
+    drop(gw);
+
+    let up = Sulky::start().await;
+    let gw = Gateway::start(
+        "workers = 1\nupstream_idle_timeout = \"500ms\"",
+        &format!(
+            "[[route]]\npath_prefix = \"/\"\nupstream = \"http://{}\"\nupstream_timeout = \"2s\"\n",
+            up.addr
+        ),
+    )
+    .await;
+    let ask = || {
+        common::send(
+            &client,
+            Request::get(gw.url("/x")).body(Full::default()).unwrap(),
+        )
+    };
+    assert_eq!(ask().await.unwrap().status, StatusCode::OK);
+    let idle_since = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The gateway closed the idle connection itself, between 0.5 s and a sweep later.
+    let closed = up.closed.lock().unwrap().clone();
+    assert_eq!(closed.len(), 1, "the pooled connection is still open");
+    let after = closed[0] - idle_since;
+    assert!(
+        after >= Duration::from_millis(450) && after < Duration::from_millis(2000),
+        "{after:?}"
+    );
+    let started = Instant::now();
+    assert_eq!(ask().await.unwrap().status, StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(*up.accepted.lock().unwrap(), 2);
+    let metrics = get(&gw.admin("/metrics")).await.unwrap();
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("sluice_upstream_pool_idle{worker=\"0\"}"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_does_not_accept_gets_504_after_the_connect_timeout() {
+    // A listener whose accept queue is full: the kernel drops further SYNs, so a connect
+    // neither succeeds nor fails.
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket
+        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(s)) =
+            tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await
+        {
+            fillers.push(s);
+        }
+    }
+    let gw = Gateway::start(
+        "upstream_connect_timeout = \"500ms\"",
+        &format!(
+            "[[route]]\npath_prefix = \"/\"\nupstream = \"http://{addr}\"\nupstream_timeout = \"10s\"\n"
+        ),
+    )
+    .await;
+    let started = Instant::now();
+    let a = get(&gw.url("/x")).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT, "{:?}", a.body);
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert!(gw.log_text().contains("decision=upstream_timeout"));
+    drop(socket);
+}
