@@ -232,6 +232,22 @@ pub extern "C" fn sj_reset(handle: u32, now_ns: i64, until_ns: i64) -> i32 {
     })
 }
 
+/// [`sj_reset`] for a limiter passed from one key to the next: returns the ns until its bucket
+/// was full again as of `now_ns` (0: full; what the key it held must be remembered by), then
+/// makes it afresh as `sj_reset` does. -1: no such limiter.
+#[no_mangle]
+pub extern "C" fn sj_recycle(handle: u32, now_ns: i64, until_ns: i64) -> i64 {
+    with(|g| {
+        let now = ns(now_ns);
+        let Some(limiter) = g.bank().get_mut(handle) else {
+            return -1;
+        };
+        let until_full = limiter.status(now).reset_after_ns;
+        g.bank().reset(handle, now, ns(until_ns));
+        i64::try_from(until_full).unwrap_or(i64::MAX)
+    })
+}
+
 /// The gateway's keyed hash ([`crate::key_hash`]) of the input, read as `salt_len` bytes of
 /// salt followed by `key_len` bytes of key. Its 16 bytes replace the input; returns their
 /// address, or null when the input is shorter than said.

@@ -79,7 +79,7 @@ class Observed {
   }
 }
 const NO_SIGNAL = Object.freeze({ signal: void 0 });
-function runTask(fn, signal, timeoutMs, timers, settled) {
+function runTask(fn, signal, timeoutMs, timers, onOk, onError) {
   if (timeoutMs === void 0) {
     let p;
     try {
@@ -87,7 +87,7 @@ function runTask(fn, signal, timeoutMs, timers, settled) {
     } catch (e) {
       p = Promise.reject(e);
     }
-    p.then((v) => settled(v, true), (e) => settled(e, false));
+    p.then(onOk, onError);
     return p;
   }
   const ac = new AbortController();
@@ -116,12 +116,12 @@ function runTask(fn, signal, timeoutMs, timers, settled) {
       (v) => {
         done();
         resolve(v);
-        settled(v, true);
+        onOk(v);
       },
       (e) => {
         done();
         reject(e);
-        settled(e, false);
+        onError(e);
       }
     );
   });

@@ -26,71 +26,40 @@ var import_core = require("./core.cjs");
 var import_limiter = require("./limiter.cjs");
 var import_errors = require("./errors.cjs");
 var import_time = require("./time.cjs");
-class OrderedMap {
-  #nodes = /* @__PURE__ */ new Map();
-  #head = null;
-  #tail = null;
-  get size() {
-    return this.#nodes.size;
+const LRU = 0, BUSY = 1, GONE = 2;
+class List {
+  head = null;
+  tail = null;
+  size = 0;
+  push(node) {
+    node.prev = this.tail;
+    node.next = null;
+    if (this.tail !== null) this.tail.next = node;
+    else this.head = node;
+    this.tail = node;
+    this.size++;
   }
-  get(key) {
-    return this.#nodes.get(key)?.value;
-  }
-  has(key) {
-    return this.#nodes.has(key);
-  }
-  /** Sets `key` last (moving it there if present). */
-  set(key, value) {
-    let node = this.#nodes.get(key);
-    if (node !== void 0) {
-      this.#unlink(node);
-      node.value = value;
-    } else {
-      node = { key, value, prev: null, next: null };
-      this.#nodes.set(key, node);
-    }
-    node.prev = this.#tail;
-    if (this.#tail !== null) this.#tail.next = node;
-    else this.#head = node;
-    this.#tail = node;
-  }
-  delete(key) {
-    const node = this.#nodes.get(key);
-    if (node === void 0) return false;
-    this.#unlink(node);
-    this.#nodes.delete(key);
-    return true;
-  }
-  /** The first key, or undefined. */
-  firstKey() {
-    return this.#head?.key;
-  }
-  /** The first value, or undefined. */
-  firstValue() {
-    return this.#head?.value;
-  }
-  #unlink(node) {
+  unlink(node) {
     if (node.prev !== null) node.prev.next = node.next;
-    else this.#head = node.next;
+    else this.head = node.next;
     if (node.next !== null) node.next.prev = node.prev;
-    else this.#tail = node.prev;
+    else this.tail = node.prev;
     node.prev = node.next = null;
+    this.size--;
   }
-  *values() {
-    for (let n = this.#head; n !== null; n = n.next) yield n.value;
-  }
-  clear() {
-    this.#nodes.clear();
-    this.#head = this.#tail = null;
+  *[Symbol.iterator]() {
+    for (let n = this.head; n !== null; n = n.next) yield n;
   }
 }
 class Keyed {
-  /** Keys with nothing waiting, least recently used first: key -> entry { core, limiter }. */
-  #lru = new OrderedMap();
-  /** Keys with tasks waiting: never dropped. */
-  #busy = /* @__PURE__ */ new Map();
-  /** Forgotten keys whose bucket was not full, oldest first: key -> when it is full again (ns). */
-  #gone = new OrderedMap();
+  /** key -> node { key, where, core, limiter, fullAt, prev, next }. */
+  #nodes = /* @__PURE__ */ new Map();
+  /** Keys with nothing waiting, least recently used first. */
+  #lru = new List();
+  /** Keys with tasks waiting. */
+  #busy = new List();
+  /** Forgotten keys whose bucket was not full, oldest first (`fullAt`: when it is). */
+  #gone = new List();
   #maxGone;
   /** Every key made before this moment (ns of the clock) starts spent until it. */
   #floor = null;
@@ -110,11 +79,9 @@ class Keyed {
     this.#options = limiterOptions;
     this.#config = (0, import_limiter.readConfig)(limiterOptions);
     this.#now = limiterOptions.now ?? import_time.monotonicNow;
-    const lru = this.#lru;
-    const busy = this.#busy;
+    const lists = [this.#lru, this.#busy];
     (0, import_core.freeWithOwner)(this, function* cores() {
-      for (const e of lru.values()) yield e.core;
-      for (const e of busy.values()) yield e.core;
+      for (const list of lists) for (const n of list) yield n.core;
     });
   }
   /** The most keys kept. */
@@ -127,126 +94,140 @@ class Keyed {
   }
   /** Whether `key` has a limiter now. */
   has(key) {
-    return this.#lru.has(key) || this.#busy.has(key);
+    const n = this.#nodes.get(key);
+    return n !== void 0 && n.where !== GONE;
   }
-  /** The entry of `key` ({ core, limiter }) at `now`, made (and an old key dropped) if needed. */
-  #entry(key, now) {
+  /** The live node of `key` at `now`, made (and an old key dropped) if needed. */
+  #node(key, now) {
     if (this.#closed) throw new import_errors.ClosedError("keyed() was closed");
-    let e = this.#lru.get(key);
-    if (e !== void 0) {
-      if (e.core.handle < 0) {
-        this.#lru.delete(key);
-      } else {
-        if (e.limiter !== null && e.limiter.pending > 0) {
-          this.#lru.delete(key);
-          this.#busy.set(key, e);
-        } else {
-          this.#lru.set(key, e);
-        }
-        return e;
-      }
-    }
-    e = this.#busy.get(key);
-    if (e !== void 0) {
-      if (e.limiter.pending === 0) {
-        this.#busy.delete(key);
-        this.#lru.set(key, e);
-      }
-      return e;
-    }
-    let core = this.size >= this.#maxKeys ? this.#makeRoom(now) : null;
-    const until = this.#until(key, now);
-    if (core !== null) {
-      core.reset(now, until);
-    } else {
-      const c = this.#config;
-      core = new import_core.CoreLimiter(c.kind, c.capacityN, c.intervalNs, c.depth, c.maxWaitNs, false);
-      if (until > now) core.reset(now, until);
-    }
-    e = { core, limiter: null };
-    this.#lru.set(key, e);
-    return e;
-  }
-  /** The RateLimiter of `key`, made (and an old key dropped) if needed. */
-  get(key) {
-    const e = this.#entry(key, this.#now());
-    e.limiter ??= new import_limiter.RateLimiter({ ...this.#options, [import_limiter.ADOPT]: { core: e.core, config: this.#config } });
-    return e.limiter;
-  }
-  /**
-   * Drops the least recently used key with nothing waiting. Returns its core limiter for the
-   * next key when nothing else holds it (null when it had a RateLimiter, now closed).
-   */
-  #makeRoom(now) {
-    for (; ; ) {
-      const key = this.#lru.firstKey();
-      const e = this.#lru.firstValue();
-      if (e === void 0) {
-        if (this.#settleBusy()) continue;
-        throw new import_errors.QueueFullError(`maxKeys (${this.#maxKeys}) reached and every key has waiting tasks`);
-      }
-      this.#lru.delete(key);
-      if (e.limiter !== null && e.limiter.pending > 0) {
-        this.#busy.set(key, e);
-        continue;
-      }
-      if (e.core.handle >= 0) {
-        const untilFull = e.core.untilFull(now);
-        if (untilFull > 0) this.#remember(key, now, now + BigInt(untilFull));
-      }
-      if (e.limiter === null && e.core.handle >= 0) return e.core;
-      e.limiter?.close();
-      return null;
-    }
-  }
-  /** Moves the busy keys whose waiters have all gone back among the others; whether any did. */
-  #settleBusy() {
-    let moved = false;
-    for (const [key, e] of this.#busy) {
-      if (e.limiter.pending === 0) {
-        this.#busy.delete(key);
-        this.#lru.set(key, e);
-        moved = true;
-      }
-    }
-    return moved;
-  }
-  #remember(key, now, fullAt) {
-    while (this.#gone.size > 0 && this.#gone.firstValue() <= now) this.#gone.delete(this.#gone.firstKey());
-    if (this.#gone.size >= this.#maxGone) {
-      const oldest = this.#gone.firstKey();
-      const at = this.#gone.firstValue();
-      this.#gone.delete(oldest);
-      if (this.#floor === null || at > this.#floor) this.#floor = at;
-    }
-    this.#gone.set(key, fullAt);
-  }
-  /** When a new key's bucket may be full at the earliest: when it was when forgotten, or the floor (0n: now). */
-  #until(key, now) {
+    let n = this.#nodes.get(key);
     let until = 0n;
-    if (this.#gone.size > 0) {
-      const remembered = this.#gone.get(key);
-      if (remembered !== void 0) {
-        this.#gone.delete(key);
-        until = remembered;
+    if (n !== void 0) {
+      if (n.where === LRU) {
+        if (n.core.handle >= 0) {
+          this.#lru.unlink(n);
+          if (n.limiter !== null && n.limiter.pending > 0) {
+            n.where = BUSY;
+            this.#busy.push(n);
+          } else {
+            this.#lru.push(n);
+          }
+          return n;
+        }
+        this.#lru.unlink(n);
+        this.#nodes.delete(key);
+        n = void 0;
+      } else if (n.where === BUSY) {
+        if (n.limiter.pending === 0) {
+          this.#busy.unlink(n);
+          n.where = LRU;
+          this.#lru.push(n);
+        }
+        return n;
+      } else {
+        this.#gone.unlink(n);
+        until = n.fullAt;
       }
     }
     if (this.#floor !== null) {
       if (this.#floor <= now) this.#floor = null;
       else if (this.#floor > until) until = this.#floor;
     }
-    return until;
+    let core = this.size >= this.#maxKeys ? this.#makeRoom(now, until) : null;
+    if (core === null) {
+      const c = this.#config;
+      core = new import_core.CoreLimiter(c.kind, c.capacityN, c.intervalNs, c.depth, c.maxWaitNs, false);
+      if (until > now) core.reset(now, until);
+    }
+    if (n === void 0) {
+      n = { key, where: LRU, core, limiter: null, fullAt: 0n, prev: null, next: null };
+      this.#nodes.set(key, n);
+    } else {
+      n.where = LRU;
+      n.core = core;
+    }
+    this.#lru.push(n);
+    return n;
+  }
+  /** The RateLimiter of `key`, made (and an old key dropped) if needed. */
+  get(key) {
+    const n = this.#node(key, this.#now());
+    n.limiter ??= new import_limiter.RateLimiter({ ...this.#options, [import_limiter.ADOPT]: { core: n.core, config: this.#config } });
+    return n.limiter;
+  }
+  /**
+   * Drops the least recently used key with nothing waiting, remembering it if its bucket is
+   * not full again. Returns its core limiter, made afresh for the next key (no fuller than a
+   * bucket full at `until`), when nothing else holds it; null when it had a RateLimiter (now
+   * closed).
+   */
+  #makeRoom(now, until) {
+    for (; ; ) {
+      const n = this.#lru.head;
+      if (n === null) {
+        if (this.#settleBusy()) continue;
+        throw new import_errors.QueueFullError(`maxKeys (${this.#maxKeys}) reached and every key has waiting tasks`);
+      }
+      this.#lru.unlink(n);
+      if (n.limiter !== null && n.limiter.pending > 0) {
+        n.where = BUSY;
+        this.#busy.push(n);
+        continue;
+      }
+      const core = n.core;
+      const reuse = n.limiter === null && core.handle >= 0;
+      const untilFull = reuse ? core.recycle(now, until) : core.handle >= 0 ? BigInt(core.untilFull(now)) : 0n;
+      if (untilFull > 0n) this.#remember(n, now, now + untilFull);
+      else this.#nodes.delete(n.key);
+      n.core = null;
+      if (reuse) return core;
+      n.limiter?.close();
+      n.limiter = null;
+      return null;
+    }
+  }
+  /** Moves the busy keys whose waiters have all gone back among the others; whether any did. */
+  #settleBusy() {
+    let moved = false;
+    for (let n = this.#busy.head; n !== null; ) {
+      const next = n.next;
+      if (n.limiter.pending === 0) {
+        this.#busy.unlink(n);
+        n.where = LRU;
+        this.#lru.push(n);
+        moved = true;
+      }
+      n = next;
+    }
+    return moved;
+  }
+  /** Keeps `n` as a memory: its key is full again at `fullAt`. */
+  #remember(n, now, fullAt) {
+    const gone = this.#gone;
+    while (gone.head !== null && gone.head.fullAt <= now) this.#forget(gone.head);
+    if (gone.size >= this.#maxGone) {
+      const oldest = gone.head;
+      if (this.#floor === null || oldest.fullAt > this.#floor) this.#floor = oldest.fullAt;
+      this.#forget(oldest);
+    }
+    n.where = GONE;
+    n.fullAt = fullAt;
+    gone.push(n);
+  }
+  #forget(n) {
+    this.#gone.unlink(n);
+    this.#nodes.delete(n.key);
   }
   /** Takes `cost` from `key`'s bucket if it is there now and nobody waits; false once closed. */
   tryAcquire(key, cost = 1) {
     if (this.#closed) return false;
     const now = this.#now();
-    const e = this.#entry(key, now);
-    if (e.limiter !== null) return e.limiter.tryAcquire(cost);
+    const n = this.#node(key, now);
+    if (n.limiter !== null) return n.limiter.tryAcquire(cost);
     if (!Number.isSafeInteger(cost) || cost < 0) {
       throw new RangeError(`cost must be a whole number of zero or more, got ${cost}`);
     }
-    const code = e.core.offer(now, cost === 1 ? 1n : BigInt(cost), 1, 0n);
+    const code = n.core.offerNow(now, cost === 1 ? 1n : BigInt(cost));
     if (code === import_core.ADMITTED) return true;
     if (code === import_core.TOO_COSTLY) throw new import_errors.InsufficientCapacityError(cost, this.#config.capacity);
     return false;
@@ -256,18 +237,20 @@ class Keyed {
     let l;
     try {
       l = this.get(key);
-    } catch (e2) {
-      return Promise.reject(e2);
+    } catch (e) {
+      return Promise.reject(e);
     }
     const p = l.schedule(fn, options);
-    const e = this.#lru.get(key);
-    if (l.pending > 0 && e !== void 0 && e.limiter === l) {
-      this.#lru.delete(key);
-      this.#busy.set(key, e);
+    const n = this.#nodes.get(key);
+    if (l.pending > 0 && n !== void 0 && n.where === LRU && n.limiter === l) {
+      this.#lru.unlink(n);
+      n.where = BUSY;
+      this.#busy.push(n);
       const settle = () => {
-        if (l.pending === 0 && this.#busy.get(key) === e) {
-          this.#busy.delete(key);
-          this.#lru.set(key, e);
+        if (l.pending === 0 && n.where === BUSY && n.limiter === l) {
+          this.#busy.unlink(n);
+          n.where = LRU;
+          this.#lru.push(n);
         }
       };
       p.then(settle, settle);
@@ -290,21 +273,26 @@ class Keyed {
     this.#options = next;
     this.#config = (0, import_limiter.readConfig)(next);
     const c = this.#config;
-    for (const e of [...this.#lru.values(), ...this.#busy.values()]) {
-      if (e.limiter !== null) e.limiter.reconfigure(options);
-      else if (e.core.handle >= 0) e.core.reconfigure(this.#now(), c.kind, c.capacityN, c.intervalNs, c.depth, c.maxWaitNs);
+    for (const list of [this.#lru, this.#busy]) {
+      for (const n of list) {
+        if (n.limiter !== null) n.limiter.reconfigure(options);
+        else if (n.core.handle >= 0) n.core.reconfigure(this.#now(), c.kind, c.capacityN, c.intervalNs, c.depth, c.maxWaitNs);
+      }
     }
   }
   /** Closes every key's limiter (their waiters reject with ClosedError); no key is made after. */
   close() {
     this.#closed = true;
-    for (const e of [...this.#lru.values(), ...this.#busy.values()]) {
-      if (e.limiter !== null) e.limiter.close();
-      else e.core.free();
+    for (const list of [this.#lru, this.#busy]) {
+      for (const n of list) {
+        if (n.limiter !== null) n.limiter.close();
+        else n.core.free();
+      }
     }
-    this.#lru.clear();
-    this.#busy.clear();
-    this.#gone.clear();
+    this.#nodes.clear();
+    this.#lru = new List();
+    this.#busy = new List();
+    this.#gone = new List();
   }
 }
 function keyed(options = {}) {

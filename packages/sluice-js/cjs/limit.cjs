@@ -27,26 +27,49 @@ var import_errors = require("./errors.cjs");
 var import_events = require("./events.cjs");
 var import_time = require("./time.cjs");
 const I64_MAX = 9223372036854775807n;
+const NO_OPTIONS = Object.freeze({});
 class Limit extends import_events.Observed {
   #pool;
   #limiter;
   #now;
   #maxWaitNs;
+  #wired = false;
   constructor(options) {
     super();
     const { concurrency = Infinity, rate, capacity, now, timers, timeout, ...rest } = options;
     this.#now = now ?? import_time.monotonicNow;
     const clock = { now: this.#now, timers: timers ?? import_limiter.defaultTimers };
-    this.#pool = new import_pool.PromisePool({ concurrency, timeout, ...clock });
-    this.#limiter = rate === void 0 ? null : new import_limiter.RateLimiter({ capacity: capacity ?? 1, rate, ...rest, ...clock });
+    this.#pool = new import_pool.PromisePool({ concurrency, ...clock, timeout: rate === void 0 ? timeout : void 0 });
+    this.#limiter = rate === void 0 ? null : new import_limiter.RateLimiter({ capacity: capacity ?? 1, rate, ...rest, ...clock, timeout });
     const maxWait = rest.queue ? rest.queue.maxWait : void 0;
     this.#maxWaitNs = maxWait === void 0 ? null : (0, import_time.durationNs)(maxWait, "queue.maxWait");
+  }
+  /**
+   * Listens to the pool and the limiter, on the first listener or promise of this object
+   * only: their events cost a CustomEvent per task once anyone listens.
+   */
+  #wire() {
+    if (this.#wired) return;
+    this.#wired = true;
     const tasks = this.#limiter ?? this.#pool;
     for (const type of ["active", "completed", "error"]) tasks.addEventListener(type, (e) => this[import_events.EMIT](type, e.detail));
     for (const source of [this.#pool, this.#limiter]) {
       source?.addEventListener("empty", () => this[import_events.CHANGED]());
       source?.addEventListener("idle", () => this[import_events.CHANGED]());
     }
+    this[import_events.CHANGED]();
+  }
+  addEventListener(type, listener, options) {
+    this.#wire();
+    super.addEventListener(type, listener, options);
+  }
+  onEmpty() {
+    this.#wire();
+    return super.onEmpty();
+  }
+  onIdle() {
+    this.#wire();
+    return super.onIdle();
   }
   /** The pool of slots. */
   get pool() {
@@ -75,8 +98,8 @@ class Limit extends import_events.Observed {
    * Runs `fn({ signal })` once it has a slot and its tokens. Options: `cost`, `priority`,
    * `signal`, `maxWait` (for the slot and the tokens together), `timeout` (of the run).
    */
-  schedule(fn, options = {}) {
-    const { signal, priority, maxWait, timeout, ...rest } = options;
+  schedule(fn, options = NO_OPTIONS) {
+    const { signal, priority, maxWait, timeout, cost } = options;
     if (typeof fn !== "function") return Promise.reject(new TypeError("schedule needs a function"));
     let maxWaitNs;
     try {
@@ -86,26 +109,22 @@ class Limit extends import_events.Observed {
     }
     const limiter = this.#limiter;
     if (!limiter) return this.#pool.run(fn, { signal, priority, timeout, maxWait: maxWaitNs === null ? void 0 : Number(maxWaitNs) / 1e6 });
+    if (maxWaitNs === null) {
+      return this.#pool.run(() => limiter.schedule(fn, options), timeout === void 0 ? options : { signal, priority });
+    }
     const start = this.#now();
     const inSlot = () => {
-      let left;
-      if (maxWaitNs !== null) {
-        left = maxWaitNs - (this.#now() - start);
-        if (left < 0n) return Promise.reject(new import_errors.TimeoutError("waited past the maximum wait for a slot", 0, "expired"));
-      }
+      const left = maxWaitNs - (this.#now() - start);
+      if (left < 0n) return Promise.reject(new import_errors.TimeoutError("waited past the maximum wait for a slot", 0, "expired"));
       return limiter.schedule(fn, {
-        ...rest,
+        cost,
         signal,
         priority,
         timeout,
-        maxWait: left === void 0 ? void 0 : left === I64_MAX ? Infinity : Number(left) / 1e6
+        maxWait: left === I64_MAX ? Infinity : Number(left) / 1e6
       });
     };
-    return this.#pool.run(inSlot, {
-      signal,
-      priority,
-      maxWait: maxWaitNs === null ? void 0 : Number(maxWaitNs) / 1e6
-    });
+    return this.#pool.run(inSlot, { signal, priority, maxWait: Number(maxWaitNs) / 1e6 });
   }
   run(fn, options) {
     return this.schedule(fn, options);

@@ -31,6 +31,7 @@ var import_errors = require("./errors.cjs");
 var import_events = require("./events.cjs");
 var import_time = require("./time.cjs");
 const PRIORITY = { high: 0, normal: 1, low: 2 };
+const NO_OPTIONS = Object.freeze({});
 const ADOPT = /* @__PURE__ */ Symbol("adopt");
 const CHECK = /* @__PURE__ */ Symbol("check");
 const defaultTimers = {
@@ -83,9 +84,14 @@ class RateLimiter extends import_events.Observed {
   #wakeAt = -1n;
   #closed = false;
   #active = 0;
-  #settled = (value, ok) => {
+  #completed = (value) => {
     this.#active--;
-    this[import_events.EMIT](ok ? "completed" : "error", value);
+    this[import_events.EMIT]("completed", value);
+    this[import_events.CHANGED]();
+  };
+  #failed = (error) => {
+    this.#active--;
+    this[import_events.EMIT]("error", error);
     this[import_events.CHANGED]();
   };
   constructor(options = {}) {
@@ -135,7 +141,7 @@ class RateLimiter extends import_events.Observed {
       wholeCost(cost);
       return false;
     }
-    const code = this.#core.offer(this.#now(), wholeCost(cost), 1, 0n);
+    const code = this.#core.offerNow(this.#now(), cost === 1 ? 1n : wholeCost(cost));
     if (code === import_core.ADMITTED) return true;
     if (code === import_core.TOO_COSTLY) throw new import_errors.InsufficientCapacityError(cost, this.capacity);
     return false;
@@ -149,13 +155,13 @@ class RateLimiter extends import_events.Observed {
    * QueueFullError, TimeoutError (with `retryAfterMs`), AbortError (the signal fired while it
    * waited: it spent nothing), InsufficientCapacityError or ClosedError.
    */
-  schedule(fn, options = {}) {
+  schedule(fn, options = NO_OPTIONS) {
     const { cost = 1, priority, signal, maxWait } = options;
     if (typeof fn !== "function") return Promise.reject(new TypeError("schedule needs a function"));
     let costN, prio, maxWaitNs, timeout;
     try {
-      costN = wholeCost(cost);
-      prio = priorityCode(priority);
+      costN = cost === 1 ? 1n : wholeCost(cost);
+      prio = priority === void 0 ? 1 : priorityCode(priority);
       maxWaitNs = maxWait === void 0 ? -1n : (0, import_time.durationNs)(maxWait, "maxWait") ?? import_core.I64_MAX;
       timeout = options.timeout === void 0 ? this.#timeout : (0, import_events.timeoutOption)(options.timeout);
     } catch (e) {
@@ -163,32 +169,36 @@ class RateLimiter extends import_events.Observed {
     }
     if (signal?.aborted) return Promise.reject((0, import_errors.abortError)(signal));
     const now = this.#now();
-    const task = { fn, resolve: null, reject: null, signal, onAbort: null, cost: costN, prio, timeout, deadline: null, timer: null };
-    if (maxWaitNs >= 0n) {
-      task.deadline = maxWaitNs === import_core.I64_MAX ? null : now + maxWaitNs;
-    } else if (this.#config.maxWaitNs !== null) {
-      task.deadline = now + this.#config.maxWaitNs;
-    }
-    if (this.#held !== null) {
-      if (this.pending >= this.#config.depth) {
-        return Promise.reject(new import_errors.QueueFullError("the queue is full (the limiter is paused)", 0));
-      }
-      const promise = this.#waiting(task);
-      this.#hold(task, now);
-      return promise;
-    }
-    const core = this.#core;
-    const code = core.offer(now, costN, prio, maxWaitNs);
-    if (code === import_core.ADMITTED) return this.#start(task);
-    if (code === import_core.QUEUED) {
-      const promise = this.#waiting(task);
-      this.#tasks.set(core.ticket, task);
-      task.ticket = core.ticket;
+    if (this.#held === null) {
+      const core = this.#core;
+      const code = core.offer(now, costN, prio, maxWaitNs);
+      if (code === import_core.ADMITTED) return this.#start(fn, signal, timeout);
+      if (code !== import_core.QUEUED) return Promise.reject(this.#refusal(code, cost, core.waitNs));
+      const task2 = this.#task(fn, signal, costN, prio, timeout, maxWaitNs, now);
+      const promise2 = this.#waiting(task2);
+      task2.ticket = core.ticket;
+      this.#tasks.set(task2.ticket, task2);
       this[import_events.CHANGED]();
       this.#arm(now + BigInt(core.waitNs), now);
-      return promise;
+      return promise2;
     }
-    return Promise.reject(this.#refusal(code, cost, core.waitNs));
+    if (this.pending >= this.#config.depth) {
+      return Promise.reject(new import_errors.QueueFullError("the queue is full (the limiter is paused)", 0));
+    }
+    const task = this.#task(fn, signal, costN, prio, timeout, maxWaitNs, now);
+    const promise = this.#waiting(task);
+    this.#hold(task, now);
+    return promise;
+  }
+  /** A waiting task, with the deadline its own maxWait or the queue's sets. */
+  #task(fn, signal, cost, prio, timeout, maxWaitNs, now) {
+    let deadline = null;
+    if (maxWaitNs >= 0n) {
+      deadline = maxWaitNs === import_core.I64_MAX ? null : now + maxWaitNs;
+    } else if (this.#config.maxWaitNs !== null) {
+      deadline = now + this.#config.maxWaitNs;
+    }
+    return { fn, resolve: null, reject: null, signal, onAbort: null, cost, prio, timeout, deadline, timer: null, ticket: void 0, heldAt: -1 };
   }
   /**
    * `fn` limited: a function that schedules `fn(...args)` with `options` each time it is
@@ -210,10 +220,10 @@ class RateLimiter extends import_events.Observed {
     }
     return promise;
   }
-  #start(task) {
+  #start(fn, signal, timeout) {
     this.#active++;
     this[import_events.EMIT]("active");
-    const p = (0, import_events.runTask)(task.fn, task.signal, task.timeout, this.#timers, this.#settled);
+    const p = (0, import_events.runTask)(fn, signal, timeout, this.#timers, this.#completed, this.#failed);
     this[import_events.CHANGED]();
     return p;
   }
@@ -273,7 +283,7 @@ class RateLimiter extends import_events.Observed {
     this.#tasks.delete(ticket);
     if (task.onAbort) task.signal.removeEventListener("abort", task.onAbort);
     if (code === import_core.OUT_ADMITTED) {
-      this.#start(task).then(task.resolve, task.reject);
+      this.#start(task.fn, task.signal, task.timeout).then(task.resolve, task.reject);
     } else if (code === import_core.OUT_TIMED_OUT) {
       const ms = Math.ceil(retryNs / 1e6);
       task.reject(new import_errors.TimeoutError(`waited past the maximum wait (retry after ${ms} ms)`, ms, "expired"));
@@ -345,7 +355,7 @@ class RateLimiter extends import_events.Observed {
       const code = this.#core.offer(now, task.cost, task.prio, maxWaitNs);
       if (code === import_core.ADMITTED) {
         if (task.onAbort) task.signal.removeEventListener("abort", task.onAbort);
-        this.#start(task).then(task.resolve, task.reject);
+        this.#start(task.fn, task.signal, task.timeout).then(task.resolve, task.reject);
       } else if (code === import_core.QUEUED) {
         task.ticket = this.#core.ticket;
         this.#tasks.set(task.ticket, task);
@@ -466,6 +476,7 @@ const closedCore = {
   waitNs: 0,
   remaining: 0,
   offer: () => 6,
+  offerNow: () => 6,
   poll: () => -1n,
   cancel: () => false,
   close: () => {

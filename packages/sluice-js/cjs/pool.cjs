@@ -55,6 +55,7 @@ class Fifo {
     return out;
   }
 }
+const NO_OPTIONS = Object.freeze({});
 function concurrencyOption(concurrency) {
   if (!(Number.isSafeInteger(concurrency) && concurrency >= 1) && concurrency !== Infinity) {
     throw new RangeError(`concurrency must be a whole number of at least 1, got ${concurrency}`);
@@ -106,12 +107,12 @@ class PromisePool extends import_events.Observed {
    * once it runs, `timeout` bounds the run (TimeoutError, reason 'run'; its slot stays taken
    * until `fn` settles, so the pool never runs more than `concurrency`).
    */
-  run(fn, options = {}) {
+  run(fn, options = NO_OPTIONS) {
     if (typeof fn !== "function") return Promise.reject(new TypeError("run needs a function"));
     const { signal, priority, maxWait } = options;
     let prio, timeout, maxWaitNs;
     try {
-      prio = (0, import_limiter.priorityCode)(priority);
+      prio = priority === void 0 ? 1 : (0, import_limiter.priorityCode)(priority);
       timeout = options.timeout === void 0 ? this.#timeout : (0, import_events.timeoutOption)(options.timeout);
       maxWaitNs = maxWait === void 0 ? this.#maxWaitNs : (0, import_time.durationNs)(maxWait, "maxWait");
     } catch (e) {
@@ -170,14 +171,20 @@ class PromisePool extends import_events.Observed {
   #start(fn, signal, timeout) {
     this.#active++;
     this[import_events.EMIT]("active");
-    const p = (0, import_events.runTask)(fn, signal, timeout, this.#timers, this.#done);
+    const p = (0, import_events.runTask)(fn, signal, timeout, this.#timers, this.#completed, this.#failed);
     this[import_events.CHANGED]();
     return p;
   }
-  #done = (value, ok) => {
+  #completed = (value) => {
     this.#active--;
-    this[import_events.EMIT](ok ? "completed" : "error", value);
-    this.#fill();
+    this[import_events.EMIT]("completed", value);
+    if (this.#waiting > 0) this.#fill();
+    this[import_events.CHANGED]();
+  };
+  #failed = (error) => {
+    this.#active--;
+    this[import_events.EMIT]("error", error);
+    if (this.#waiting > 0) this.#fill();
     this[import_events.CHANGED]();
   };
   /** Starts waiting tasks while slots are free: high, then normal, then low. */

@@ -233,6 +233,11 @@ export class CoreLimiter {
     return code;
   }
 
+  /** Offers `cost` at `now`, never waiting: just the offer code (tryAcquire). */
+  offerNow(now, cost) {
+    return ex.sj_offer(this.handle, now, cost, 1, 0n);
+  }
+
   /** Polls at `now`: calls `each(ticket, code, retryAfterNs)` per outcome; the next wake (ns) or -1n. */
   poll(now, each) {
     const wake = ex.sj_poll(this.handle, now);
@@ -262,6 +267,15 @@ export class CoreLimiter {
     ex.sj_status(this.handle, now);
     views();
     return [out[0], out[1], out[2], out[3]];
+  }
+
+  /**
+   * `reset(now, until)` for a limiter passed from a dropped key to a new one; returns the ns
+   * (BigInt) until its bucket was full again as of `now` (0n: full), what the dropped key must
+   * be remembered by.
+   */
+  recycle(now, until = 0n) {
+    return ex.sj_recycle(this.handle, now, until);
   }
 
   /** Nanoseconds until the bucket is full again as of `now` (0: full), a number. */

@@ -77,10 +77,10 @@ const NO_SIGNAL = Object.freeze({ signal: undefined });
  * Runs `fn({ signal })` and returns its result as a promise (a synchronous throw becomes a
  * rejection). With `timeoutMs`, the promise rejects with TimeoutError (reason 'run') once it
  * passes, and the signal given to `fn` aborts with that error; `signal` aborting aborts it too.
- * `settled()` is called once `fn` itself has settled, whatever the timeout did: the caller
- * holds its slot until then, so a bound counts what really runs.
+ * `onOk(value)` or `onError(error)` is called once `fn` itself has settled, whatever the
+ * timeout did: the caller holds its slot until then, so a bound counts what really runs.
  */
-export function runTask(fn, signal, timeoutMs, timers, settled) {
+export function runTask(fn, signal, timeoutMs, timers, onOk, onError) {
   if (timeoutMs === undefined) {
     let p;
     try {
@@ -88,7 +88,7 @@ export function runTask(fn, signal, timeoutMs, timers, settled) {
     } catch (e) {
       p = Promise.reject(e);
     }
-    p.then((v) => settled(v, true), (e) => settled(e, false));
+    p.then(onOk, onError);
     return p;
   }
   const ac = new AbortController();
@@ -114,8 +114,8 @@ export function runTask(fn, signal, timeoutMs, timers, settled) {
       p = Promise.reject(e);
     }
     p.then(
-      (v) => { done(); resolve(v); settled(v, true); },
-      (e) => { done(); reject(e); settled(e, false); },
+      (v) => { done(); resolve(v); onOk(v); },
+      (e) => { done(); reject(e); onError(e); },
     );
   });
 }

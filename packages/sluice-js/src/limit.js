@@ -7,6 +7,7 @@ import { Observed, CHANGED, EMIT } from './events.js';
 import { durationNs, monotonicNow } from './time.js';
 
 const I64_MAX = 9223372036854775807n;
+const NO_OPTIONS = Object.freeze({});
 
 /**
  * At most `concurrency` tasks running, started at most at `rate` (with `capacity` as the
@@ -19,16 +20,28 @@ class Limit extends Observed {
   #limiter;
   #now;
   #maxWaitNs;
+  #wired = false;
 
   constructor(options) {
     super();
     const { concurrency = Infinity, rate, capacity, now, timers, timeout, ...rest } = options;
     this.#now = now ?? monotonicNow;
     const clock = { now: this.#now, timers: timers ?? defaultTimers };
-    this.#pool = new PromisePool({ concurrency, timeout, ...clock });
-    this.#limiter = rate === undefined ? null : new RateLimiter({ capacity: capacity ?? 1, rate, ...rest, ...clock });
+    // The run timeout bounds fn: the limiter's when there is one (the pool's task also waits
+    // for the tokens).
+    this.#pool = new PromisePool({ concurrency, ...clock, timeout: rate === undefined ? timeout : undefined });
+    this.#limiter = rate === undefined ? null : new RateLimiter({ capacity: capacity ?? 1, rate, ...rest, ...clock, timeout });
     const maxWait = rest.queue ? rest.queue.maxWait : undefined;
     this.#maxWaitNs = maxWait === undefined ? null : durationNs(maxWait, 'queue.maxWait');
+  }
+
+  /**
+   * Listens to the pool and the limiter, on the first listener or promise of this object
+   * only: their events cost a CustomEvent per task once anyone listens.
+   */
+  #wire() {
+    if (this.#wired) return;
+    this.#wired = true;
     // A task's own start and end are the rate limiter's (the pool's slot is taken earlier).
     const tasks = this.#limiter ?? this.#pool;
     for (const type of ['active', 'completed', 'error']) tasks.addEventListener(type, (e) => this[EMIT](type, e.detail));
@@ -36,6 +49,22 @@ class Limit extends Observed {
       source?.addEventListener('empty', () => this[CHANGED]());
       source?.addEventListener('idle', () => this[CHANGED]());
     }
+    this[CHANGED]();
+  }
+
+  addEventListener(type, listener, options) {
+    this.#wire();
+    super.addEventListener(type, listener, options);
+  }
+
+  onEmpty() {
+    this.#wire();
+    return super.onEmpty();
+  }
+
+  onIdle() {
+    this.#wire();
+    return super.onIdle();
   }
 
   /** The pool of slots. */
@@ -71,8 +100,8 @@ class Limit extends Observed {
    * Runs `fn({ signal })` once it has a slot and its tokens. Options: `cost`, `priority`,
    * `signal`, `maxWait` (for the slot and the tokens together), `timeout` (of the run).
    */
-  schedule(fn, options = {}) {
-    const { signal, priority, maxWait, timeout, ...rest } = options;
+  schedule(fn, options = NO_OPTIONS) {
+    const { signal, priority, maxWait, timeout, cost } = options;
     if (typeof fn !== 'function') return Promise.reject(new TypeError('schedule needs a function'));
     let maxWaitNs;
     try {
@@ -82,23 +111,21 @@ class Limit extends Observed {
     }
     const limiter = this.#limiter;
     if (!limiter) return this.#pool.run(fn, { signal, priority, timeout, maxWait: maxWaitNs === null ? undefined : Number(maxWaitNs) / 1e6 });
+    if (maxWaitNs === null) {
+      // The run timeout is the limiter's (it bounds fn, not the wait for tokens).
+      return this.#pool.run(() => limiter.schedule(fn, options), timeout === undefined ? options : { signal, priority });
+    }
     const start = this.#now();
     // The slot is waited for first; the tokens then get what is left of the wait.
     const inSlot = () => {
-      let left;
-      if (maxWaitNs !== null) {
-        left = maxWaitNs - (this.#now() - start);
-        if (left < 0n) return Promise.reject(new TimeoutError('waited past the maximum wait for a slot', 0, 'expired'));
-      }
+      const left = maxWaitNs - (this.#now() - start);
+      if (left < 0n) return Promise.reject(new TimeoutError('waited past the maximum wait for a slot', 0, 'expired'));
       return limiter.schedule(fn, {
-        ...rest, signal, priority, timeout,
-        maxWait: left === undefined ? undefined : (left === I64_MAX ? Infinity : Number(left) / 1e6),
+        cost, signal, priority, timeout,
+        maxWait: left === I64_MAX ? Infinity : Number(left) / 1e6,
       });
     };
-    return this.#pool.run(inSlot, {
-      signal, priority,
-      maxWait: maxWaitNs === null ? undefined : Number(maxWaitNs) / 1e6,
-    });
+    return this.#pool.run(inSlot, { signal, priority, maxWait: Number(maxWaitNs) / 1e6 });
   }
 
   run(fn, options) {

@@ -13,6 +13,7 @@ import { Observed, CHANGED, EMIT, runTask, timeoutOption } from './events.js';
 import { monotonicNow, durationNs, nsToMsCeil, MAX_TIMER_MS } from './time.js';
 
 const PRIORITY = { high: 0, normal: 1, low: 2 };
+const NO_OPTIONS = Object.freeze({});
 /** For keyed(): a limiter over a core limiter it made, with options it has read already. */
 export const ADOPT = Symbol('adopt');
 /** For the Redis store's local decisions: a decision without waiting, as Redis gives one. */
@@ -78,9 +79,14 @@ export class RateLimiter extends Observed {
   #wakeAt = -1n;
   #closed = false;
   #active = 0;
-  #settled = (value, ok) => {
+  #completed = (value) => {
     this.#active--;
-    this[EMIT](ok ? 'completed' : 'error', value);
+    this[EMIT]('completed', value);
+    this[CHANGED]();
+  };
+  #failed = (error) => {
+    this.#active--;
+    this[EMIT]('error', error);
     this[CHANGED]();
   };
 
@@ -139,7 +145,7 @@ export class RateLimiter extends Observed {
       wholeCost(cost);
       return false;
     }
-    const code = this.#core.offer(this.#now(), wholeCost(cost), 1, 0n);
+    const code = this.#core.offerNow(this.#now(), cost === 1 ? 1n : wholeCost(cost));
     if (code === ADMITTED) return true;
     if (code === TOO_COSTLY) throw new InsufficientCapacityError(cost, this.capacity);
     return false;
@@ -155,13 +161,13 @@ export class RateLimiter extends Observed {
    * QueueFullError, TimeoutError (with `retryAfterMs`), AbortError (the signal fired while it
    * waited: it spent nothing), InsufficientCapacityError or ClosedError.
    */
-  schedule(fn, options = {}) {
+  schedule(fn, options = NO_OPTIONS) {
     const { cost = 1, priority, signal, maxWait } = options;
     if (typeof fn !== 'function') return Promise.reject(new TypeError('schedule needs a function'));
     let costN, prio, maxWaitNs, timeout;
     try {
-      costN = wholeCost(cost);
-      prio = priorityCode(priority);
+      costN = cost === 1 ? 1n : wholeCost(cost);
+      prio = priority === undefined ? 1 : priorityCode(priority);
       maxWaitNs = maxWait === undefined ? -1n : (durationNs(maxWait, 'maxWait') ?? I64_MAX);
       timeout = options.timeout === undefined ? this.#timeout : timeoutOption(options.timeout);
     } catch (e) {
@@ -169,32 +175,37 @@ export class RateLimiter extends Observed {
     }
     if (signal?.aborted) return Promise.reject(abortError(signal));
     const now = this.#now();
-    const task = { fn, resolve: null, reject: null, signal, onAbort: null, cost: costN, prio, timeout, deadline: null, timer: null };
-    if (maxWaitNs >= 0n) {
-      task.deadline = maxWaitNs === I64_MAX ? null : now + maxWaitNs;
-    } else if (this.#config.maxWaitNs !== null) {
-      task.deadline = now + this.#config.maxWaitNs;
-    }
-    if (this.#held !== null) {
-      if (this.pending >= this.#config.depth) {
-        return Promise.reject(new QueueFullError('the queue is full (the limiter is paused)', 0));
-      }
+    if (this.#held === null) {
+      const core = this.#core;
+      const code = core.offer(now, costN, prio, maxWaitNs);
+      if (code === ADMITTED) return this.#start(fn, signal, timeout);
+      if (code !== QUEUED) return Promise.reject(this.#refusal(code, cost, core.waitNs));
+      const task = this.#task(fn, signal, costN, prio, timeout, maxWaitNs, now);
       const promise = this.#waiting(task);
-      this.#hold(task, now);
-      return promise;
-    }
-    const core = this.#core;
-    const code = core.offer(now, costN, prio, maxWaitNs);
-    if (code === ADMITTED) return this.#start(task);
-    if (code === QUEUED) {
-      const promise = this.#waiting(task);
-      this.#tasks.set(core.ticket, task);
       task.ticket = core.ticket;
+      this.#tasks.set(task.ticket, task);
       this[CHANGED]();
       this.#arm(now + BigInt(core.waitNs), now);
       return promise;
     }
-    return Promise.reject(this.#refusal(code, cost, core.waitNs));
+    if (this.pending >= this.#config.depth) {
+      return Promise.reject(new QueueFullError('the queue is full (the limiter is paused)', 0));
+    }
+    const task = this.#task(fn, signal, costN, prio, timeout, maxWaitNs, now);
+    const promise = this.#waiting(task);
+    this.#hold(task, now);
+    return promise;
+  }
+
+  /** A waiting task, with the deadline its own maxWait or the queue's sets. */
+  #task(fn, signal, cost, prio, timeout, maxWaitNs, now) {
+    let deadline = null;
+    if (maxWaitNs >= 0n) {
+      deadline = maxWaitNs === I64_MAX ? null : now + maxWaitNs;
+    } else if (this.#config.maxWaitNs !== null) {
+      deadline = now + this.#config.maxWaitNs;
+    }
+    return { fn, resolve: null, reject: null, signal, onAbort: null, cost, prio, timeout, deadline, timer: null, ticket: undefined, heldAt: -1 };
   }
 
   /**
@@ -219,10 +230,10 @@ export class RateLimiter extends Observed {
     return promise;
   }
 
-  #start(task) {
+  #start(fn, signal, timeout) {
     this.#active++;
     this[EMIT]('active');
-    const p = runTask(task.fn, task.signal, task.timeout, this.#timers, this.#settled);
+    const p = runTask(fn, signal, timeout, this.#timers, this.#completed, this.#failed);
     this[CHANGED]();
     return p;
   }
@@ -286,7 +297,7 @@ export class RateLimiter extends Observed {
     this.#tasks.delete(ticket);
     if (task.onAbort) task.signal.removeEventListener('abort', task.onAbort);
     if (code === OUT_ADMITTED) {
-      this.#start(task).then(task.resolve, task.reject);
+      this.#start(task.fn, task.signal, task.timeout).then(task.resolve, task.reject);
     } else if (code === OUT_TIMED_OUT) {
       const ms = Math.ceil(retryNs / 1e6);
       task.reject(new TimeoutError(`waited past the maximum wait (retry after ${ms} ms)`, ms, 'expired'));
@@ -365,7 +376,7 @@ export class RateLimiter extends Observed {
       const code = this.#core.offer(now, task.cost, task.prio, maxWaitNs);
       if (code === ADMITTED) {
         if (task.onAbort) task.signal.removeEventListener('abort', task.onAbort);
-        this.#start(task).then(task.resolve, task.reject);
+        this.#start(task.fn, task.signal, task.timeout).then(task.resolve, task.reject);
       } else if (code === QUEUED) {
         task.ticket = this.#core.ticket;
         this.#tasks.set(task.ticket, task);
@@ -494,6 +505,7 @@ export class RateLimiter extends Observed {
 const closedCore = {
   ticket: 0, waitNs: 0, remaining: 0,
   offer: () => 6,
+  offerNow: () => 6,
   poll: () => -1n,
   cancel: () => false,
   close: () => {},

@@ -41,6 +41,8 @@ class Fifo {
   }
 }
 
+const NO_OPTIONS = Object.freeze({});
+
 function concurrencyOption(concurrency) {
   if (!(Number.isSafeInteger(concurrency) && concurrency >= 1) && concurrency !== Infinity) {
     throw new RangeError(`concurrency must be a whole number of at least 1, got ${concurrency}`);
@@ -104,12 +106,12 @@ export class PromisePool extends Observed {
    * once it runs, `timeout` bounds the run (TimeoutError, reason 'run'; its slot stays taken
    * until `fn` settles, so the pool never runs more than `concurrency`).
    */
-  run(fn, options = {}) {
+  run(fn, options = NO_OPTIONS) {
     if (typeof fn !== 'function') return Promise.reject(new TypeError('run needs a function'));
     const { signal, priority, maxWait } = options;
     let prio, timeout, maxWaitNs;
     try {
-      prio = priorityCode(priority);
+      prio = priority === undefined ? 1 : priorityCode(priority);
       timeout = options.timeout === undefined ? this.#timeout : timeoutOption(options.timeout);
       maxWaitNs = maxWait === undefined ? this.#maxWaitNs : durationNs(maxWait, 'maxWait');
     } catch (e) {
@@ -171,15 +173,21 @@ export class PromisePool extends Observed {
   #start(fn, signal, timeout) {
     this.#active++;
     this[EMIT]('active');
-    const p = runTask(fn, signal, timeout, this.#timers, this.#done);
+    const p = runTask(fn, signal, timeout, this.#timers, this.#completed, this.#failed);
     this[CHANGED]();
     return p;
   }
 
-  #done = (value, ok) => {
+  #completed = (value) => {
     this.#active--;
-    this[EMIT](ok ? 'completed' : 'error', value);
-    this.#fill();
+    this[EMIT]('completed', value);
+    if (this.#waiting > 0) this.#fill();
+    this[CHANGED]();
+  };
+  #failed = (error) => {
+    this.#active--;
+    this[EMIT]('error', error);
+    if (this.#waiting > 0) this.#fill();
     this[CHANGED]();
   };
 

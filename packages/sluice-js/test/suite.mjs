@@ -498,6 +498,14 @@ test('limit(): priority orders the wait for a slot; maxWait bounds it', async ()
   const outcomes = await Promise.all(all);
   equal(starts.length, 2, `started: ${JSON.stringify(starts)}`);
   ok(outcomes[2] instanceof TimeoutError, String(outcomes[2]));
+  // A run timeout bounds the task's run, not its wait for a slot and tokens.
+  const timed = limit({ concurrency: 1, capacity: 1, rate: '1/s', timeout: 100, now: time.now, timers: time.timers });
+  const quick = [1, 2].map((i) => timed.schedule(() => i));
+  const stuck = timed.schedule(() => new Promise(() => {})).catch((e) => e);
+  await time.advance(2500);
+  deepEqual(await Promise.all(quick), [1, 2]);
+  const e = await stuck;
+  ok(e instanceof TimeoutError && e.reason === 'run', String(e));
 });
 
 test('PromisePool: priority, maxWait, a larger concurrency starts waiting tasks at once', async () => {
