@@ -1,4 +1,9 @@
-//! The sharded table of per-key states.
+//! The sharded table of per-key states: the [`Keyed`] handle and what its clones share, the
+//! way from a key to its shard, and the one check-and-update of a key.
+//!
+//! Owns the table's layout and its public face. Making room (sweeps, evictions) is
+//! [`room`](super::room)'s, the queues of waiting keys are [`waiting`](super::waiting)'s: this
+//! room asks them, and does not evict or queue by itself.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -14,10 +19,9 @@ use crate::cell::LocalAlgorithm;
 use crate::clock::{Clock, TokioClock};
 use crate::error::Error;
 use crate::keyed::builder::KeyedBuilder;
-use crate::keyed::cell::KeyCell;
-use crate::keyed::follow::Follow;
-use crate::keyed::shard::{plan_shards, spent_until, Evicted, Padded, Shard, WAYS};
-use crate::limiter::{AcquireOptions, Builder, Limiter};
+use crate::keyed::shard::{plan_shards, Evicted, Padded, Shard, WAYS};
+use crate::keyed::waiting::WaitersShard;
+use crate::limiter::AcquireOptions;
 use crate::metrics::LimiterMetrics;
 
 /// The hasher of keys: aHash, keyed with random numbers from the operating system, a new key
@@ -32,25 +36,7 @@ use crate::metrics::LimiterMetrics;
 /// the program, and std's SipHash, the reference, costs twice the whole lookup here (its long
 /// dependency chain stops the processor from overlapping the cache misses of consecutive
 /// lookups).
-type Hasher = ahash::RandomState;
-
-/// The limiter of a waiting key's queue.
-pub(crate) type WaitLimiter<K, A, C> = Limiter<Follow<A>, C, KeyCell<K, A, C>>;
-
-/// The limiter of one waiting key, with the number of `acquire` calls holding it.
-pub(crate) struct WaitEntry<K: Key, A: LocalAlgorithm, C: Clock> {
-    pub(super) limiter: WaitLimiter<K, A, C>,
-    /// Tasks that took this limiter to wait on it and have not let go. Changed only under the
-    /// shard's lock, and the entry is removed only when it falls to zero, so no task can
-    /// hold a limiter that is no longer in the map: a key has one queue at a time.
-    users: usize,
-}
-
-/// The per-key limiters of one shard's waiting keys.
-pub(crate) type Waiters<K, A, C> = hashbrown::HashMap<K, WaitEntry<K, A, C>, Hasher>;
-
-/// One shard of [`Waiters`], on its own cache line.
-pub(crate) type WaitersShard<K, A, C> = Padded<Mutex<Waiters<K, A, C>>>;
+pub(super) type Hasher = ahash::RandomState;
 
 /// What a key needs to be: hashable, comparable, cheap enough to clone, shareable.
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
@@ -392,104 +378,6 @@ where
         }
         removed
     }
-
-    /// The limiter of `key`'s queue, made if the key has none, held for the caller until the
-    /// returned guard is dropped.
-    fn waiting_limiter<'a, Q>(&'a self, key: &'a Q) -> Waiting<'a, K, A, C, Q>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let s = &*self.shared;
-        let hash = s.hasher.hash_one(key);
-        let mut waiters = s.waiters_of(hash).lock();
-        if let Some(entry) = waiters.get_mut(key) {
-            entry.users += 1;
-            return Waiting {
-                keyed: self,
-                key,
-                hash,
-                limiter: entry.limiter.clone(),
-            };
-        }
-        // The key's entry stays in the table while it has a queue.
-        let gone = {
-            let mut shard = s.shard_of(hash).lock();
-            shard.pin(hash);
-            shard.algorithm.exhausted_state(u64::MAX)
-        };
-        let owned = key.to_owned();
-        let cell = KeyCell::new(Arc::downgrade(&self.shared), owned.clone(), hash, gone);
-        let follow = Follow {
-            current: Arc::clone(&s.current),
-        };
-        let limiter = Builder::new(follow)
-            .clock(s.clock.clone())
-            .queue_config(*s.queue.lock())
-            .name(s.name.clone())
-            .build_with_cell_and_metrics(cell, s.metrics.clone());
-        waiters.insert(
-            owned,
-            WaitEntry {
-                limiter: limiter.clone(),
-                users: 1,
-            },
-        );
-        s.waiting_keys.fetch_add(1, Ordering::AcqRel);
-        Waiting {
-            keyed: self,
-            key,
-            hash,
-            limiter,
-        }
-    }
-}
-
-/// One `acquire` call's hold on its key's limiter. Dropping it lets go; the last holder
-/// removes the limiter from the waiting map, so the map holds exactly the keys someone waits
-/// on, whether their calls finish or are dropped.
-struct Waiting<'a, K, A, C, Q>
-where
-    K: Key + Borrow<Q>,
-    A: LocalAlgorithm,
-    C: Clock + Clone,
-    Q: Hash + Eq + ?Sized,
-{
-    keyed: &'a Keyed<K, A, C>,
-    key: &'a Q,
-    hash: u64,
-    limiter: WaitLimiter<K, A, C>,
-}
-
-impl<K, A, C, Q> Drop for Waiting<'_, K, A, C, Q>
-where
-    K: Key + Borrow<Q>,
-    A: LocalAlgorithm,
-    C: Clock + Clone,
-    Q: Hash + Eq + ?Sized,
-{
-    fn drop(&mut self) {
-        let s = &*self.keyed.shared;
-        let mut waiters = s.waiters_of(self.hash).lock();
-        let Some(entry) = waiters.get_mut(self.key) else {
-            debug_assert!(false, "a held waiting limiter left the map");
-            return;
-        };
-        debug_assert!(Arc::ptr_eq(&entry.limiter.shared, &self.limiter.shared));
-        entry.users -= 1;
-        if entry.users == 0 {
-            waiters.remove(self.key);
-            s.waiting_keys.fetch_sub(1, Ordering::AcqRel);
-            let mut shard = s.shard_of(self.hash).lock();
-            shard.unpin(self.hash);
-            // The sweeps skipped this key while it was pinned: it may be idle now.
-            let idle_at = shard
-                .table
-                .find(self.hash, |(k, _)| k.borrow() == self.key)
-                .map_or(u64::MAX, |(_, state)| shard.algorithm.idle_at(state));
-            shard.next_idle = shard.next_idle.min(idle_at);
-        }
-    }
 }
 
 impl<K, A: LocalAlgorithm, C: Clock> Shared<K, A, C>
@@ -497,7 +385,7 @@ where
     K: Key,
 {
     #[inline]
-    fn shard_index(&self, hash: u64) -> usize {
+    pub(super) fn shard_index(&self, hash: u64) -> usize {
         // Bits 24..56: hashbrown uses the low bits for the bucket and the top 7 for tags.
         let mid = (hash >> 24) & 0xFFFF_FFFF;
         ((mid * self.shards.len() as u64) >> 32) as usize
@@ -506,11 +394,6 @@ where
     #[inline]
     pub(super) fn shard_of(&self, hash: u64) -> &Mutex<Shard<K, A>> {
         &self.shards[self.shard_index(hash)].0
-    }
-
-    /// The waiting keys of the shard `hash` falls in.
-    fn waiters_of(&self, hash: u64) -> &Mutex<Waiters<K, A, C>> {
-        &self.waiters[self.shard_index(hash)].0
     }
 
     /// The one check-and-update of one key.
@@ -543,23 +426,6 @@ where
             self.insert(shard, hash, key.to_owned(), state);
         }
         Ok(decision)
-    }
-
-    /// The limiter of `key` while requests wait on it: then every check and refund of the key
-    /// goes through its queue. One atomic load when no key has waiters.
-    #[inline]
-    fn waiter<Q>(&self, key: &Q, hash: u64) -> Option<WaitLimiter<K, A, C>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        if self.waiting_keys.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        self.waiters_of(hash)
-            .lock()
-            .get(key)
-            .map(|entry| entry.limiter.clone())
     }
 
     /// Runs `f` on the shard's algorithm and `key`'s state, inserting the state of an absent
@@ -620,181 +486,5 @@ where
             return true;
         }
         false
-    }
-
-    /// Adds a key known to be absent.
-    fn insert(&self, shard: &mut Shard<K, A>, hash: u64, key: K, state: A::State) {
-        shard.next_idle = shard.next_idle.min(shard.algorithm.idle_at(&state));
-        shard
-            .table
-            .insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k));
-        self.keys.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The state of a key absent from the table: full, unless it was evicted busy or a floor
-    /// holds and it would not be idle yet; then the emptiest state that is idle when it would
-    /// be ([`spent_until`]).
-    fn fresh_state(&self, shard: &mut Shard<K, A>, hash: u64, now: u64) -> A::State {
-        let until = shard.absent_until(hash, now);
-        if until <= now {
-            return shard.algorithm.initial_state();
-        }
-        spent_until(&*shard.algorithm, until, now)
-    }
-
-    /// Drops the idle keys of `shard` that have no queue, and recomputes its `next_idle`.
-    fn sweep_shard(&self, shard: &mut Shard<K, A>, now: u64) -> usize {
-        let before = shard.table.len();
-        let Shard {
-            algorithm,
-            table,
-            pinned,
-            ..
-        } = shard;
-        let mut next_idle = u64::MAX;
-        table.retain(|(k, state)| {
-            let idle_at = algorithm.idle_at(state);
-            let keep = idle_at > now
-                || (!pinned.is_empty() && {
-                    let hash = self.hasher.hash_one(&*k);
-                    pinned.iter().any(|&(h, _)| h == hash)
-                });
-            if keep && idle_at > now {
-                next_idle = next_idle.min(idle_at);
-            }
-            keep
-        });
-        shard.next_idle = next_idle;
-        let removed = before - shard.table.len();
-        self.keys.fetch_sub(removed, Ordering::Relaxed);
-        removed
-    }
-
-    /// Frees a slot for one more key in `shard` (the one `hash` falls in, locked by the
-    /// caller).
-    ///
-    /// Idle keys go first, from this shard or, when the cap on keys as a whole is what is
-    /// reached, from any shard not locked right now: an idle key's bucket is full again, so
-    /// nothing is lost by forgetting it. Only when none is idle is a busy key evicted: the
-    /// one without a queue nearest to idle, which forgets the least, and its key and idle time
-    /// are kept in the shard's record of evicted keys so that it comes back no fuller than it
-    /// left (as nginx's `limit_req` zone evicts its least recently used entry, but without
-    /// handing the evicted key a full bucket). A key with a queue is never evicted: when
-    /// every key of the shard has one, the new key is let in above the cap, which is then
-    /// exceeded by at most the number of keys with waiters.
-    fn make_room(&self, shard: &mut Shard<K, A>, hash: u64, now: u64) {
-        let shard_capacity = self.shard_capacity.load(Ordering::Relaxed);
-        let max_keys = self.max_keys.load(Ordering::Relaxed);
-        let local_full = |shard: &Shard<K, A>| shard.table.len() >= shard_capacity;
-        let global_full = || self.keys.load(Ordering::Relaxed) >= max_keys;
-        if !local_full(shard) && !global_full() {
-            return;
-        }
-        if shard.next_idle <= now {
-            let removed = self.sweep_shard(shard, now);
-            self.evicted.increment(removed as u64);
-        }
-        if !local_full(shard) && global_full() {
-            // Idle keys of other shards, without waiting for a lock held elsewhere (waiting
-            // while holding this one could deadlock).
-            let start = self.shard_index(hash);
-            let count = self.shards.len();
-            for i in (1..count).map(|i| (start + i) % count) {
-                if !global_full() {
-                    break;
-                }
-                let Some(mut other) = self.shards[i].0.try_lock() else {
-                    continue;
-                };
-                if other.next_idle <= now {
-                    let removed = self.sweep_shard(&mut other, now);
-                    self.evicted.increment(removed as u64);
-                }
-            }
-        }
-        let mut attempts = 0;
-        while (local_full(shard) || global_full()) && attempts < 4 {
-            attempts += 1;
-            let Some((victim, victim_hash, idle_at)) = self.busy_victim(shard) else {
-                break;
-            };
-            let Ok(entry) = shard.table.find_entry(victim_hash, |(k, _)| *k == victim) else {
-                break;
-            };
-            entry.remove();
-            self.keys.fetch_sub(1, Ordering::Relaxed);
-            self.evicted.increment(1);
-            shard.record_eviction(victim, victim_hash, idle_at, now);
-        }
-    }
-
-    /// The key of `shard` without a queue that goes idle first, with its hash and idle time.
-    fn busy_victim(&self, shard: &Shard<K, A>) -> Option<(K, u64, u64)> {
-        let mut best: Option<(&K, u64)> = None;
-        for (k, state) in shard.table.iter() {
-            let idle_at = shard.algorithm.idle_at(state);
-            if best.is_some_and(|(_, b)| idle_at >= b) {
-                continue;
-            }
-            // Hashing is needed only for a key that would be the new best (a few per scan).
-            if !shard.pinned.is_empty() && shard.is_pinned(self.hasher.hash_one(k)) {
-                continue;
-            }
-            best = Some((k, idle_at));
-        }
-        best.map(|(k, idle_at)| (k.clone(), self.hasher.hash_one(k), idle_at))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use sluice_core::{Gcra, Quota};
-
-    use super::*;
-
-    /// A task that has taken a key's limiter but not yet queued on it must keep that limiter
-    /// the key's only one: when the last waiter before it leaves, the entry stays, and the next
-    /// caller gets the same limiter (one queue per key, so FIFO holds across them).
-    #[tokio::test(start_paused = true)]
-    async fn a_limiter_taken_but_not_yet_queued_on_stays_the_keys_only_queue() {
-        let keyed: Keyed<u64, Gcra> = Keyed::builder(Gcra::new(Quota::parse(1, "1/s").unwrap()))
-            .queue(16, Duration::from_secs(60))
-            .build();
-        keyed.try_acquire(&7, 1).unwrap();
-
-        // B queues on key 7 and waits for the refill.
-        let b = tokio::spawn({
-            let keyed = keyed.clone();
-            async move { keyed.acquire(&7, 1, AcquireOptions::default()).await }
-        });
-        tokio::task::yield_now().await;
-        assert_eq!(keyed.waiting_keys(), 1, "B is queued");
-
-        // A takes the key's limiter, as `acquire` does between its check and its enqueue.
-        let a = keyed.waiting_limiter(&7);
-        assert_eq!(a.limiter.queued(), 1, "only B is in the queue");
-
-        // B is admitted and lets go of the key, while A holds the limiter with nothing queued.
-        b.await.unwrap().unwrap();
-        assert_eq!(a.limiter.queued(), 0);
-        assert_eq!(
-            keyed.waiting_keys(),
-            1,
-            "the key still has its queue, held by A"
-        );
-
-        // C arrives now: it must queue behind A on the same limiter, not on a second one.
-        let c = keyed.waiting_limiter(&7);
-        assert!(
-            Arc::ptr_eq(&a.limiter.shared, &c.limiter.shared),
-            "two limiters for one key: two queues, so FIFO breaks"
-        );
-
-        drop(a);
-        assert_eq!(keyed.waiting_keys(), 1, "C still holds it");
-        drop(c);
-        assert_eq!(keyed.waiting_keys(), 0, "the last holder removes it");
     }
 }

@@ -24,8 +24,10 @@ mod cell;
 mod follow;
 mod map;
 mod reconfigure;
+mod room;
 mod saved;
 mod shard;
+mod waiting;
 
 pub(crate) use builder::queue_limits;
 pub use builder::KeyedBuilder;

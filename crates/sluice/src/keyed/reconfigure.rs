@@ -9,8 +9,9 @@ use sluice_core::queue::QueueConfig;
 
 use crate::cell::LocalAlgorithm;
 use crate::clock::Clock;
-use crate::keyed::map::{Key, Keyed, WaitLimiter, Waiters};
+use crate::keyed::map::{Key, Keyed};
 use crate::keyed::shard::{convert_until, per_shard_capacity};
+use crate::keyed::waiting::{WaitLimiter, Waiters};
 
 impl<K, A: LocalAlgorithm, C: Clock + Clone> Keyed<K, A, C>
 where
