@@ -19,7 +19,7 @@
 # from the request to the end of its response; connections refused or unanswered count as
 # failed), success (2xx of the requests h2load was to send), the gateway's RSS (before, the
 # peak sampled every 200 ms during the run), its CPU, the attacker's CPU, and the most
-# connections the slow upstream held at once.
+# connections the slow upstream held at once until h2load was done.
 #
 # Upstreams, shared by both gateways and every run: nginx `return 200` (`/`, the ordinary
 # requests), the slow upstream of h2_attack (`/slow/MS`, answered after MS ms) and the Python
@@ -269,6 +269,10 @@ run_one() { # server attack
   out=$(timeout $((SECS + 30)) "$H2LOAD" -t1 -r $((RATE / 10)) --rate-period 100ms -c "$total" -n "$total" -m1 -N 5s \
     --log-file="$log" "http://127.0.0.1:$port/" 2>&1 || true)
   kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true
+  # While the attack still runs (as it ends, the slow upstream notices the closed sockets
+  # only after the gateway may have opened new ones).
+  local up
+  up=$(curl -s "http://127.0.0.1:$SLOW/__peak" | awk '{print ($2 > 0 ? $2 - 1 : 0)}') # less the one asking
   local outcome="none (no attack)" acpu=0
   if [ -n "$apid" ]; then
     kill -TERM "$apid" 2>/dev/null || true
@@ -278,13 +282,11 @@ run_one() { # server attack
     acpu=$(awk -v k="$TICK" '/^summary/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
       printf "%.0f", (v["seconds"] > 0 ? 100 * v["cpu_ticks"] / k / v["seconds"] : 0) }' "$WORK/attack.out")
   fi
-  local cpu1 t1 peak up
+  local cpu1 t1 peak
   # shellcheck disable=SC2086
   cpu1=$(cpu_ticks $pids)
   t1=$(date +%s.%N)
   peak=$(sort -n "$WORK/rss.samples" | tail -1)
-  # Less the connection that asks.
-  up=$(curl -s "http://127.0.0.1:$SLOW/__peak" | awk '{print ($2 > 0 ? $2 - 1 : 0)}')
   {
     echo "=== $server $attack"
     echo "$out"
@@ -404,8 +406,8 @@ its response; ok = 2xx of the $((RATE * SECS)) requests (a connection refused, c
 $ROUNDS rounds, sluice and nginx alternately, a fresh gateway for every run; medians, with (min–max) over the rounds when
 they differ. RSS: growth of the peak (sampled every 200 ms) over the RSS before the attack, MiB (sluice: the process, about
 $(before sluice:baseline) MiB before; nginx: its 2 workers summed, about $(before nginx:baseline) MiB). CPU: % of one core during the run,
-the gateway's (nginx: its workers) and the attacker's (one thread). Upstream conns: the most connections the slow
-upstream held at once. The attacks are listed in \`crates/sluice-server/examples/h2_attack.rs\`.
+the gateway's (nginx: its workers) and the attacker's (one thread). Slow-upstream conns: the most connections the slow
+upstream held at once, from the attack's start until the ordinary client was done. The attacks are listed in \`crates/sluice-server/examples/h2_attack.rs\`.
 
 | attack | sluice p50 | sluice p99 | sluice ok % | nginx p50 | nginx p99 | nginx ok % | RSS growth MiB, sluice / nginx | gateway CPU %, sluice / nginx | attacker CPU %, vs sluice / nginx | slow-upstream conns, sluice / nginx |
 |---|---|---|---|---|---|---|---|---|---|---|
