@@ -189,9 +189,11 @@
 //! has passed. The order is first come, first served within one process, not across processes:
 //! waiters of several servers compete for the same tokens when they come back.
 
+mod at;
 mod cache;
 mod config;
 mod lease;
+mod leased;
 mod link;
 mod queue;
 mod script;

@@ -11,7 +11,8 @@ use crate::error::Error;
 use crate::limiter::AcquireOptions;
 use crate::store::redis::cache::DenialCache;
 use crate::store::redis::config::{OnError, RedisConfig, RedisStoreError};
-use crate::store::redis::lease::{Leases, Slice};
+use crate::store::redis::lease::Leases;
+use crate::store::redis::leased::leases_unsupported;
 use crate::store::redis::link::{self, Conn, Gate, Health};
 use crate::store::redis::queue::Queues;
 use crate::store::redis::script::Program;
@@ -43,31 +44,31 @@ use crate::store::{MemoryStore, Store};
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     /// What [`RedisStore::reconfigure`] replaces; each decision reads it once.
-    current: RwLock<Arc<Settings>>,
-    config: RedisConfig,
-    clock: TokioClock,
-    health: Health,
-    denials: DenialCache,
-    queues: Queues,
-    metrics: StoreMetrics,
+    pub(crate) current: RwLock<Arc<Settings>>,
+    pub(crate) config: RedisConfig,
+    pub(crate) clock: TokioClock,
+    pub(crate) health: Health,
+    pub(crate) denials: DenialCache,
+    pub(crate) queues: Queues,
+    pub(crate) metrics: StoreMetrics,
     /// The slices this process holds, when keys are leased.
-    leases: Option<Leases>,
+    pub(crate) leases: Option<Leases>,
 }
 
 /// The algorithm's script and stamp, the policy's local store and the queue limits: swapped
 /// whole, so that a decision never mixes two quotas.
 #[derive(Debug)]
-struct Settings {
-    program: Program,
-    fallback: Fallback,
-    queue_depth: usize,
-    max_wait: Duration,
+pub(crate) struct Settings {
+    pub(crate) program: Program,
+    pub(crate) fallback: Fallback,
+    pub(crate) queue_depth: usize,
+    pub(crate) max_wait: Duration,
 }
 
 impl Settings {
@@ -106,24 +107,24 @@ impl Settings {
 }
 
 #[derive(Debug)]
-struct StoreMetrics {
-    round_trips: metrics::Counter,
-    cached_denials: metrics::Counter,
-    fallbacks: metrics::Counter,
-    errors: metrics::Counter,
+pub(crate) struct StoreMetrics {
+    pub(crate) round_trips: metrics::Counter,
+    pub(crate) cached_denials: metrics::Counter,
+    pub(crate) fallbacks: metrics::Counter,
+    pub(crate) errors: metrics::Counter,
 }
 
 /// The [`OnError`] policy, with its store for `local`.
 #[derive(Debug)]
-enum Fallback {
+pub(crate) enum Fallback {
     Allow,
     Deny,
     Local(MemoryStore),
 }
 
 /// Redis could not answer this request: the policy decides.
-struct Unanswered {
-    retry_at_ns: u64,
+pub(crate) struct Unanswered {
+    pub(crate) retry_at_ns: u64,
 }
 
 impl RedisStore {
@@ -280,30 +281,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Gives back the slices past their deadline every lease `ttl`, while the store lives.
-    fn sweep_leases(&self) {
-        let Some(leases) = &self.inner.leases else {
-            return;
-        };
-        let every = leases.config.ttl.max(Duration::from_millis(10));
-        let inner = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(inner) = inner.upgrade() else { return };
-                inner.give_back(false).await;
-            }
-        });
-    }
-
-    /// Gives back every slice this process holds (what was not spent is free again for the
-    /// other gateways at once); call it when the gateway stops. The store stays usable.
-    pub async fn give_back_leases(&self) {
-        self.inner.give_back(true).await;
-    }
-
     /// Whether decisions come from Redis right now (`false` while the policy decides).
     pub fn is_using_redis(&self) -> bool {
         self.inner.health.is_up()
@@ -312,98 +289,6 @@ impl RedisStore {
     /// Why Redis last failed to answer, if it ever did.
     pub fn last_error(&self) -> Option<String> {
         self.inner.health.last_error.lock().clone()
-    }
-
-    /// Gives back `cost` admitted `ago` for `key` as if Redis's clock read `unix_ns` (see
-    /// [`RedisStore::check_at`], and the same warning).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] if Redis does not answer.
-    pub async fn refund_at(
-        &self,
-        key: &str,
-        cost: u64,
-        ago: Duration,
-        unix_ns: u64,
-    ) -> Result<(), Error> {
-        let inner = &*self.inner;
-        let settings = inner.settings();
-        let cmd = settings.program.refund_command(
-            &inner.config.prefix,
-            key,
-            cost,
-            nanos(ago),
-            Some(unix_ns),
-        );
-        inner
-            .run_direct(settings.program.script(), &cmd, false)
-            .await
-            .map(drop)
-    }
-
-    /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
-    /// cache and the failure policy: for conformance tests and replays. Never use it on keys
-    /// that live traffic uses, whose state is kept on Redis's own clock.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InsufficientCapacity`], and [`Error::Unavailable`] if Redis does not answer.
-    pub async fn check_at(&self, key: &str, cost: u64, unix_ns: u64) -> Result<Decision, Error> {
-        let inner = &*self.inner;
-        let settings = inner.settings();
-        ensure_cost(&settings, cost)?;
-        let cmd = settings
-            .program
-            .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let reply = inner
-            .run_direct(settings.program.script(), &cmd, cost > 0)
-            .await?;
-        settings.program.decision(&reply).ok_or(Error::Unavailable {
-            retry_after: inner.config.retry_interval,
-        })
-    }
-
-    /// Runs the lease script for `key` as if Redis's clock read `unix_ns`: gives back the
-    /// lease of `id` (having spent `spent` of it; `None`: nothing to give back) and takes up to
-    /// `want` tokens for `ttl`. Returns the tokens granted and those free after. For tests of
-    /// the lease protocol, like [`RedisStore::check_at`] (and with the same warning); a
-    /// store's own leases go through [`Store::check`].
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] if Redis does not answer or the algorithm has no leases.
-    pub async fn lease_at(
-        &self,
-        key: &str,
-        id: &str,
-        spent: Option<u64>,
-        want: u64,
-        ttl: Duration,
-        unix_ns: u64,
-    ) -> Result<(u64, u64), Error> {
-        let inner = &*self.inner;
-        let settings = inner.settings();
-        let unavailable = Error::Unavailable {
-            retry_after: inner.config.retry_interval,
-        };
-        let (Some(script), Some(cmd)) = (
-            settings.program.lease_script(),
-            settings.program.lease_command(
-                &inner.config.prefix,
-                key,
-                id,
-                spent,
-                (want, 1),
-                nanos(ttl),
-                Some(unix_ns),
-            ),
-        ) else {
-            return Err(unavailable);
-        };
-        let reply = inner.run_direct(script, &cmd, want > 0).await?;
-        let granted = Program::granted(&reply).ok_or(unavailable)?;
-        Ok((granted.granted, granted.free))
     }
 }
 
@@ -445,18 +330,18 @@ async fn connect_until_done(inner: Weak<Inner>) {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
+pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn limited(decision: Decision) -> Error {
+pub(crate) fn limited(decision: Decision) -> Error {
     Error::Limited {
         retry_after: Duration::from_nanos(decision.retry_after_ns),
         decision,
     }
 }
 
-fn ensure_cost(settings: &Settings, cost: u64) -> Result<(), Error> {
+pub(crate) fn ensure_cost(settings: &Settings, cost: u64) -> Result<(), Error> {
     let capacity = settings.program.algorithm().quota().capacity();
     if cost > capacity {
         return Err(Error::InsufficientCapacity { cost, capacity });
@@ -480,13 +365,13 @@ impl Drop for ProbeGuard<'_> {
 
 impl Inner {
     /// The settings in use now.
-    fn settings(&self) -> Arc<Settings> {
+    pub(crate) fn settings(&self) -> Arc<Settings> {
         Arc::clone(&self.current.read())
     }
 
     /// Runs `cmd` on the current connection, within the timeout, outside the failure policy
     /// and the health bookkeeping (for `check_at` and `refund_at`).
-    async fn run_direct(
+    pub(crate) async fn run_direct(
         &self,
         script: &redis::Script,
         cmd: &redis::Cmd,
@@ -503,7 +388,7 @@ impl Inner {
         }
     }
 
-    async fn ask(
+    pub(crate) async fn ask(
         &self,
         settings: &Settings,
         key: &str,
@@ -523,7 +408,7 @@ impl Inner {
     /// rejects) marks Redis down, except a connection that broke under the request while
     /// Redis still answers `PING` at once over a new one: only this request then goes
     /// unanswered.
-    async fn round_trip<T>(
+    pub(crate) async fn round_trip<T>(
         &self,
         script: &redis::Script,
         cmd: &redis::Cmd,
@@ -589,7 +474,7 @@ impl Inner {
 
     /// Gives back `cost` admitted `ago` for `key`: in Redis, or in the local store while Redis
     /// is down and the local store answers for it (which is then what admitted it).
-    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+    pub(crate) async fn refund(&self, key: &str, cost: u64, ago: Duration) {
         if cost == 0 {
             return;
         }
@@ -620,166 +505,8 @@ impl Inner {
             .await;
     }
 
-    /// Gives back the slices past their deadline (with `all`, every slice held) to Redis.
-    async fn give_back(&self, all: bool) {
-        let Some(leases) = &self.leases else { return };
-        let due = leases.due(tokio::time::Instant::now(), all);
-        if due.is_empty() {
-            return;
-        }
-        let settings = self.settings();
-        let program = &settings.program;
-        let Some(script) = program.lease_script() else {
-            return;
-        };
-        for (key, spent, unspent) in due {
-            if unspent > 0 {
-                leases.metrics.expired.increment(1);
-                leases.metrics.unspent.increment(unspent);
-            } else {
-                leases.metrics.returned.increment(1);
-            }
-            let Some(cmd) = program.lease_command(
-                &self.config.prefix,
-                &key,
-                &leases.id,
-                Some(spent),
-                (0, 0),
-                0,
-                None,
-            ) else {
-                return;
-            };
-            // Unanswered: Redis settles the lease when it expires, as all spent.
-            let now = self.clock.now_ns();
-            let _ = self
-                .round_trip(script, &cmd, now, false, Program::granted)
-                .await;
-        }
-    }
-
-    /// [`Inner::check`] of a positive cost on a leased key: from this process's slice while
-    /// it lasts, then one round trip that gives the slice back and takes the next.
-    async fn check_leased(
-        &self,
-        leases: &Leases,
-        settings: &Arc<Settings>,
-        key: &str,
-        cost: u64,
-        now: u64,
-    ) -> Result<Decision, Error> {
-        let program = &settings.program;
-        let limit = program.algorithm().quota().capacity();
-        let entry = leases.entry(key);
-        let spent = |slice: &mut Slice| {
-            let left = slice.spend(cost, tokio::time::Instant::now())?;
-            leases.metrics.local.increment(1);
-            Some(Decision {
-                allowed: true,
-                limit,
-                remaining: left.saturating_add(slice.free).min(limit),
-                retry_after_ns: 0,
-                reset_after_ns: 0,
-            })
-        };
-        if let Some(decision) = spent(&mut entry.slice.lock()) {
-            return Ok(decision);
-        }
-        if let Some(decision) = self.denials.get(key, cost, now) {
-            self.metrics.cached_denials.increment(1);
-            return Err(limited(decision));
-        }
-        // One renewal at a time per key: the others wait for it and spend its slice.
-        let _renewing = entry.renewing.lock().await;
-        if let Some(decision) = spent(&mut entry.slice.lock()) {
-            return Ok(decision);
-        }
-        // The renewal this request waited for may have been denied.
-        let now = self.clock.now_ns();
-        if let Some(decision) = self.denials.get(key, cost, now) {
-            self.metrics.cached_denials.increment(1);
-            return Err(limited(decision));
-        }
-        let max = leases.config.max.tokens(limit);
-        let (give_back, want) =
-            entry
-                .slice
-                .lock()
-                .renewal(tokio::time::Instant::now(), leases.config.min, max, cost);
-        let Some(script) = program.lease_script() else {
-            // Never: a leasing store refuses an algorithm without leases (build, reconfigure).
-            return Err(Error::Unavailable {
-                retry_after: self.config.retry_interval,
-            });
-        };
-        let ttl_ns = nanos(leases.config.ttl);
-        // A whole slice or none: a key kept at its limit takes its refill a slice at a time
-        // (each denial meanwhile answered from the cache) rather than token by token.
-        let at_least = want;
-        let Some(cmd) = program.lease_command(
-            &self.config.prefix,
-            key,
-            &leases.id,
-            give_back,
-            (want, at_least),
-            ttl_ns,
-            None,
-        ) else {
-            return Err(Error::Unavailable {
-                retry_after: self.config.retry_interval,
-            });
-        };
-        let sent = tokio::time::Instant::now();
-        // Taking a slice is an admission: with replicas it counts once they have it (see
-        // `link`), so that a failover never forgets a slice being spent.
-        match self
-            .round_trip(script, &cmd, now, want > 0, Program::granted)
-            .await
-        {
-            Ok(granted) => {
-                if give_back.is_some() {
-                    leases.metrics.returned.increment(1);
-                }
-                let mut slice = entry.slice.lock();
-                slice.granted = granted.granted;
-                slice.left = granted.granted;
-                slice.free = granted.free;
-                slice.deadline = leases.config.deadline(sent);
-                if granted.granted > 0 {
-                    leases.metrics.taken.increment(1);
-                }
-                if let Some(decision) = spent(&mut slice) {
-                    return Ok(decision);
-                }
-                drop(slice);
-                let decision = Decision {
-                    allowed: false,
-                    limit,
-                    remaining: granted.free.saturating_add(granted.granted),
-                    retry_after_ns: granted.retry_after_ns.max(1),
-                    reset_after_ns: granted.reset_after_ns,
-                };
-                // As in `check`: a denial under the settings in use now only. Leases given back
-                // later may free tokens before its retry time: the cache then denies a little
-                // longer than Redis would, never less long.
-                let current = self.current.read();
-                if granted.granted == 0 && Arc::ptr_eq(&current, settings) {
-                    self.denials.insert(key, cost, now, decision);
-                }
-                drop(current);
-                Err(limited(decision))
-            }
-            Err(unanswered) => {
-                // Whether the slice given back was settled is unknown: it is not spent here
-                // again, and Redis settles it at its expiry if it was not.
-                entry.slice.lock().clear();
-                self.fallback(settings, key, cost, unanswered)
-            }
-        }
-    }
-
     /// What the policy decides while Redis does not answer.
-    fn fallback(
+    pub(crate) fn fallback(
         &self,
         settings: &Settings,
         key: &str,
@@ -812,7 +539,7 @@ impl Inner {
         }
     }
 
-    async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+    pub(crate) async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
         let settings = self.settings();
         ensure_cost(&settings, cost)?;
         let now = self.clock.now_ns();
@@ -839,15 +566,6 @@ impl Inner {
             }
             Err(unanswered) => self.fallback(&settings, key, cost, unanswered),
         }
-    }
-}
-
-fn leases_unsupported(kind: sluice_core::Kind) -> RedisStoreError {
-    RedisStoreError::Unsupported {
-        algorithm: kind,
-        reason: String::from(
-            "leases slice a bucket, which the window algorithms do not keep; use gcra, token_bucket or leaky_bucket, or no lease",
-        ),
     }
 }
 

@@ -1,0 +1,104 @@
+//! Decisions at a time the caller names, bypassing the denial cache and the failure policy:
+//! for conformance tests and replays, which drive the scripts on their own clock.
+
+use std::time::Duration;
+
+use sluice_core::Decision;
+
+use crate::error::Error;
+use crate::store::redis::script::Program;
+use crate::store::redis::store::{ensure_cost, nanos, RedisStore};
+
+impl RedisStore {
+    /// Gives back `cost` admitted `ago` for `key` as if Redis's clock read `unix_ns` (see
+    /// [`RedisStore::check_at`], and the same warning).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] if Redis does not answer.
+    pub async fn refund_at(
+        &self,
+        key: &str,
+        cost: u64,
+        ago: Duration,
+        unix_ns: u64,
+    ) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let settings = inner.settings();
+        let cmd = settings.program.refund_command(
+            &inner.config.prefix,
+            key,
+            cost,
+            nanos(ago),
+            Some(unix_ns),
+        );
+        inner
+            .run_direct(settings.program.script(), &cmd, false)
+            .await
+            .map(drop)
+    }
+
+    /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial
+    /// cache and the failure policy: for conformance tests and replays. Never use it on keys
+    /// that live traffic uses, whose state is kept on Redis's own clock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InsufficientCapacity`], and [`Error::Unavailable`] if Redis does not answer.
+    pub async fn check_at(&self, key: &str, cost: u64, unix_ns: u64) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        let settings = inner.settings();
+        ensure_cost(&settings, cost)?;
+        let cmd = settings
+            .program
+            .command(&inner.config.prefix, key, cost, Some(unix_ns));
+        let reply = inner
+            .run_direct(settings.program.script(), &cmd, cost > 0)
+            .await?;
+        settings.program.decision(&reply).ok_or(Error::Unavailable {
+            retry_after: inner.config.retry_interval,
+        })
+    }
+
+    /// Runs the lease script for `key` as if Redis's clock read `unix_ns`: gives back the
+    /// lease of `id` (having spent `spent` of it; `None`: nothing to give back) and takes up to
+    /// `want` tokens for `ttl`. Returns the tokens granted and those free after. For tests of
+    /// the lease protocol, like [`RedisStore::check_at`] (and with the same warning); a
+    /// store's own leases go through [`Store::check`](crate::store::Store::check).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] if Redis does not answer or the algorithm has no leases.
+    pub async fn lease_at(
+        &self,
+        key: &str,
+        id: &str,
+        spent: Option<u64>,
+        want: u64,
+        ttl: Duration,
+        unix_ns: u64,
+    ) -> Result<(u64, u64), Error> {
+        let inner = &*self.inner;
+        let settings = inner.settings();
+        let unavailable = Error::Unavailable {
+            retry_after: inner.config.retry_interval,
+        };
+        let (Some(script), Some(cmd)) = (
+            settings.program.lease_script(),
+            settings.program.lease_command(
+                &inner.config.prefix,
+                key,
+                id,
+                spent,
+                (want, 1),
+                nanos(ttl),
+                Some(unix_ns),
+            ),
+        ) else {
+            return Err(unavailable);
+        };
+        let reply = inner.run_direct(script, &cmd, want > 0).await?;
+        let granted = Program::granted(&reply).ok_or(unavailable)?;
+        Ok((granted.granted, granted.free))
+    }
+}
