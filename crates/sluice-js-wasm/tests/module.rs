@@ -4,8 +4,10 @@
 //! byte-identical, and the generated module holds those bytes.
 //!
 //! `SLUICE_JS_WASM_UPDATE=1` (what `packages/sluice-js/scripts/wasm-module update` sets)
-//! rewrites the three files from a fresh build instead of comparing. The check itself is the
-//! gateway's, for its browser module.
+//! rewrites the three files from a fresh build instead of comparing, and the CommonJS copy of
+//! the generated module (`cjs/core-wasm.generated.cjs`, the one file of `cjs/` that
+//! `scripts/gen-cjs.mjs` writes by this same rule rather than by esbuild). The check itself is
+//! the gateway's, for its browser module.
 
 #[path = "../../sluice-server/wasm/digest.rs"]
 mod digest;
@@ -64,4 +66,30 @@ fn the_embedded_module_is_a_fresh_build_of_the_current_sources() {
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("js-wasm-module");
     let update = std::env::var_os("SLUICE_JS_WASM_UPDATE").is_some_and(|v| v == "1");
     digest::check_or_update(&workspace, &committed, &target_dir, update);
+
+    // The CommonJS copy follows the ES module just checked or written.
+    let esm = std::fs::read_to_string(package.join("src/core-wasm.generated.js"))
+        .expect("read src/core-wasm.generated.js");
+    let cjs = commonjs(&esm);
+    let cjs_path = package.join("cjs/core-wasm.generated.cjs");
+    if update {
+        std::fs::write(&cjs_path, cjs).expect("write cjs/core-wasm.generated.cjs");
+    } else {
+        let committed = std::fs::read_to_string(&cjs_path).unwrap_or_default();
+        assert!(
+            committed == cjs,
+            "cjs/core-wasm.generated.cjs does not hold the module of src/core-wasm.generated.js: \
+             run packages/sluice-js/scripts/wasm-module update and commit"
+        );
+    }
+}
+
+/// The CommonJS form of the generated ES module: the same text, `exports.` for `export const`
+/// (the rule of `packages/sluice-js/scripts/gen-cjs.mjs` for this file).
+fn commonjs(esm: &str) -> String {
+    esm.replacen(
+        "export const WASM_BASE64 =",
+        "\"use strict\";\nexports.WASM_BASE64 =",
+        1,
+    )
 }
