@@ -4,8 +4,8 @@
 
 use alloc::vec::Vec;
 
-use sluice_core::driven::{Busy, Limiter};
-use sluice_core::queue::QueueConfig;
+use sluice_core::driven::{Busy, Limiter, Reason, Verdict};
+use sluice_core::queue::{Priority, QueueConfig};
 use sluice_core::{Algorithm, AnyAlgorithm, Kind, Quota, Snapshot};
 
 /// Limiters by handle. A dropped handle's slot is reused by the next [`Bank::create`].
@@ -13,6 +13,9 @@ use sluice_core::{Algorithm, AnyAlgorithm, Kind, Quota, Snapshot};
 pub struct Bank {
     slots: Vec<Option<Limiter>>,
     free: Vec<u32>,
+    /// The algorithm of the last [`Bank::reset`]: a key table resets its limiters under one
+    /// quota, and making an algorithm costs wide divisions.
+    algorithm: Option<AnyAlgorithm>,
 }
 
 impl Bank {
@@ -87,28 +90,49 @@ impl Bank {
     /// still had spending to recover, so that it comes back no fuller than it left. Waiters,
     /// if any, are forgotten. Returns whether the limiter exists.
     pub fn reset(&mut self, handle: u32, now: u64, until: u64) -> bool {
+        let cached = self.algorithm;
         let Some(limiter) = self.get_mut(handle) else {
             return false;
         };
         let (kind, quota) = (limiter.kind(), limiter.quota());
-        *limiter = Limiter::new(kind, quota, limiter.queue_config());
-        if until > now {
-            let algorithm = AnyAlgorithm::new(kind, quota);
-            let span = algorithm
-                .idle_at(&algorithm.exhausted_state(now))
-                .saturating_sub(now);
-            if until >= span {
-                // A fresh limiter has seen no time yet: empty at `until - span`, full at `until`.
-                let _ = limiter.exhaust(until - span);
-            } else {
-                let state = spent_until(&algorithm, until, now);
-                let snapshot = Snapshot::take(&algorithm, &state, now, 0);
-                if limiter.restore(&snapshot, now, 0).is_err() {
-                    let _ = limiter.exhaust(now);
-                }
+        let algorithm = match cached {
+            Some(a) if a.which() == kind && a.quota() == quota => a,
+            _ => AnyAlgorithm::new(kind, quota),
+        };
+        let state = if until > now {
+            spent_until(&algorithm, until, now)
+        } else {
+            algorithm.initial_state()
+        };
+        // With nothing waiting, the bucket is replaced in place (restore); else made anew.
+        let snapshot = Snapshot::take(&algorithm, &state, now, 0);
+        if limiter.queued() > 0 || limiter.restore(&snapshot, now, 0).is_err() {
+            *limiter = Limiter::new(kind, quota, limiter.queue_config());
+            if limiter.restore(&snapshot, now, 0).is_err() {
+                let _ = limiter.exhaust(now);
             }
         }
+        self.algorithm = Some(algorithm);
         true
+    }
+
+    /// Takes `cost` from `handle`'s bucket if it is there now and nobody waits: an offer that
+    /// may not wait. When nothing waits and fewer whole tokens than `cost` are left, it is
+    /// refused without the queue's planning (what such an offer comes to, for less work);
+    /// `retry_after_ns` is then the wait for one token (exact for a cost of 1). `None`: no such
+    /// limiter.
+    pub fn try_take(&mut self, handle: u32, now: u64, cost: u64) -> Option<Verdict> {
+        let limiter = self.get_mut(handle)?;
+        if limiter.queued() == 0 && cost <= limiter.quota().capacity() {
+            let status = limiter.status(now);
+            if status.remaining < cost {
+                return Some(Verdict::Rejected {
+                    reason: Reason::Limited,
+                    retry_after_ns: status.next_token_ns,
+                });
+            }
+        }
+        Some(limiter.offer(now, cost, 0, Priority::Normal, Some(0)))
     }
 
     /// Limiters alive.
@@ -143,8 +167,7 @@ fn spent_until(algorithm: &AnyAlgorithm, until: u64, now: u64) -> sluice_core::A
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::driven::{Delivered, Delivery, Reason, Verdict};
-    use sluice_core::queue::Priority;
+    use sluice_core::driven::{Delivered, Delivery};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -366,6 +389,7 @@ mod tests {
             assert!(bank.reset(h, now, now - 1));
             assert_eq!(remaining(&mut bank, h, now), 10);
             // Near the clock's start (a fake clock): the same rule.
+            let h = bank.create(kind, Quota::parse(10, "10/s").unwrap(), QueueConfig::NONE);
             assert!(bank.reset(h, 0, SEC / 2));
             assert!(remaining(&mut bank, h, 0) <= 5, "{kind:?}");
             assert_eq!(
@@ -374,6 +398,41 @@ mod tests {
                 "{kind:?}"
             );
             assert!(!bank.reset(99, 0, 0));
+        }
+    }
+
+    #[test]
+    fn try_take_decides_as_an_offer_that_may_not_wait() {
+        for kind in Kind::ALL {
+            let q = Quota::parse(3, "1/s").unwrap();
+            let mut fast = Bank::default();
+            let mut slow = Bank::default();
+            let (f, s) = (
+                fast.create(kind, q, queue(10, SEC)),
+                slow.create(kind, q, queue(10, SEC)),
+            );
+            for step in 0..40u64 {
+                let now = step * SEC / 4;
+                let cost = 1 + step % 3;
+                let a = fast.try_take(f, now, cost).unwrap();
+                let b = slow
+                    .get_mut(s)
+                    .unwrap()
+                    .offer(now, cost, 0, Priority::Normal, Some(0));
+                let admitted = |v: Verdict| matches!(v, Verdict::Admitted { .. });
+                assert_eq!(admitted(a), admitted(b), "{kind:?} at {now}, cost {cost}");
+                if cost == 1 {
+                    assert_eq!(a, b, "{kind:?} at {now}");
+                }
+            }
+            assert!(matches!(
+                fast.try_take(f, 100 * SEC, 4),
+                Some(Verdict::Rejected {
+                    reason: Reason::TooCostly,
+                    ..
+                })
+            ));
+            assert_eq!(fast.try_take(99, 0, 1), None);
         }
     }
 }

@@ -293,26 +293,46 @@ pub extern "C" fn sj_offer(
         };
         let max_wait = (max_wait_ns >= 0).then_some(max_wait_ns as u64);
         let verdict = limiter.offer(ns(now_ns), ns(cost), 0, priority(priority_code), max_wait);
-        let (code, out) = match verdict {
-            Verdict::Admitted { remaining, .. } => (0, [0.0, 0.0, remaining as f64, 0.0]),
-            Verdict::Queued { ticket, wait_ns } => (1, [ticket as f64, wait_ns as f64, 0.0, 0.0]),
-            Verdict::Rejected {
-                reason,
-                retry_after_ns,
-            } => {
-                let code = match reason {
-                    Reason::Limited => 2,
-                    Reason::QueueFull => 3,
-                    Reason::Timeout => 4,
-                    Reason::TooCostly => 5,
-                    Reason::Closed => 6,
-                };
-                (code, [0.0, retry_after_ns as f64, 0.0, 0.0])
-            }
-        };
+        let (code, out) = verdict_out(verdict);
         g.io.out = out;
         code
     })
+}
+
+/// [`sj_offer`] for a request that may not wait, at normal priority (`tryAcquire`): the same
+/// codes and `out`, refused with less work when too few tokens are left and nothing waits
+/// ([`Bank::try_take`]).
+#[no_mangle]
+pub extern "C" fn sj_try(handle: u32, now_ns: i64, cost: i64) -> i32 {
+    with(|g| {
+        let Some(verdict) = g.bank().try_take(handle, ns(now_ns), ns(cost)) else {
+            return -1;
+        };
+        let (code, out) = verdict_out(verdict);
+        g.io.out = out;
+        code
+    })
+}
+
+/// The code and `out` of a verdict, as [`sj_offer`] reports them.
+fn verdict_out(verdict: Verdict) -> (i32, [f64; OUT_SLOTS]) {
+    match verdict {
+        Verdict::Admitted { remaining, .. } => (0, [0.0, 0.0, remaining as f64, 0.0]),
+        Verdict::Queued { ticket, wait_ns } => (1, [ticket as f64, wait_ns as f64, 0.0, 0.0]),
+        Verdict::Rejected {
+            reason,
+            retry_after_ns,
+        } => {
+            let code = match reason {
+                Reason::Limited => 2,
+                Reason::QueueFull => 3,
+                Reason::Timeout => 4,
+                Reason::TooCostly => 5,
+                Reason::Closed => 6,
+            };
+            (code, [0.0, retry_after_ns as f64, 0.0, 0.0])
+        }
+    }
 }
 
 fn write_outcomes(g: &mut Globals, handle: u32) {

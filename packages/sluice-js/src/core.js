@@ -233,9 +233,9 @@ export class CoreLimiter {
     return code;
   }
 
-  /** Offers `cost` at `now`, never waiting: just the offer code (tryAcquire). */
+  /** Offers `cost` at `now`, never waiting (tryAcquire): just the offer code. */
   offerNow(now, cost) {
-    return ex.sj_offer(this.handle, now, cost, 1, 0n);
+    return ex.sj_try(this.handle, now, cost);
   }
 
   /** Polls at `now`: calls `each(ticket, code, retryAfterNs)` per outcome; the next wake (ns) or -1n. */
