@@ -354,3 +354,119 @@ fn a_hot_key_leased_by_two_gateways_is_exact_and_costs_one_script_per_slice() {
             );
         });
 }
+
+/// A key that turns hot, then cold: its slices grow while it is hot, and shrink back to one
+/// token once it is cold, so that each cold request costs one script, and what was held is
+/// given back.
+#[test]
+fn a_key_that_turns_hot_then_cold_takes_slices_back_down_to_one() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let server = &server;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            use sluice::store::Store as _;
+            let algorithm = AnyAlgorithm::new(
+                Kind::Gcra,
+                Quota::new(1000, Rate::from_interval_ns(1_000_000).unwrap()).unwrap(),
+            );
+            let config = RedisConfig::new(server.url())
+                .prefix("hot-cold")
+                .on_error(OnError::Deny)
+                .timeout(Duration::from_secs(2))
+                .lease(LeaseConfig::new(
+                    LeaseSize::Tokens(64),
+                    Duration::from_millis(50),
+                ));
+            let store = RedisStore::connect(algorithm, config).await.unwrap();
+            let before = server.script_calls();
+            for _ in 0..500 {
+                assert!(store.check("k", 1).await.unwrap().allowed);
+            }
+            let hot = server.script_calls() - before;
+            let mut cold = Vec::new();
+            for _ in 0..12 {
+                tokio::time::sleep(Duration::from_millis(120)).await;
+                let before = server.script_calls();
+                assert!(store.check("k", 1).await.unwrap().allowed);
+                // The sweeper gives back what the slice left unspent.
+                tokio::time::sleep(Duration::from_millis(120)).await;
+                cold.push(server.script_calls() - before);
+            }
+            eprintln!(
+                "hot: 500 admissions in {hot} scripts; then cold, scripts per request: {cold:?}"
+            );
+            assert!(hot <= 20, "{hot} scripts for 500 hot admissions");
+            assert!(cold[cold.len() - 3..].iter().all(|&n| n == 1), "{cold:?}");
+            // Nothing held any more: the key is whole but for what was spent.
+            let free = store.peek("k").await.unwrap().remaining;
+            assert!(free >= 990, "{free} free after the key went cold");
+        });
+}
+
+/// Leases on a Redis Cluster: two stores lease keys spread over three masters (each key's
+/// value, with its leases, is one slot), and together never admit beyond each key's bound.
+#[test]
+fn leases_on_a_redis_cluster_keep_each_keys_bound() {
+    let Some(cluster) = support::redis::RedisCluster::start(3) else {
+        return;
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            use sluice::store::Store as _;
+            let (capacity, per_sec) = (20u64, 40u64);
+            let algorithm = AnyAlgorithm::new(
+                Kind::TokenBucket,
+                Quota::new(capacity, Rate::from_interval_ns(1_000_000_000 / per_sec).unwrap())
+                    .unwrap(),
+            );
+            let config = RedisConfig::cluster(cluster.urls())
+                .prefix("lease-cluster")
+                .on_error(OnError::Deny)
+                .timeout(Duration::from_secs(2))
+                .lease(LeaseConfig::new(LeaseSize::Tokens(5), Duration::from_millis(100)));
+            let stores = [
+                RedisStore::connect(algorithm, config.clone()).await.unwrap(),
+                RedisStore::connect(algorithm, config).await.unwrap(),
+            ];
+            let keys: Vec<String> = (0..12).map(|i| format!("key-{i}")).collect();
+            let started = std::time::Instant::now();
+            let run_for = Duration::from_millis(1500);
+            let mut tasks = Vec::new();
+            for (i, key) in keys.iter().enumerate() {
+                for store in &stores {
+                    let (store, key) = (store.clone(), key.clone());
+                    let _ = i;
+                    tasks.push(tokio::spawn(async move {
+                        let mut admitted = 0u64;
+                        while started.elapsed() < run_for {
+                            match store.check(&key, 1).await {
+                                Ok(d) if d.allowed => admitted += 1,
+                                _ => tokio::time::sleep(Duration::from_millis(2)).await,
+                            }
+                        }
+                        (key, admitted)
+                    }));
+                }
+            }
+            let mut per_key = std::collections::BTreeMap::<String, u64>::new();
+            for t in tasks {
+                let (key, n) = t.await.unwrap();
+                *per_key.entry(key).or_default() += n;
+            }
+            let bound = capacity as f64 + per_sec as f64 * started.elapsed().as_secs_f64();
+            eprintln!("a 3-master cluster, 12 leased keys, 2 stores: admitted per key {per_key:?}, bound {bound:.0}");
+            for (key, n) in &per_key {
+                assert!(*n as f64 <= bound, "{key}: {n} above the bound {bound:.0}");
+                assert!(*n as f64 >= 0.6 * bound, "{key}: only {n} of {bound:.0}");
+            }
+        });
+}

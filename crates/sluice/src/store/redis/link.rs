@@ -185,9 +185,10 @@ pub(crate) fn validate(config: &RedisConfig) -> Result<(), RedisStoreError> {
     Ok(())
 }
 
-/// Whether the reply of a check says it admitted (`{1, ...}`).
+/// Whether the reply of a check says it admitted (`{1, ...}`), or of a lease that it granted tokens.
 fn admitted(reply: &Value) -> bool {
-    matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))))
+    // A decision's first field is 1 when it admitted; a lease's is the tokens it granted.
+    matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(n)) if *n >= 1))
 }
 
 /// Whether Redis is being used, and when to try it again if not.
