@@ -3,6 +3,11 @@
 //! (prior-knowledge h2c), from one thread, paced so that the attacker itself stays light. The
 //! benchmark runs one of these beside an ordinary client and measures what that client sees.
 //!
+//! One file, past 700 lines, because it is one small binary: each attack is a function over
+//! the same frame writer and reader, and a reader follows an attack from its name in `main` to
+//! its frames without leaving the file. Splitting it belongs with a shared frame module for the
+//! tests (`tests/common/h2_frames.rs` holds a near twin).
+//!
 //! ```text
 //! h2_attack ATTACK PORT SECONDS   runs ATTACK against 127.0.0.1:PORT for SECONDS at most
 //!                                 (or until SIGTERM / SIGINT), then prints what the server did
