@@ -617,6 +617,47 @@ proptest! {
     }
 }
 
+// === Charges ===
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3_000, ..ProptestConfig::default() })]
+
+    /// A charge takes what is left, up to its cost, and forgives the rest: afterwards the key
+    /// has `max(0, left - cost)` tokens, exactly what a check of that many would leave; and
+    /// checks and charges together (each charge counted for what it took) keep the
+    /// algorithm's guarantee.
+    #[test]
+    fn a_charge_takes_what_is_left_and_keeps_the_bound(
+        (kind, q, steps) in (kind(), small_quota()).prop_flat_map(|(kind, q)| {
+            let (n, w) = (q.capacity(), q.window_ns());
+            (Just(kind), Just(q), prop::collection::vec(
+                (0..=w / 2, 1..=n, any::<bool>(), 0..=3 * n), 1..40))
+        })
+    ) {
+        let alg = AnyAlgorithm::new(kind, q);
+        let mut state = alg.initial_state();
+        let (mut now, mut admitted) = (0u64, Vec::new());
+        for (i, &(gap, cost, charge, charged)) in steps.iter().enumerate() {
+            now += gap;
+            if !charge {
+                if check(&alg, &mut state, now, cost)?.allowed {
+                    admitted.push((now, cost));
+                }
+                continue;
+            }
+            let left = check(&alg, &mut state.clone(), now, 0)?.remaining;
+            let forgiven = alg.charge(&mut state, now, charged);
+            prop_assert_eq!(forgiven, charged.saturating_sub(left), "{} step {}", kind, i);
+            let after = check(&alg, &mut state.clone(), now, 0)?.remaining;
+            prop_assert_eq!(after, left.saturating_sub(charged), "{} step {}", kind, i);
+            if charged > forgiven {
+                admitted.push((now, charged - forgiven));
+            }
+        }
+        guarantee(kind, q, &admitted)?;
+    }
+}
+
 // === Quotas ===
 
 #[test]

@@ -69,6 +69,14 @@ impl Store for Backend {
         }
     }
 
+    async fn charge(&self, key: &str, cost: u64) -> u64 {
+        match self {
+            Backend::Memory(s) => s.charge(key, cost).await,
+            Backend::Redis(s) => s.charge(key, cost).await,
+            Backend::File(s) => s.charge(key, cost).await,
+        }
+    }
+
     async fn peek(&self, key: &str) -> Result<Decision, Error> {
         match self {
             Backend::Memory(s) => s.peek(key).await,

@@ -38,7 +38,7 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 
 // === the scripts decide as the core ===
 
-/// Runs one random schedule of checks and refunds through the core and through Redis (with
+/// Runs one random schedule of checks, refunds and charges through the core and through Redis (with
 /// the script's clock overridden) and compares every decision, field by field.
 ///
 /// Redis expires keys on its own clock, and a key's TTL is computed from the schedule's
@@ -78,6 +78,17 @@ async fn conformance(store: &RedisStore, kind: Kind, capacity: u64, rate: &str, 
             alg.refund(&mut state, at, now, taken);
             let ago = Duration::from_nanos(now - at);
             store.refund_at(&key, taken, ago, now).await.unwrap();
+        }
+        // Now and then, charge a cost learnt after the fact (up to twice the capacity):
+        // both take what is left and forgive the same rest.
+        if rng.random_range(0..8) == 0 {
+            let charged = rng.random_range(0..=2 * capacity);
+            let want = alg.charge(&mut state, now, charged);
+            let got = store.charge_at(&key, charged, now).await.unwrap();
+            assert_eq!(
+                got, want,
+                "{kind} capacity {capacity} at {rate}, seed {seed}, step {step}: charge {charged} at {now}"
+            );
         }
         let want = alg.check(&mut state, now, cost).unwrap();
         let got = store.check_at(&key, cost, now).await.unwrap();

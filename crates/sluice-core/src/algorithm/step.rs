@@ -88,6 +88,30 @@ pub trait Algorithm {
     /// state: a refund can undo a consumption, never add capacity.
     fn refund(&self, state: &mut Self::State, admitted_at: u64, now: u64, cost: u64);
 
+    /// Takes `cost` at `now` without asking: for a cost learnt only once the work was done
+    /// (the tokens an LLM answer used, the bytes a download sent), which must be paid
+    /// whatever is left. The state takes as much of it as it has (down to an empty bucket, a
+    /// full window), so the key's next requests wait for the refill that pays it; returns the
+    /// part it could not hold, which is forgiven (0 when all of it was taken).
+    ///
+    /// It is a check of whatever is left, capped at `cost`: a charge never makes a state that
+    /// a sequence of checks could not have made, so every bound and every conversion of the
+    /// algorithm holds after it unchanged.
+    fn charge(&self, state: &mut Self::State, now: u64, cost: u64) -> u64 {
+        let left = match self.check(state, now, 0) {
+            Ok(d) => d.remaining,
+            Err(_) => 0,
+        };
+        let take = cost.min(left).min(self.quota().capacity());
+        if take == 0 {
+            return cost;
+        }
+        match self.check(state, now, take) {
+            Ok(d) if d.allowed => cost - take,
+            _ => cost,
+        }
+    }
+
     /// The earliest time at which `state` is equivalent to [`Algorithm::initial_state`], so an
     /// idle key can be dropped and a store entry can expire. Zero if it already is.
     fn idle_at(&self, state: &Self::State) -> u64;

@@ -295,6 +295,25 @@ where
         }
     }
 
+    /// Takes `cost` from `key` now whatever is left, down to empty (see
+    /// [`sluice_core::Algorithm::charge`]); returns the part forgiven. A key with waiters is
+    /// charged in the same state its queue reads, so they wait for the refill that pays it.
+    pub fn charge<Q>(&self, key: &Q, cost: u64) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if cost == 0 {
+            return 0;
+        }
+        let s = &*self.shared;
+        let hash = s.hasher.hash_one(key);
+        let now = s.clock.now_ns();
+        s.with_state(&key.to_owned(), hash, now, |algorithm, state| {
+            algorithm.charge(state, now, cost)
+        })
+    }
+
     /// The limit of `key` as of now, consuming nothing.
     pub fn peek<Q>(&self, key: &Q) -> Decision
     where

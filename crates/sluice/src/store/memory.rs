@@ -105,6 +105,10 @@ impl Store for MemoryStore {
         self.keyed.refund(key, cost, ago);
     }
 
+    async fn charge(&self, key: &str, cost: u64) -> u64 {
+        self.keyed.charge(key, cost)
+    }
+
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
         self.keyed.hottest(n)
     }

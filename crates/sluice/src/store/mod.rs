@@ -56,6 +56,13 @@ pub trait Store: Send + Sync + 'static {
     /// remote store that does not answer keeps the tokens, erring on the side of the limit.
     fn refund(&self, key: &str, cost: u64, ago: Duration) -> impl Future<Output = ()> + Send;
 
+    /// Takes `cost` for `key` now whatever is left, down to an empty bucket, without asking:
+    /// for a cost learnt after the request ran (see [`sluice_core::Algorithm::charge`]). The
+    /// key's next requests wait for the refill that pays it. Returns the part that could not
+    /// be taken and was forgiven (0 when all was). Best effort: a remote store that does not
+    /// answer charges nothing, and the whole cost is reported forgiven.
+    fn charge(&self, key: &str, cost: u64) -> impl Future<Output = u64> + Send;
+
     /// The limit of `key` now, consuming nothing.
     ///
     /// # Errors

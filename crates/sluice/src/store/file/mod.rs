@@ -319,6 +319,16 @@ impl Store for FileStore {
         self.inner.keyed.refund(key, cost, ago);
     }
 
+    async fn charge(&self, key: &str, cost: u64) -> u64 {
+        // Taken like an admission: a crash loses at most what `max_loss` allows, and the
+        // next snapshot carries it.
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            return cost;
+        }
+        inner.keyed.charge(key, cost)
+    }
+
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {
         self.inner.keyed.hottest(n)
     }

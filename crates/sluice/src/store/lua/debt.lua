@@ -5,7 +5,10 @@
 -- Returns {allowed, remaining, retry_after_ns, reset_after_ns}, as sluice_core::Gcra::step.
 -- A refund (sluice_core::Gcra::refund): the debt shrinks by the cost, never below none; the
 -- time of the admission does not matter to a debt. Returns {1, 0, 0, 0}.
-if ARGV[4] then
+-- A charge (ARGV[4] = 'c', sluice_core::Algorithm::charge): the cost is cut to the whole
+-- tokens free, then taken as a check takes it. Returns the decision and, fifth, what was taken.
+local charging = ARGV[4] == 'c'
+if ARGV[4] and not charging then
   if debt > 0 then
     debt = debt - cost * interval
     if debt < 0 then debt = 0 end
@@ -15,6 +18,13 @@ if ARGV[4] then
   return {1, 0, 0, 0}
 end
 local owed = debt + held * interval
+if charging then
+  local free = tau - owed
+  if free < 0 then free = 0 end
+  local f = math.floor(free / interval)
+  if f * interval > free then f = f - 1 end
+  if cost > f then cost = f end
+end
 local ahead = owed + cost * interval
 if ahead > tau then
   if dirty then store_state() end
@@ -30,4 +40,5 @@ if cost > 0 or dirty then
   debt = debt + cost * interval
   store_state()
 end
+if charging then return {1, q, 0, ahead, cost} end
 return {1, q, 0, ahead}

@@ -11,7 +11,10 @@ if e then
 end
 -- A refund (sluice_core::FixedWindow::refund): the count goes down only if the admission was
 -- counted in the stored window [end - W, end), i.e. -d < ago <= W - d. Returns {1, 0, 0, 0}.
-if ARGV[4] then
+-- A charge (ARGV[4] = 'c'): the cost is cut to what the window has left, then counted.
+-- Returns the decision and, fifth, what was taken.
+local charging = ARGV[4] == 'c'
+if ARGV[4] and not charging then
   local ago = tonumber(ARGV[4])
   if d and ago > -d and ago <= W - d then
     redis.call('SET', KEYS[1], STAMP .. '|' .. e .. ' ' .. math.max(0, tonumber(cs) - cost), 'KEEPTTL')
@@ -34,6 +37,7 @@ elseif v then
 end
 if not left then left = aligned_left() end
 local used = math.min(count, cap)
+if charging and used + cost > cap then cost = cap - used end
 if used + cost <= cap then
   count = used + cost
   if cost > 0 then
@@ -41,6 +45,7 @@ if used + cost <= cap then
   end
   local reset = 0
   if count > 0 then reset = left end
+  if charging then return {1, cap - count, 0, reset, cost} end
   return {1, cap - count, 0, reset}
 end
 return {0, cap - used, left, left}

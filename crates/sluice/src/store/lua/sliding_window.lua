@@ -14,7 +14,10 @@ end
 -- A refund (sluice_core::SlidingWindow::refund): the admission is taken off the stored window
 -- that counted it, the current [end - W, end) or the previous [end - 2W, end - W), that is
 -- -d < ago <= W - d or W - d < ago <= 2W - d. Returns {1, 0, 0, 0}.
-if ARGV[4] then
+-- A charge (ARGV[4] = 'c'): the cost is cut to the remaining of a query, then counted.
+-- Returns the decision and, fifth, what was taken.
+local charging = ARGV[4] == 'c'
+if ARGV[4] and not charging then
   local ago = tonumber(ARGV[4])
   if d then
     if ago > -d and ago <= W - d then
@@ -45,6 +48,16 @@ p, c = math.min(p, cap), math.min(c, cap)
 -- c + cost <= cap and p * r <= (k * cap - p * q) * interval, k = cap - c - cost.
 local q = idiv(left, interval)
 local r = left - q * interval
+-- ceil(p * left / W): the previous window's weight now, in whole tokens.
+local a = p * q
+local a1 = idiv(a, cap)
+local x = (a - a1 * cap) * interval + p * r
+local ceil_used = a1
+if x > W then ceil_used = a1 + 2 elseif x > 0 then ceil_used = a1 + 1 end
+if charging then
+  local free = math.max(0, cap - c - ceil_used)
+  if cost > free then cost = free end
+end
 local k = cap - c - cost
 local allowed = false
 if k >= 0 then
@@ -53,11 +66,6 @@ if k >= 0 then
 end
 if allowed then c = c + cost end
 -- remaining = max(0, cap - c - ceil(p * left / W))
-local a = p * q
-local a1 = idiv(a, cap)
-local x = (a - a1 * cap) * interval + p * r
-local ceil_used = a1
-if x > W then ceil_used = a1 + 2 elseif x > 0 then ceil_used = a1 + 1 end
 local remaining = math.max(0, cap - c - ceil_used)
 local reset = 0
 if c > 0 then reset = left + W elseif p > 0 then reset = left end
@@ -65,6 +73,7 @@ if allowed then
   if cost > 0 then
     set(end_string(left) .. ' ' .. p .. ' ' .. c, left + W)
   end
+  if charging then return {1, remaining, 0, reset, cost} end
   return {1, remaining, 0, reset}
 end
 -- floor(kn * W / div) clamped to `bound` (<= W), with W = cap * interval, exactly.

@@ -193,6 +193,35 @@ impl Program {
         cmd
     }
 
+    /// `EVALSHA ... <cost> '' c`: takes `cost` for `key` whatever is left, down to empty (the
+    /// script's charge; see [`Program::charged`] for its reply).
+    pub(crate) fn charge_command(
+        &self,
+        prefix: &str,
+        key: &str,
+        cost: u64,
+        now_unix_ns: Option<u64>,
+    ) -> redis::Cmd {
+        let mut cmd = self.command(prefix, key, cost, None);
+        match now_unix_ns {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg("c");
+        cmd
+    }
+
+    /// What a charge's reply `{1, remaining, 0, reset_after_ns, taken}` took.
+    pub(crate) fn charged(reply: &redis::Value) -> Option<u64> {
+        match reply {
+            redis::Value::Array(items) if items.len() == 5 => match items[4] {
+                redis::Value::Int(v) => u64::try_from(v).ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The lease script, if this algorithm's keys can be leased (the bucket algorithms).
     pub(crate) fn lease_script(&self) -> Option<&Script> {
         self.lease.as_ref()
