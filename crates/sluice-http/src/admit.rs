@@ -32,6 +32,8 @@ use sluice_core::Decision;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::cost::settle::Owed;
+use crate::cost::Reserved;
 use crate::key::{AmbiguousKey, Key};
 use crate::policy::Policy;
 use crate::protocol::Protocol;
@@ -135,6 +137,8 @@ pub struct Admission {
     /// The shadow policies that would have denied it (their position and why), in the order
     /// they were asked; empty otherwise.
     pub shadow_denied: SmallVec<[(usize, Reason); 1]>,
+    /// The policies whose cost is settled when the response ends (see [`crate::cost`]).
+    pub owed: Vec<Owed>,
 }
 
 /// A request some policy denied.
@@ -190,6 +194,18 @@ pub struct Ask<'a> {
 }
 
 impl Ask<'_> {
+    /// What the request takes from `policy` now: its cost spec's, or [`Ask::cost`].
+    pub fn reserve(&self, policy: &Policy) -> Reserved {
+        match policy.cost() {
+            None => Reserved {
+                cost: self.cost,
+                settles: false,
+                counts_request_body: false,
+            },
+            Some(spec) => spec.reserve_for(self.headers),
+        }
+    }
+
     fn key(&self, policy: &Policy) -> Result<Key<'_>, AmbiguousKey> {
         policy
             .key_spec()
@@ -235,7 +251,6 @@ pub async fn admit_as(
     let keep = policies.len() > 1 || policies.iter().any(|p| p.concurrency().is_some());
     let mut taken = Taken {
         policies,
-        cost: ask.cost,
         entries: SmallVec::new(),
     };
     for waiting in [false, true] {
@@ -258,11 +273,21 @@ pub async fn admit_as(
                     verdicts: admission.verdicts,
                 });
             };
-            match decide(policy, &key, ask.cost, waiting).await {
+            let reserved = ask.reserve(policy);
+            match decide(policy, &key, reserved.cost, waiting).await {
                 Ok(decision) => {
                     admission.verdicts.push(Verdict::new(i, &decision));
+                    if reserved.settles {
+                        admission.owed.push(Owed {
+                            policy: Arc::clone(policy),
+                            key: String::from(&*key),
+                            reserved: reserved.cost,
+                            at: Instant::now(),
+                            counts_request_body: reserved.counts_request_body,
+                        });
+                    }
                     if keep {
-                        taken.entries.push((i, key, Instant::now()));
+                        taken.entries.push((i, key, Instant::now(), reserved.cost));
                     }
                 }
                 Err(e) if policy.shadow() => {
@@ -328,18 +353,18 @@ pub async fn admit_as(
     Ok(admission)
 }
 
-/// The tokens a request has taken so far: (policy index, key, when). Given back on a
-/// refusal, or, if the request is dropped before it is decided, from a task of their own.
+/// The tokens a request has taken so far: (policy index, key, when, how many). Given back
+/// on a refusal, or, if the request is dropped before it is decided, from a task of their
+/// own.
 struct Taken<'a, 'k> {
     policies: &'a [Arc<Policy>],
-    cost: u64,
-    entries: SmallVec<[(usize, Key<'k>, Instant); 2]>,
+    entries: SmallVec<[(usize, Key<'k>, Instant, u64); 2]>,
 }
 
 impl Taken<'_, '_> {
     async fn give_back(&mut self) {
-        for (i, key, at) in self.entries.drain(..) {
-            self.policies[i].refund(&key, self.cost, at.elapsed()).await;
+        for (i, key, at, cost) in self.entries.drain(..) {
+            self.policies[i].refund(&key, cost, at.elapsed()).await;
         }
     }
 }
@@ -352,14 +377,14 @@ impl Drop for Taken<'_, '_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (policies, cost) = (self.policies, self.cost);
-        let owed: Vec<(Arc<Policy>, String, Instant)> = self
+        let policies = self.policies;
+        let owed: Vec<(Arc<Policy>, String, Instant, u64)> = self
             .entries
             .drain(..)
-            .map(|(i, key, at)| (Arc::clone(&policies[i]), String::from(&*key), at))
+            .map(|(i, key, at, cost)| (Arc::clone(&policies[i]), String::from(&*key), at, cost))
             .collect();
         runtime.spawn(async move {
-            for (policy, key, at) in owed {
+            for (policy, key, at, cost) in owed {
                 policy.refund(&key, cost, at.elapsed()).await;
             }
         });

@@ -17,6 +17,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use sluice::PoolPermit;
 
+use crate::cost::meter::{Meter, RequestBytes};
 use crate::proxy::Lease;
 
 pin_project_lite::pin_project! {
@@ -33,6 +34,8 @@ pin_project_lite::pin_project! {
         Upstream {
             #[pin]
             body: Incoming,
+            // Dropped first: a settlement is made while the slots are still held.
+            meter: Option<Box<Meter>>,
             permits: Vec<PoolPermit>,
             lease: Option<Lease<B>>,
         },
@@ -50,10 +53,20 @@ impl<B> Body<B> {
         Body {
             inner: Inner::Upstream {
                 body,
+                meter: None,
                 permits,
                 lease,
             },
         }
+    }
+
+    /// Watches the frames of an upstream body with `meter`, which settles the request's cost
+    /// when the body is dropped (see [`crate::cost::meter`]). No effect on other bodies.
+    pub fn metered(mut self, meter: Option<Box<Meter>>) -> Body<B> {
+        if let Inner::Upstream { meter: slot, .. } = &mut self.inner {
+            *slot = meter;
+        }
+        self
     }
 
     /// A body of `bytes`.
@@ -89,7 +102,13 @@ impl<B> http_body::Body for Body<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.project().inner.project() {
-            InnerProj::Upstream { body, .. } => body.poll_frame(cx),
+            InnerProj::Upstream { body, meter, .. } => {
+                let polled = body.poll_frame(cx);
+                if let (Some(meter), Poll::Ready(Some(Ok(frame)))) = (meter.as_mut(), &polled) {
+                    meter.observe(frame);
+                }
+                polled
+            }
             InnerProj::Full { body } => match body.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
                 Poll::Ready(Some(Err(never))) => match never {},
@@ -173,6 +192,8 @@ pub struct RequestBody<B> {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Data arrived since the timer was last set: set it again at the next wait.
     rearm: bool,
+    /// Where the bytes read are also counted, for a cost settled on them.
+    counted: Option<RequestBytes>,
 }
 
 impl<B> std::fmt::Debug for RequestBody<B> {
@@ -203,7 +224,15 @@ where
             gap,
             timer: None,
             rearm: false,
+            counted: None,
         }
+    }
+
+    /// Also counts the bytes read in `counter` (for a policy whose cost is the body's
+    /// length, settled once it is known).
+    pub fn counted(mut self, counter: RequestBytes) -> Self {
+        self.counted = Some(counter);
+        self
     }
 
     /// Reads the body until at least `bytes` bytes of it are held here, or it ends; the
@@ -234,6 +263,9 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     self.seen += data.len() as u64;
+                    if let Some(counter) = &self.counted {
+                        counter.store(self.seen, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if self.seen > self.limit {
                         self.inner_done = true;
                         return Poll::Ready(Some(Err(BodyError::TooLarge(self.limit).into())));

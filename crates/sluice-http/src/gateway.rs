@@ -3,6 +3,8 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{
@@ -13,6 +15,8 @@ use http::header::{
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 
 use crate::admit::{admit_as, Ask, Reason};
+use crate::cost::meter::{Meter, RequestBytes};
+use crate::cost::settle::{settle_all, Observed};
 use crate::body::{Body, BodyError, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::grpc;
@@ -315,12 +319,25 @@ impl Gateway {
             // upstream believe any address.
             request.headers_mut().remove(&FORWARDED);
         }
+        let mut owed = admission.owed;
+        // A body whose length is a policy's cost, counted as it goes upstream.
+        let request_bytes = owed
+            .iter()
+            .any(|o| o.counts_request_body)
+            .then(RequestBytes::default);
         let forwarded = if protocol == Protocol::Ws {
+            // A tunnel has no end to settle at: its estimates stand.
+            settle_all(std::mem::take(&mut owed), &Observed::default());
             self.upgrade(proxy, request, route, peer, admission.permits)
                 .await
         } else {
-            let mut request =
-                request.map(|body| RequestBody::new(body, max_body, self.body_timeout));
+            let mut request = request.map(|body| {
+                let body = RequestBody::new(body, max_body, self.body_timeout);
+                match &request_bytes {
+                    Some(counter) => body.counted(Arc::clone(counter)),
+                    None => body,
+                }
+            });
             let body = request.body_mut();
             // A gRPC call's request body is a stream of messages whose sender may wait for
             // answers before it sends more (client and bidirectional streaming): it goes
@@ -341,7 +358,15 @@ impl Gateway {
                     .forward(request, route, peer.ip())
                     .await
                     .map(|(response, lease)| {
-                        response.map(|body| Body::upstream(body, admission.permits, lease))
+                        let meter = if owed.is_empty() {
+                            None
+                        } else {
+                            let owed = std::mem::take(&mut owed);
+                            Meter::start(owed, response.headers(), request_bytes.clone())
+                        };
+                        response.map(|body| {
+                            Body::upstream(body, admission.permits, lease).metered(meter)
+                        })
                     }),
                 Some(e) => Err(match BodyError::find(&*e) {
                     Some(cut) => ProxyError::Body(cut),
@@ -349,6 +374,18 @@ impl Gateway {
                 }),
             }
         };
+        if !owed.is_empty() {
+            // No upstream answer to read: the estimates stand (a body's length, as far as it
+            // was read, is still known).
+            let request_bytes = request_bytes.map_or(0, |n| n.load(Ordering::Relaxed));
+            settle_all(
+                owed,
+                &Observed {
+                    request_bytes,
+                    ..Observed::default()
+                },
+            );
+        }
         let (response, outcome) = match forwarded {
             Ok(response) => {
                 route.metrics.status(response.status(), protocol);

@@ -41,6 +41,7 @@ pub mod admit;
 pub mod backend;
 pub mod body;
 pub mod client_ip;
+pub mod cost;
 pub mod gateway;
 pub mod grpc;
 pub mod headers;

@@ -7,6 +7,8 @@
 //! | `sluice_policy_denied_total` | counter | `policy`, `reason` (`limit`, `queue_full`, `timeout`, `capacity`, `unavailable`, `ambiguous_key`), `protocol` |
 //! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
 //! | `sluice_shadow_denied_total` | counter | `policy`: requests a `shadow` policy would have denied |
+//! | `sluice_settled_total` | counter | `policy`, `source`: settled requests, with the cost the response `reported` or, without a report, the `estimate` kept |
+//! | `sluice_settled_cost_total` | counter | `policy`, `direction`: tokens settlements `refunded`, `charged`, and `forgiven` (a charge beyond an empty bucket) |
 //! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`), `protocol` |
 //! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`), `protocol` |
 //! | `sluice_request_body_refused_total` | counter | `route`, `reason` (`too_large`: 413, `timeout`: 408), `protocol` |
@@ -34,6 +36,11 @@ pub(crate) struct PolicyMetrics {
     denied: [PerProtocol; Reason::ALL.len()],
     pub(crate) waiting: Gauge,
     pub(crate) shadow_denied: Counter,
+    pub(crate) settled_reported: Counter,
+    pub(crate) settled_estimate: Counter,
+    pub(crate) settled_refunded: Counter,
+    pub(crate) settled_charged: Counter,
+    pub(crate) settled_forgiven: Counter,
 }
 
 impl PolicyMetrics {
@@ -49,7 +56,12 @@ impl PolicyMetrics {
                 })
             }),
             waiting: metrics::gauge!("sluice_policy_waiting", "policy" => name.clone()),
-            shadow_denied: metrics::counter!("sluice_shadow_denied_total", "policy" => name),
+            shadow_denied: metrics::counter!("sluice_shadow_denied_total", "policy" => name.clone()),
+            settled_reported: metrics::counter!("sluice_settled_total", "policy" => name.clone(), "source" => "reported"),
+            settled_estimate: metrics::counter!("sluice_settled_total", "policy" => name.clone(), "source" => "estimate"),
+            settled_refunded: metrics::counter!("sluice_settled_cost_total", "policy" => name.clone(), "direction" => "refunded"),
+            settled_charged: metrics::counter!("sluice_settled_cost_total", "policy" => name.clone(), "direction" => "charged"),
+            settled_forgiven: metrics::counter!("sluice_settled_cost_total", "policy" => name, "direction" => "forgiven"),
         }
     }
 

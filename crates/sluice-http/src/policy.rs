@@ -12,6 +12,7 @@ use sluice::{AcquireOptions, Error, Pool};
 use sluice_core::{Algorithm, AnyAlgorithm, Decision, Quota};
 
 use crate::backend::Backend;
+use crate::cost::CostSpec;
 use crate::key::KeySpec;
 use crate::key_hash::KeyHasher;
 use crate::metrics::PolicyMetrics;
@@ -58,6 +59,7 @@ pub struct Policy {
     hasher: Option<KeyHasher>,
     item: String,
     shadow: bool,
+    cost: Option<CostSpec>,
     pub(crate) metrics: PolicyMetrics,
 }
 
@@ -89,6 +91,7 @@ pub struct PolicyBuilder {
     backend: Option<Backend>,
     hasher: Option<KeyHasher>,
     shadow: bool,
+    cost: Option<CostSpec>,
 }
 
 impl Policy {
@@ -106,6 +109,7 @@ impl Policy {
             backend: None,
             hasher: None,
             shadow: false,
+            cost: None,
         }
     }
 
@@ -149,6 +153,11 @@ impl Policy {
     /// [`PolicyBuilder::shadow`]).
     pub fn shadow(&self) -> bool {
         self.shadow
+    }
+
+    /// What a request costs this policy, when not one token (see [`crate::cost`]).
+    pub fn cost(&self) -> Option<&CostSpec> {
+        self.cost.as_ref()
     }
 
     /// Counts a request this policy, in shadow mode, would have denied and let through, in
@@ -208,6 +217,12 @@ impl Policy {
     /// refused (see [`Store::refund`]).
     pub async fn refund(&self, key: &str, cost: u64, ago: Duration) {
         self.backend.refund(&self.stored_key(key), cost, ago).await;
+    }
+
+    /// Takes `cost` from `key`'s bucket whatever is left, for a cost learnt after the
+    /// request ran (see [`Store::charge`]); returns the part forgiven.
+    pub async fn charge(&self, key: &str, cost: u64) -> u64 {
+        self.backend.charge(&self.stored_key(key), cost).await
     }
 
     /// `key`'s bucket now, consuming nothing.
@@ -274,6 +289,13 @@ impl PolicyBuilder {
     /// try a limit on real traffic before it applies (default: off).
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
+        self
+    }
+
+    /// What a request costs: a request-side cost, an estimate settled when the response
+    /// ends (see [`crate::cost`]). Default: one token, final.
+    pub fn cost(mut self, cost: CostSpec) -> Self {
+        self.cost = Some(cost);
         self
     }
 
@@ -374,6 +396,7 @@ impl PolicyBuilder {
         });
         Ok(Policy {
             shadow: self.shadow,
+            cost: self.cost,
             hasher,
             metrics: PolicyMetrics::new(&self.name),
             name: self.name.into(),

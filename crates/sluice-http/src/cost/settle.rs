@@ -1,0 +1,118 @@
+//! Settling a request's cost once its response is over: what was taken before it was
+//! forwarded against what it really cost.
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use crate::cost::usage::usage_field;
+use crate::cost::Settle;
+use crate::policy::Policy;
+
+/// A settlement one policy is owed by one request.
+#[derive(Debug)]
+pub struct Owed {
+    /// The policy.
+    pub policy: Arc<Policy>,
+    /// The key the request was admitted under (as the request presented it).
+    pub key: String,
+    /// What was taken before the request was forwarded.
+    pub reserved: u64,
+    /// When it was taken.
+    pub at: Instant,
+    /// Whether the real cost is the request body's length (read while it was forwarded).
+    pub counts_request_body: bool,
+}
+
+/// What a response told about its cost, by the time it ended or was dropped.
+#[derive(Debug, Default)]
+pub struct Observed<'a> {
+    /// The response head.
+    pub head: Option<&'a HeaderMap>,
+    /// Its trailers, if any came.
+    pub trailers: Option<&'a HeaderMap>,
+    /// The `usage` object found in its body.
+    pub usage: Option<&'a Map<String, Value>>,
+    /// The bytes of its body that were sent on.
+    pub response_bytes: u64,
+    /// The bytes of the request body that were forwarded.
+    pub request_bytes: u64,
+}
+
+fn number(headers: Option<&HeaderMap>, name: &http::HeaderName) -> Option<u64> {
+    headers?
+        .get(name)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+}
+
+impl Owed {
+    /// The real cost `observed` reports for this policy, if it does.
+    pub fn actual(&self, observed: &Observed<'_>) -> Option<u64> {
+        if self.counts_request_body {
+            return Some(observed.request_bytes);
+        }
+        match self.policy.cost()?.settle.as_ref()? {
+            Settle::Header(name) => number(observed.head, name),
+            Settle::Trailer(name) => number(observed.trailers, name),
+            Settle::OpenAi(field) => usage_field(observed.usage?, field),
+            Settle::ResponseBytes => Some(observed.response_bytes),
+        }
+    }
+}
+
+/// Settles each of `owed` with what `observed` reports, from a task of its own (the caller
+/// may be a body being dropped): the difference is given back or charged on the key, and a
+/// settlement without a report keeps the estimate.
+pub fn settle_all(owed: Vec<Owed>, observed: &Observed<'_>) {
+    if owed.is_empty() {
+        return;
+    }
+    let settlements: Vec<(Owed, Option<u64>)> = owed
+        .into_iter()
+        .map(|o| {
+            let actual = o.actual(observed);
+            (o, actual)
+        })
+        .collect();
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No runtime left (the process is stopping): the estimates stand.
+        return;
+    };
+    runtime.spawn(async move {
+        for (owed, actual) in settlements {
+            settle(&owed, actual).await;
+        }
+    });
+}
+
+/// Settles one: `actual` against what was reserved.
+pub async fn settle(owed: &Owed, actual: Option<u64>) {
+    let metrics = &owed.policy.metrics;
+    let Some(actual) = actual else {
+        metrics.settled_estimate.increment(1);
+        return;
+    };
+    metrics.settled_reported.increment(1);
+    match actual.cmp(&owed.reserved) {
+        std::cmp::Ordering::Less => {
+            let back = owed.reserved - actual;
+            owed.policy
+                .refund(&owed.key, back, owed.at.elapsed())
+                .await;
+            metrics.settled_refunded.increment(back);
+        }
+        std::cmp::Ordering::Greater => {
+            let more = actual - owed.reserved;
+            let forgiven = owed.policy.charge(&owed.key, more).await;
+            metrics.settled_charged.increment(more - forgiven);
+            metrics.settled_forgiven.increment(forgiven);
+        }
+        std::cmp::Ordering::Equal => {}
+    }
+}
