@@ -2,9 +2,9 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{
@@ -15,10 +15,10 @@ use http::header::{
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 
 use crate::admit::{admit_as, Ask, Reason};
-use crate::cost::meter::{Meter, RequestBytes};
-use crate::cost::settle::{settle_all, Observed};
 use crate::body::{Body, BodyError, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
+use crate::cost::meter::{Meter, RequestBytes};
+use crate::cost::settle::{settle_all, Observed};
 use crate::grpc;
 use crate::headers;
 use crate::path::canonical_uri;

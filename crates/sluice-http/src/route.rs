@@ -271,6 +271,17 @@ impl Route {
         &self.policies
     }
 
+    /// Whether a policy of the route settles its cost on a response trailer (the upstream is
+    /// then asked for trailers with `TE: trailers`).
+    pub fn reads_trailers(&self) -> bool {
+        self.policies.iter().any(|p| {
+            matches!(
+                p.cost().and_then(|c| c.settle.as_ref()),
+                Some(crate::cost::Settle::Trailer(_))
+            )
+        })
+    }
+
     /// The upstream.
     pub fn upstream(&self) -> &Upstream {
         &self.upstream

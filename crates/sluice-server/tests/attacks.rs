@@ -40,19 +40,6 @@ upstream = "http://127.0.0.1:{port}"
     text
 }
 
-/// The sum of `series` over its labels, from `/metrics`.
-async fn metric(gw: &Gateway, series: &str) -> f64 {
-    let text = common::get(&gw.admin("/metrics")).await.unwrap().body;
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(series)
-                .is_some_and(|rest| rest.starts_with([' ', '{']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// A request cancelled by the client (RST_STREAM) before its response ends that request: the
 /// connection goes idle and closes after `keep_alive_timeout`, however long the client stays
 /// and answers pings. Counted as started and never ended, it used to keep the connection open
@@ -128,8 +115,8 @@ async fn websocket_tunnels_count_against_max_connections() {
             _ => refused += 1,
         }
     }
-    let open = metric(&gw, "sluice_connections_open").await;
-    let tunnels_open = metric(&gw, "sluice_tunnels_open").await;
+    let open = common::metric(&gw, "sluice_connections_open").await;
+    let tunnels_open = common::metric(&gw, "sluice_tunnels_open").await;
     eprintln!(
         "{} tunnels opened, {refused} refused; sluice_connections_open {open}, sluice_tunnels_open {tunnels_open}",
         tunnels.len()
@@ -308,7 +295,7 @@ async fn a_stream_without_flow_control_window_is_reset_after_send_timeout() {
         other => panic!("the stalled stream was not reset: {other:?}"),
     }
     assert_eq!(
-        metric(
+        common::metric(
             &gw,
             "sluice_connection_timeouts_total{timeout=\"stream_send\"}"
         )
@@ -391,7 +378,7 @@ async fn a_paced_rapid_reset_is_cut_off_and_never_reaches_the_upstream() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let reached = accepted.load(std::sync::atomic::Ordering::SeqCst);
-    let closed_early = metric(
+    let closed_early = common::metric(
         &gw,
         "sluice_connections_closed_early_total{reason=\"cancelled\"}",
     )
@@ -478,7 +465,7 @@ async fn a_connection_is_closed_gracefully_after_max_requests_per_connection() {
     assert_eq!(answered, 20);
     assert!(last_close);
     assert_eq!(
-        metric(
+        common::metric(
             &gw,
             "sluice_connections_closed_early_total{reason=\"max_requests\"}"
         )
@@ -518,7 +505,7 @@ async fn requests_beyond_the_upstream_budget_get_503_with_retry_after() {
     assert_eq!(statuses.get(&503), Some(&20), "{statuses:?}");
     assert_eq!(retry_after, 20);
     assert_eq!(
-        metric(&gw, "sluice_upstream_budget_refused_total{scope=\"total\"}").await,
+        common::metric(&gw, "sluice_upstream_budget_refused_total{scope=\"total\"}").await,
         20.0
     );
 }
@@ -618,7 +605,7 @@ async fn multiplied_upstream_sockets_stop_at_the_budget_before_descriptors_run_o
         tokio::time::timeout(Duration::from_secs(5), common::get(&gw.url("/slow/0"))).await;
     // The gauge is refreshed every second.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let sockets = metric(&gw, "sluice_upstream_connections_open").await;
+    let sockets = common::metric(&gw, "sluice_upstream_connections_open").await;
     let mut statuses = std::collections::BTreeMap::new();
     for (_client, pending) in attackers {
         for response in pending {

@@ -49,19 +49,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The sum of `series` over its labels, from `/metrics`.
-async fn metric(gw: &Gateway, series: &str) -> f64 {
-    let text = common::get(&gw.admin("/metrics")).await.unwrap().body;
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(series)
-                .is_some_and(|rest| rest.starts_with([' ', '{']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 // === The attacks ===
 
 /// Rapid Reset (CVE-2023-44487), in one batch: 1,000 HEADERS each followed at once by its
@@ -403,7 +390,8 @@ async fn flood_without_reading(unit: &[u8], name: &str) {
     }
     let peak = rss_kib(pid);
     let (written, failed) = flooding.await.unwrap();
-    let send_timeouts = metric(&gw, "sluice_connection_timeouts_total{timeout=\"send\"}").await;
+    let send_timeouts =
+        common::metric(&gw, "sluice_connection_timeouts_total{timeout=\"send\"}").await;
     eprintln!(
         "{name} flood: {} frames ({written} bytes) written before the server stopped reading; writes failed after {failed:?}; send timeouts {send_timeouts}; gateway RSS {before} KiB before, {peak} KiB during; slowest ordinary request {slowest:?}",
         written / unit.len(),
@@ -468,7 +456,7 @@ async fn a_ping_flood_that_reads_its_acks_is_closed_at_header_read_timeout() {
         .await;
     }
     let ended = wait_for(&seen, Duration::from_secs(2), Seen::ended).await;
-    let header_reads = metric(
+    let header_reads = common::metric(
         &gw,
         "sluice_connection_timeouts_total{timeout=\"header_read\"}",
     )

@@ -64,7 +64,9 @@ impl Settle {
         if let Some(field) = text.strip_prefix("openai:") {
             let ok = !field.is_empty()
                 && field.len() <= 64
-                && field.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                && field
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_');
             return if ok {
                 Ok(Settle::OpenAi(field.to_owned()))
             } else {

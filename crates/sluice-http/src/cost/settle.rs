@@ -91,28 +91,42 @@ pub fn settle_all(owed: Vec<Owed>, observed: &Observed<'_>) {
     });
 }
 
-/// Settles one: `actual` against what was reserved.
-pub async fn settle(owed: &Owed, actual: Option<u64>) {
+/// What one settlement did, in tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Given back: the request cost less than was reserved.
+    pub refunded: u64,
+    /// Taken on top: it cost more.
+    pub charged: u64,
+    /// Of what it cost more, the part an empty bucket could not hold.
+    pub forgiven: u64,
+}
+
+/// Settles one: `actual` against what was reserved (`None`: the estimate stands).
+pub async fn settle(owed: &Owed, actual: Option<u64>) -> Settled {
     let metrics = &owed.policy.metrics;
     let Some(actual) = actual else {
         metrics.settled_estimate.increment(1);
-        return;
+        return Settled::default();
     };
     metrics.settled_reported.increment(1);
+    let mut settled = Settled::default();
     match actual.cmp(&owed.reserved) {
         std::cmp::Ordering::Less => {
-            let back = owed.reserved - actual;
+            settled.refunded = owed.reserved - actual;
             owed.policy
-                .refund(&owed.key, back, owed.at.elapsed())
+                .refund(&owed.key, settled.refunded, owed.at.elapsed())
                 .await;
-            metrics.settled_refunded.increment(back);
+            metrics.settled_refunded.increment(settled.refunded);
         }
         std::cmp::Ordering::Greater => {
             let more = actual - owed.reserved;
-            let forgiven = owed.policy.charge(&owed.key, more).await;
-            metrics.settled_charged.increment(more - forgiven);
-            metrics.settled_forgiven.increment(forgiven);
+            settled.forgiven = owed.policy.charge(&owed.key, more).await;
+            settled.charged = more - settled.forgiven;
+            metrics.settled_charged.increment(settled.charged);
+            metrics.settled_forgiven.increment(settled.forgiven);
         }
         std::cmp::Ordering::Equal => {}
     }
+    settled
 }

@@ -39,8 +39,7 @@ impl Format {
         if essence.eq_ignore_ascii_case(b"text/event-stream") {
             Some(Format::EventStream)
         } else if essence.eq_ignore_ascii_case(b"application/json")
-            || (essence.len() > 5
-                && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"))
+            || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"))
         {
             Some(Format::Json)
         } else {
@@ -306,7 +305,8 @@ mod tests {
     fn the_top_level_usage_member_of_a_json_body() {
         let completion = r#"{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"the \"usage\": {\"total_tokens\": 999} you asked for"}}],"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}"#;
         assert_eq!(every_cut(Format::Json, completion), Some(42));
-        let first = r#"{ "usage" : { "prompt_tokens" : 5, "completion_tokens" : 6 } , "choices" : [ ] }"#;
+        let first =
+            r#"{ "usage" : { "prompt_tokens" : 5, "completion_tokens" : 6 } , "choices" : [ ] }"#;
         assert_eq!(every_cut(Format::Json, first), Some(11), "total summed");
         let anthropic = r#"{"content":[],"usage":{"input_tokens":3,"output_tokens":4}}"#;
         assert_eq!(every_cut(Format::Json, anthropic), Some(7));
@@ -314,7 +314,8 @@ mod tests {
         let tricky = r#"{"model":"usage","usage":{"total_tokens":8}}"#;
         assert_eq!(every_cut(Format::Json, tricky), Some(8));
         // Only the top-level member counts.
-        let nested = r#"{"choices":[{"usage":{"total_tokens":5}}],"data":{"usage":{"total_tokens":6}}}"#;
+        let nested =
+            r#"{"choices":[{"usage":{"total_tokens":5}}],"data":{"usage":{"total_tokens":6}}}"#;
         assert_eq!(every_cut(Format::Json, nested), None);
         assert_eq!(every_cut(Format::Json, r#"{"usage":null}"#), None);
         assert_eq!(every_cut(Format::Json, r#"{"error":"busy"}"#), None);
@@ -345,7 +346,11 @@ mod tests {
             "y".repeat(MAX_LINE)
         );
         let scanner = scan(Format::EventStream, long.as_bytes(), 4096);
-        assert_eq!(scanner.field("total_tokens"), Some(2), "the long line is skipped");
+        assert_eq!(
+            scanner.field("total_tokens"),
+            Some(2),
+            "the long line is skipped"
+        );
     }
 
     #[test]

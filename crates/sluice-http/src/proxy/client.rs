@@ -275,7 +275,14 @@ where
             return Box::pin(self.forward_h2(request, route, peer)).await;
         }
         let (mut parts, body) = request.into_parts();
+        // A policy that settles on a trailer needs the upstream to send it: a chunked
+        // HTTP/1.1 answer carries trailers only to a client that said `TE: trailers`.
         remove_hop_by_hop(&mut parts.headers);
+        if route.reads_trailers() {
+            parts
+                .headers
+                .insert(TE, HeaderValue::from_static("trailers"));
+        }
         append_forwarded_for(&mut parts.headers, peer);
         let authority = upstream.authority();
         if !parts.headers.contains_key(HOST) {

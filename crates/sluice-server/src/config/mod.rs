@@ -13,6 +13,7 @@
 //! PEM files. Every public name is re-exported here: code outside reads `config::X`.
 
 mod browser;
+mod cost;
 pub mod lease;
 mod otlp;
 mod policy;

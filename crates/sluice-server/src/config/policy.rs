@@ -1,5 +1,5 @@
-//! `[[policy]]`: each limit's name, algorithm, quota, key, queue, concurrency, shadow flag and
-//! lease, read and checked, with every name defined once.
+//! `[[policy]]`: each limit's name, algorithm, quota, key, queue, concurrency, shadow flag,
+//! lease and cost, read and checked, with every name defined once.
 //!
 //! It does not know the routes (they name policies, and `route` checks those names) and
 //! builds no limiter: that is `serve::policies`'s.
@@ -37,6 +37,8 @@ pub struct PolicyConfig {
     pub shadow: bool,
     /// `lease`: the keys are spent in slices leased from Redis.
     pub lease: Option<super::lease::LeaseSpec>,
+    /// `cost`: what a request costs, and where its real cost is read when the response ends.
+    pub cost: Option<sluice_http::cost::CostSpec>,
     /// The line of its `name`, for errors found when it is built.
     pub line: usize,
 }
@@ -215,6 +217,9 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
         }
         Some(spec)
     });
+    let cost = f.table("cost", errors).and_then(|(c, at)| {
+        super::cost::cost(c, at, f.path("cost"), capacity.map(|(c, _)| c), errors)
+    });
     let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
     if name.is_none() {
         errors.at(table_at, &f.path("name"), "a policy needs a name");
@@ -245,6 +250,7 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
             concurrency,
             shadow,
             lease,
+            cost,
             line: errors.line_of(at),
         },
         at,

@@ -10,6 +10,10 @@
 //! A rule matches a descriptor of its `domain` whose entries are, in order and as many, the
 //! `match` entries: the same keys, and the same values where a `value` is given. The values
 //! of the entries without one make the policy's key. Rules are tried in file order.
+//!
+//! With `on_stream_done = true`, the rule's descriptors are the ones Envoy sends once a
+//! stream is done (`apply_on_stream_done`), carrying what the request really cost in
+//! `hits_addend` (an LLM answer's tokens, say): they are charged, never refused.
 
 use std::collections::HashMap;
 
@@ -35,6 +39,10 @@ pub struct RlsRule {
     pub entries: Vec<RlsEntry>,
     /// `policy`, by name.
     pub policy: String,
+    /// `on_stream_done`: the rule matches the descriptors Envoy sends when a stream is done
+    /// (`apply_on_stream_done`), whose `hits_addend` is what the request really cost: they
+    /// are charged whatever the key has left, never refused.
+    pub on_stream_done: bool,
 }
 
 /// Reads the `[[rls]]` array; `names` are the policies defined.
@@ -162,6 +170,20 @@ fn rule(
             None
         }
     };
+    let on_stream_done = match f.get("on_stream_done") {
+        None => false,
+        Some(value) => match value.get_ref() {
+            DeValue::Boolean(b) => *b,
+            other => {
+                errors.value(
+                    value,
+                    &f.path("on_stream_done"),
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                false
+            }
+        },
+    };
     f.finish(errors);
     if errors.list.len() > before {
         return None;
@@ -170,5 +192,6 @@ fn rule(
         domain: domain?,
         entries,
         policy: policy?,
+        on_stream_done,
     })
 }

@@ -7,7 +7,10 @@
 //! over its limit, and then, as on the HTTP path, the tokens the other descriptors took are
 //! given back: a denial spends nothing anywhere. A descriptor no rule matches is `OK`, counted
 //! in `sluice_rls_descriptors_unmatched_total`. A descriptor with `is_negative_hits` gives its
-//! `hits_addend` back (never beyond a full bucket) and is `OK`.
+//! `hits_addend` back (never beyond a full bucket) and is `OK`. A descriptor of an
+//! `on_stream_done` rule (Envoy's `apply_on_stream_done`, sent once a stream is done with what
+//! it really cost) has its `hits_addend` charged whatever the key has left, and is `OK`: the
+//! key's next requests wait for the refill that pays it.
 //!
 //! A policy in shadow mode answers `OK` where it would answer `OVER_LIMIT`, with its real
 //! `limit_remaining`, counting the would-be denial in `sluice_shadow_denied_total` (the
@@ -135,6 +138,8 @@ struct Ask<'a> {
     key: String,
     cost: u64,
     refill: bool,
+    /// A finished stream's cost, charged (`on_stream_done`).
+    charge: bool,
 }
 
 /// Decides `request` on `table`'s policies; also how, for the access log.
@@ -158,6 +163,7 @@ pub async fn decide(
                     .filter(|&v| v > 0)
                     .unwrap_or(base),
                 refill: d.is_negative_hits,
+                charge: m.on_stream_done,
             })
         })
         .collect();
@@ -166,6 +172,9 @@ pub async fn decide(
         let ask = ask.as_ref()?;
         Some(if ask.refill {
             ask.policy.refund(&ask.key, ask.cost, Duration::ZERO).await;
+            ask.policy.peek(&ask.key).await
+        } else if ask.charge {
+            ask.policy.charge(&ask.key, ask.cost).await;
             ask.policy.peek(&ask.key).await
         } else {
             ask.policy.check(&ask.key, ask.cost).await
@@ -230,7 +239,10 @@ pub async fn decide(
         let ago = started.elapsed();
         for (i, (ask, status)) in asks.iter().zip(&statuses).enumerate() {
             // A shadow policy's would-be denial took nothing.
-            if let Some(ask) = ask.as_ref().filter(|a| !a.refill && !shadowed.contains(&i)) {
+            if let Some(ask) = ask
+                .as_ref()
+                .filter(|a| !a.refill && !a.charge && !shadowed.contains(&i))
+            {
                 if status.code == Code::Ok as i32 {
                     ask.policy.refund(&ask.key, ask.cost, ago).await;
                 }

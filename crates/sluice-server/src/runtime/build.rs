@@ -345,6 +345,9 @@ fn build_policy(
     if let Some(n) = p.concurrency {
         builder = builder.concurrency(n);
     }
+    if let Some(cost) = &p.cost {
+        builder = builder.cost(cost.clone());
+    }
     if matches!(config.store.backend, BackendKind::File | BackendKind::Redis) {
         // Keys from headers, cookies and query parameters are secrets: the store gets their
         // keyed hash (the policy leaves IP keys as they are).

@@ -153,7 +153,7 @@ fn policy_changes(o: &PolicyConfig, p: &PolicyConfig) -> Vec<String> {
         "",
         o,
         p,
-        [key, max_keys, queue, concurrency, shadow, lease]
+        [key, max_keys, queue, concurrency, shadow, lease, cost]
     );
     fields
 }

@@ -34,6 +34,7 @@ struct Rule {
     domain: String,
     entries: Vec<(String, Option<String>)>,
     policy: Arc<Policy>,
+    on_stream_done: bool,
 }
 
 /// A descriptor's policy and the key it spends.
@@ -44,6 +45,8 @@ pub struct Matched<'a> {
     /// The key, as the HTTP gateway would give it to the policy (before any hashing of the
     /// store).
     pub key: String,
+    /// The rule charges what a finished stream cost rather than deciding (`on_stream_done`).
+    pub on_stream_done: bool,
 }
 
 impl RlsTable {
@@ -62,6 +65,7 @@ impl RlsTable {
                             .map(|e| (e.key.clone(), e.value.clone()))
                             .collect(),
                         policy: Arc::clone(policies.get(&r.policy)?),
+                        on_stream_done: r.on_stream_done,
                     })
                 })
                 .collect(),
@@ -106,6 +110,7 @@ impl RlsTable {
         Some(Matched {
             policy: &rule.policy,
             key,
+            on_stream_done: rule.on_stream_done,
         })
     }
 }

@@ -3,6 +3,7 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `POST /v1/check` | `{"policy","key","cost"}` → 200 (allowed) or 429 (denied) with `{"allowed","limit","remaining","retry_after_ms","reset_after_ms"}`; 400 malformed JSON, 404 unknown policy, 413 body over 64 KiB, 422 a cost above the capacity, 503 store unavailable |
+//! | `POST /v1/settle` | `{"policy","key","reserved","actual","elapsed_ms"}` (`reserved` defaults to 1, `elapsed_ms` to 0) → 200 `{"refunded","charged","forgiven","limit","remaining","reset_after_ms"}`: the real cost of a request `/v1/check` admitted; the difference is given back or charged (never refused); 400 malformed JSON, 404 unknown policy |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | 200 `ok` |
 //! | `GET /dashboard`, `GET /v1/stats` | the dashboard and its data |
@@ -33,6 +34,7 @@ use serde::Deserialize;
 use sluice::Error;
 use sluice_core::Decision;
 use sluice_http::admit::Verdict;
+use sluice_http::cost::settle::{settle as settle_one, Owed};
 use sluice_http::{headers, key};
 
 use crate::runtime::state::Shared;
@@ -71,6 +73,7 @@ fn failures() -> &'static sluice::Keyed<std::net::IpAddr, sluice_core::Gcra> {
 pub fn router(shared: &'static Shared) -> Router {
     Router::new()
         .route("/v1/check", post(check))
+        .route("/v1/settle", post(settle))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/dashboard", get(crate::dashboard::page::page))
@@ -286,6 +289,65 @@ async fn check(State(shared): State<&'static Shared>, body: Bytes) -> Response {
         std::slice::from_ref(policy),
         &[verdict],
     );
+    response
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleRequest {
+    policy: String,
+    key: String,
+    #[serde(default = "one")]
+    reserved: u64,
+    actual: u64,
+    #[serde(default)]
+    elapsed_ms: u64,
+}
+
+/// `POST /v1/settle`: the real cost of a request that `/v1/check` admitted with `reserved`
+/// `elapsed_ms` ago. The difference is given back, or charged whatever the key has left
+/// (what an empty bucket cannot hold is forgiven and reported).
+async fn settle(State(shared): State<&'static Shared>, body: Bytes) -> Response {
+    let request: SettleRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
+    };
+    let runtime = shared.current();
+    let Some(policy) = runtime.policies.get(&request.policy) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "unknown policy `{}`",
+                request.policy.chars().take(64).collect::<String>()
+            ),
+        );
+    };
+    let key = key::normalize(request.key.as_bytes());
+    let elapsed = Duration::from_millis(request.elapsed_ms);
+    let owed = Owed {
+        policy: std::sync::Arc::clone(policy),
+        key: key.to_string(),
+        reserved: request.reserved,
+        at: tokio::time::Instant::now()
+            .checked_sub(elapsed)
+            .unwrap_or_else(tokio::time::Instant::now),
+        counts_request_body: false,
+    };
+    let settled = settle_one(&owed, Some(request.actual)).await;
+    let state = policy.peek(&key).await.ok();
+    let body = format!(
+        "{{\"refunded\":{},\"charged\":{},\"forgiven\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{}}}\n",
+        settled.refunded,
+        settled.charged,
+        settled.forgiven,
+        policy.quota().capacity(),
+        state.map_or(0, |d| d.remaining),
+        state.map_or(0, |d| d.reset_after_ms_ceil()),
+    );
+    let mut response = (StatusCode::OK, body).into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 

@@ -92,6 +92,11 @@ fn describe(p: &PolicyConfig) -> Value {
         "rate": p.quota.rate().to_string(),
         "key": p.key.to_string(),
         "shadow": p.shadow,
+        "cost": p.cost.as_ref().map(|c| json!({
+            "reserve": c.reserve,
+            "request": c.request.as_ref().map(ToString::to_string),
+            "settle": c.settle.as_ref().map(ToString::to_string),
+        })),
     })
 }
 

@@ -387,6 +387,19 @@ impl Drop for Gateway {
     }
 }
 
+/// The sum of the samples of `series` (all label sets) on the gateway's `/metrics`.
+pub async fn metric(gw: &Gateway, series: &str) -> f64 {
+    let text = get(&gw.admin("/metrics")).await.unwrap().body;
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A response, read whole.
 #[derive(Debug)]
 pub struct Answer {

@@ -1,0 +1,344 @@
+//! Settled cost against real upstreams on loopback: a policy reserves an estimate, the
+//! gateway reads the real cost as the response streams through (a JSON `usage`, the last
+//! server-sent event's `usage`, a trailer, a header, the bytes), and the key ends up charged
+//! exactly what the upstream reported, on the memory, file and Redis stores; a client that
+//! goes away mid-stream is charged the report it saw or the estimate; a body of 100 MiB
+//! streams through in bounded memory; the decision API settles too.
+
+mod common;
+#[allow(dead_code)]
+#[path = "../../sluice/tests/support/redis.rs"]
+mod redis_support;
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{client, Gateway};
+use http::{Request, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+const CAPACITY: u64 = 10_000;
+const RESERVE: u64 = 1_000;
+
+/// A response body fed from a channel, frame by frame, as the upstream's handler sends them.
+struct Chan(mpsc::Receiver<Frame<Bytes>>);
+
+impl http_body::Body for Chan {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|f| f.map(Ok))
+    }
+}
+
+fn query(req: &Request<Incoming>, name: &str) -> Option<String> {
+    req.uri().query()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == name).then(|| v.to_owned())
+    })
+}
+
+/// An OpenAI-like upstream on HTTP/1.1 and h2c. `?kind=` picks the answer:
+/// `json` (a chat completion with `usage.total_tokens = tokens`), `silent` (the same without
+/// usage), `sse` (`chunks` content events, then the usage event, then `[DONE]`; with
+/// `stall=before` it stops before the usage event, with `stall=after` after it, holding the
+/// stream open), `trailer` (a body, then the trailer `x-usage: tokens`), `header` (`x-usage`
+/// in the head), `big` (`mib` MiB of events, then the usage event), `echo` (the request body's
+/// length).
+async fn llm_upstream() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    Ok::<_, Infallible>(answer(req).await)
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr.to_string()
+}
+
+async fn answer(req: Request<Incoming>) -> Response<Chan> {
+    let kind = query(&req, "kind").unwrap_or_default();
+    let tokens: u64 = query(&req, "tokens")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    let (tx, rx) = mpsc::channel::<Frame<Bytes>>(4);
+    let mut response = Response::new(Chan(rx));
+    let content_type = if matches!(kind.as_str(), "sse" | "big") {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    response
+        .headers_mut()
+        .insert("content-type", content_type.parse().unwrap());
+    if kind == "trailer" {
+        // An HTTP/1.1 answer announces its trailers (hyper sends only those announced).
+        response
+            .headers_mut()
+            .insert("trailer", "x-usage".parse().unwrap());
+    }
+    if kind == "header" {
+        response
+            .headers_mut()
+            .insert("x-usage", tokens.to_string().parse().unwrap());
+    }
+    let chunks: usize = query(&req, "chunks")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(3);
+    let stall = query(&req, "stall").unwrap_or_default();
+    let mib: usize = query(&req, "mib").and_then(|m| m.parse().ok()).unwrap_or(0);
+    let body_len = if kind == "echo" {
+        req.into_body()
+            .collect()
+            .await
+            .map_or(0, |b| b.to_bytes().len())
+    } else {
+        0
+    };
+    tokio::spawn(async move {
+        let data = |s: String| Frame::data(Bytes::from(s));
+        let usage = format!(
+            r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{tokens}}}"#,
+            p = tokens / 3,
+            c = tokens - tokens / 3
+        );
+        match kind.as_str() {
+            "json" => {
+                let _ = tx.send(data(r#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"about \"usage\": {\"total_tokens\": 1}"}}],"#.into())).await;
+                let _ = tx.send(data(format!(r#""usage":{usage}}}"#))).await;
+            }
+            "silent" | "header" => {
+                let _ = tx.send(data(r#"{"choices":[]}"#.into())).await;
+            }
+            "echo" => {
+                let _ = tx.send(data(format!(r#"{{"body_len":{body_len}}}"#))).await;
+            }
+            "sse" | "big" => {
+                let event = |text: &str| {
+                    format!(
+                        "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}],\"usage\":null}}\n\n"
+                    )
+                };
+                if kind == "big" {
+                    // 64 KiB of events per frame.
+                    let one = event(&"x".repeat(100));
+                    let frame = one.repeat(65_536 / one.len());
+                    let mut sent = 0;
+                    while sent < mib << 20 {
+                        if tx.send(data(frame.clone())).await.is_err() {
+                            return;
+                        }
+                        sent += frame.len();
+                    }
+                } else {
+                    for i in 0..chunks {
+                        let _ = tx.send(data(event(&format!("word {i}")))).await;
+                    }
+                }
+                if stall == "before" {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                }
+                let _ = tx
+                    .send(data(format!(
+                        "data: {{\"choices\":[],\"usage\":{usage}}}\n\n"
+                    )))
+                    .await;
+                if stall == "after" {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                }
+                let _ = tx.send(data("data: [DONE]\n\n".into())).await;
+            }
+            "trailer" => {
+                let _ = tx.send(data(r#"{"choices":[]}"#.into())).await;
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("x-usage", tokens.to_string().parse().unwrap());
+                let _ = tx.send(Frame::trailers(trailers)).await;
+            }
+            _ => {}
+        }
+    });
+    response
+}
+
+fn config(upstream: &str, store: &str) -> String {
+    let route = |prefix: &str, policy: &str, scheme: &str| {
+        format!(
+            "[[route]]\npath_prefix = \"{prefix}\"\npolicies = [\"{policy}\"]\nupstream = \"{scheme}://{upstream}\"\n"
+        )
+    };
+    let policy = |name: &str, cost: &str| {
+        format!(
+            "[[policy]]\nname = \"{name}\"\nalgorithm = \"gcra\"\ncapacity = {CAPACITY}\nrate = \"{CAPACITY}/day\"\nkey = \"header:x-api-key\"\ncost = {cost}\n"
+        )
+    };
+    [
+        store.to_owned(),
+        policy(
+            "llm",
+            &format!("{{ reserve = {RESERVE}, settle = \"openai\" }}"),
+        ),
+        policy(
+            "trailered",
+            &format!("{{ reserve = {RESERVE}, settle = \"trailer:x-usage\" }}"),
+        ),
+        policy(
+            "headed",
+            &format!("{{ reserve = {RESERVE}, settle = \"header:x-usage\" }}"),
+        ),
+        policy(
+            "uploads",
+            &format!("{{ reserve = {RESERVE}, request = \"body_bytes\" }}"),
+        ),
+        policy("bytes", "{ reserve = 1, settle = \"response_bytes\" }"),
+        route("/v1/", "llm", "http"),
+        route("/h2/", "llm", "h2c"),
+        route("/trailer/", "trailered", "http"),
+        route("/h2trailer/", "trailered", "h2c"),
+        route("/header/", "headed", "http"),
+        route("/upload/", "uploads", "http"),
+        route("/download/", "bytes", "http"),
+    ]
+    .join("\n")
+}
+
+/// `key`'s tokens left in `policy`, from the decision API (a query: cost 0).
+async fn remaining(gw: &Gateway, policy: &str, key: &str) -> u64 {
+    let body = format!(r#"{{"policy":"{policy}","key":"{key}","cost":0}}"#);
+    let answer = common::post(&gw.admin("/v1/check"), &body).await;
+    answer.json()["remaining"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{answer:?}"))
+}
+
+/// Waits until `key` has `want` tokens left (a settlement runs once the body is dropped),
+/// then checks it stays there.
+async fn settles_to(gw: &Gateway, policy: &str, key: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = remaining(gw, policy, key).await;
+    while seen != want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = remaining(gw, policy, key).await;
+    }
+    assert_eq!(seen, want, "{policy}/{key}: {}", gw.log_text());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        remaining(gw, policy, key).await,
+        want,
+        "{policy}/{key} moved"
+    );
+}
+
+async fn call(gw: &Gateway, path: &str, key: &str) -> common::Answer {
+    let req = Request::get(gw.url(path))
+        .header("x-api-key", key)
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    common::send(&client(), req).await.unwrap()
+}
+
+/// JSON, server-sent events (HTTP/1.1 and h2c), a header, a trailer (h2c and chunked
+/// HTTP/1.1), an upstream that reports nothing: each key ends up charged what was reported,
+/// or the estimate.
+async fn each_source_settles(store: &str, tag: &str) {
+    let upstream = llm_upstream().await;
+    let gw = Gateway::start("", &config(&upstream, store)).await;
+    let cases: [(&str, &str, u64, u64); 9] = [
+        // (policy, path, tokens reported, tokens the key ends up charged)
+        ("llm", "/v1/chat?kind=json&tokens=300", 300, 300),
+        ("llm", "/v1/chat?kind=json&tokens=2500", 2500, 2500),
+        ("llm", "/v1/chat?kind=sse&tokens=1234&chunks=20", 1234, 1234),
+        ("llm", "/h2/chat?kind=sse&tokens=77", 77, 77),
+        ("llm", "/h2/chat?kind=json&tokens=4321", 4321, 4321),
+        ("llm", "/v1/chat?kind=silent", 0, RESERVE),
+        ("headed", "/header/x?kind=header&tokens=42", 42, 42),
+        (
+            "trailered",
+            "/h2trailer/x?kind=trailer&tokens=5000",
+            5000,
+            5000,
+        ),
+        ("trailered", "/trailer/x?kind=trailer&tokens=123", 123, 123),
+    ];
+    for (i, (policy, path, reported, charged)) in cases.into_iter().enumerate() {
+        let key = format!("{tag}-key-{i}");
+        let answer = call(&gw, path, &key).await;
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+        if path.contains("kind=json") && reported > 0 {
+            assert!(
+                String::from_utf8_lossy(&answer.body)
+                    .contains(&format!("\"total_tokens\":{reported}")),
+                "the body went through unchanged"
+            );
+        }
+        settles_to(&gw, policy, &key, CAPACITY - charged).await;
+        println!("{tag}: {path}: reported {reported}, charged {charged}");
+    }
+    // A report beyond what is left empties the bucket, the rest is forgiven, and the key's
+    // next request waits for the refill.
+    let key = format!("{tag}-heavy");
+    call(&gw, "/v1/chat?kind=json&tokens=12000", &key).await;
+    settles_to(&gw, "llm", &key, 0).await;
+    let refused = call(&gw, "/v1/chat?kind=json&tokens=1", &key).await;
+    assert_eq!(refused.status, 429, "a key in debt waits for the refill");
+    let series = |labels: &str| format!("sluice_settled{labels}");
+    let forgiven = common::metric(
+        &gw,
+        &series("_cost_total{policy=\"llm\",direction=\"forgiven\"}"),
+    )
+    .await;
+    let reported = common::metric(&gw, &series("_total{policy=\"llm\",source=\"reported\"}")).await;
+    let estimate = common::metric(&gw, &series("_total{policy=\"llm\",source=\"estimate\"}")).await;
+    println!(
+        "{tag}: settled with a report {reported}, with the estimate {estimate}, forgiven {forgiven}"
+    );
+    assert_eq!((reported, estimate, forgiven), (6.0, 1.0, 2000.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_source_settles_on_the_memory_store() {
+    each_source_settles("", "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_source_settles_on_the_file_store() {
+    let dir = common::TempDir::new();
+    let store = format!(
+        "[store]\nbackend = \"file\"\npath = \"{}\"\n",
+        dir.0.join("state.bin").display()
+    );
+    each_source_settles(&store, "file").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_source_settles_on_the_redis_store() {
+    let Some(redis) = redis_support::RedisServer::start() else {
+        return;
+    };
+    let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"\n", redis.url());
+    each_source_settles(&store, "redis").await;
+}
