@@ -342,3 +342,212 @@ async fn each_source_settles_on_the_redis_store() {
     let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"\n", redis.url());
     each_source_settles(&store, "redis").await;
 }
+
+/// Reads `path` as `key` until the body holds `until` (or ends), then drops the connection:
+/// a client gone mid-stream.
+async fn read_then_leave(gw: &Gateway, path: &str, key: &str, until: &str) {
+    let req = Request::get(gw.url(path))
+        .header("x-api-key", key)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client().request(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !String::from_utf8_lossy(&seen).contains(until) {
+        assert!(Instant::now() < deadline, "never saw {until:?}");
+        match tokio::time::timeout(Duration::from_secs(5), body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    seen.extend_from_slice(data);
+                }
+            }
+            other => panic!("the stream ended early: {other:?}"),
+        }
+    }
+    drop(body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_stream_is_charged_the_report_it_saw_or_the_estimate() {
+    let upstream = llm_upstream().await;
+    let gw = Gateway::start("", &config(&upstream, "")).await;
+    // The usage event came, then the client left before `[DONE]`: charged the report.
+    read_then_leave(
+        &gw,
+        "/v1/chat?kind=sse&tokens=2222&stall=after",
+        "reported",
+        "total_tokens",
+    )
+    .await;
+    settles_to(&gw, "llm", "reported", CAPACITY - 2222).await;
+    // It left before any usage: the estimate stands.
+    read_then_leave(
+        &gw,
+        "/v1/chat?kind=sse&stall=before&chunks=5",
+        "unreported",
+        "word 4",
+    )
+    .await;
+    settles_to(&gw, "llm", "unreported", CAPACITY - RESERVE).await;
+    // The same over HTTP/2 to the upstream.
+    read_then_leave(
+        &gw,
+        "/h2/chat?kind=sse&tokens=3333&stall=after",
+        "reported-h2",
+        "total_tokens",
+    )
+    .await;
+    settles_to(&gw, "llm", "reported-h2", CAPACITY - 3333).await;
+}
+
+/// Resident memory of a process, in KiB, from `/proc`.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_100_mib_goes_through_in_bounded_memory_and_settles() {
+    let upstream = llm_upstream().await;
+    let gw = Gateway::start("", &config(&upstream, "")).await;
+    // Warm the gateway up (its pools, its first allocations) before the baseline.
+    call(&gw, "/v1/chat?kind=json&tokens=1", "warm").await;
+    let pid = gw.child.id();
+    let before = rss_kib(pid);
+    let req = Request::get(gw.url("/v1/chat?kind=big&mib=100&tokens=4096"))
+        .header("x-api-key", "big")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let started = Instant::now();
+    let response = client().request(req).await.unwrap();
+    let mut body = response.into_body();
+    let (mut bytes, mut peak) = (0usize, before);
+    let mut last_sample = Instant::now();
+    let mut tail = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame.unwrap().data_ref() {
+            bytes += data.len();
+            tail = data.to_vec();
+        }
+        if last_sample.elapsed() > Duration::from_millis(20) {
+            peak = peak.max(rss_kib(pid));
+            last_sample = Instant::now();
+        }
+    }
+    peak = peak.max(rss_kib(pid));
+    println!(
+        "{} MiB in {:?}; gateway RSS {} KiB before, {} KiB at most (+{} KiB)",
+        bytes >> 20,
+        started.elapsed(),
+        before,
+        peak,
+        peak - before
+    );
+    assert!(bytes >= 100 << 20);
+    assert!(String::from_utf8_lossy(&tail).contains("[DONE]"));
+    assert!(
+        peak - before < 16 * 1024,
+        "the gateway grew by {} KiB streaming 100 MiB",
+        peak - before
+    );
+    settles_to(&gw, "llm", "big", CAPACITY - 4096).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_side_costs_and_bytes_sent() {
+    let upstream = llm_upstream().await;
+    let gw = Gateway::start("", &config(&upstream, "")).await;
+    let upload = |key: &'static str, body: Vec<u8>, chunked: bool| {
+        let url = gw.url("/upload/x?kind=echo");
+        async move {
+            let builder = Request::post(url).header("x-api-key", key);
+            if chunked {
+                // A body of unknown length: the estimate first, the bytes read settled.
+                let (tx, rx) = mpsc::channel(4);
+                let req = builder.body(Chan(rx)).unwrap();
+                let send = tokio::spawn(async move {
+                    for piece in body.chunks(1000) {
+                        tx.send(Frame::data(Bytes::copy_from_slice(piece)))
+                            .await
+                            .unwrap();
+                    }
+                });
+                let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                    .build_http::<Chan>();
+                let response = client.request(req).await.unwrap();
+                send.await.unwrap();
+                let status = response.status();
+                let _ = response.into_body().collect().await;
+                status
+            } else {
+                let req = builder.body(Full::new(Bytes::from(body))).unwrap();
+                common::send(&client(), req).await.unwrap().status
+            }
+        }
+    };
+    assert_eq!(upload("sized", vec![b'a'; 2_500], false).await, 200);
+    settles_to(&gw, "uploads", "sized", CAPACITY - 2_500).await;
+    assert_eq!(upload("chunked", vec![b'a'; 3_700], true).await, 200);
+    settles_to(&gw, "uploads", "chunked", CAPACITY - 3_700).await;
+    // A declared length above the capacity can never be admitted.
+    assert_eq!(upload("huge", vec![b'a'; 10_001], false).await, 422);
+    // The bytes of a download.
+    let answer = call(&gw, "/download/x?kind=json&tokens=5", "dl").await;
+    settles_to(&gw, "bytes", "dl", CAPACITY - answer.body.len() as u64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_api_settles_after_a_check() {
+    let upstream = llm_upstream().await;
+    let gw = Gateway::start("", &config(&upstream, "")).await;
+    let check = common::post(
+        &gw.admin("/v1/check"),
+        r#"{"policy":"llm","key":"api","cost":1000}"#,
+    )
+    .await;
+    assert_eq!(check.status, 200);
+    assert_eq!(check.json()["remaining"], CAPACITY - 1000);
+    let settle = |body: &'static str| {
+        let url = gw.admin("/v1/settle");
+        async move { common::post(&url, body).await }
+    };
+    let refunded =
+        settle(r#"{"policy":"llm","key":"api","reserved":1000,"actual":250,"elapsed_ms":5}"#).await;
+    assert_eq!(refunded.status, 200, "{refunded:?}");
+    let json = refunded.json();
+    println!("{json}");
+    assert_eq!(
+        (
+            &json["refunded"],
+            &json["charged"],
+            &json["forgiven"],
+            &json["remaining"]
+        ),
+        (&750.into(), &0.into(), &0.into(), &(CAPACITY - 250).into())
+    );
+    let charged = settle(r#"{"policy":"llm","key":"api","reserved":1,"actual":20000}"#).await;
+    let json = charged.json();
+    println!("{json}");
+    assert_eq!(
+        (&json["charged"], &json["forgiven"], &json["remaining"]),
+        (
+            &(CAPACITY - 250).into(),
+            &(20000 - 1 - (CAPACITY - 250)).into(),
+            &0.into()
+        )
+    );
+    let unknown = settle(r#"{"policy":"nope","key":"k","actual":1}"#).await;
+    assert_eq!(unknown.status, 404);
+    let bad = settle(r#"{"policy":"llm","key":"k"}"#).await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        String::from_utf8_lossy(&bad.body).contains("actual"),
+        "{bad:?}"
+    );
+}
