@@ -279,6 +279,65 @@ async fn hits_addend_is_the_cost() {
     assert_eq!(remaining, [7, 4, 1, 1, 0, 0]);
 }
 
+/// The descriptors Envoy sends once a stream is done (`apply_on_stream_done`), matched by an
+/// `on_stream_done` rule, charge their `hits_addend` (what the request really cost, an LLM
+/// answer's tokens) whatever the key has left, and are `OK`; the request path then sees the
+/// debt. Here the request path reserves 1 per request on the same policy and key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_done_descriptor_charges_its_hits_and_the_next_request_sees_it() {
+    let Some(py) = python() else { return };
+    let up = Upstream::start().await;
+    let rest = format!(
+        r#"
+[[policy]]
+name = "tokens"
+algorithm = "gcra"
+capacity = 1000
+rate = "1000/day"
+key = "header:x-api-key"
+
+[[route]]
+path_prefix = "/api/"
+policies = ["tokens"]
+upstream = "{}"
+
+[[rls]]
+domain = "llm"
+match = [{{ key = "api_key" }}]
+policy = "tokens"
+
+[[rls]]
+domain = "llm"
+match = [{{ key = "usage", value = "done" }}, {{ key = "api_key" }}]
+policy = "tokens"
+on_stream_done = true
+"#,
+        up.url()
+    );
+    let (_gw, port) = start(&rest).await;
+    let ask = json!([["api_key", "k1"]]);
+    let done = json!([["usage", "done"], ["api_key", "k1"]]);
+    let answers = rls(
+        &py,
+        port,
+        &json!([
+            {"domain": "llm", "descriptors": [ask]},
+            {"domain": "llm", "descriptors": [done], "hits_addend": 700},
+            {"domain": "llm", "descriptors": [ask]},
+            {"domain": "llm", "descriptors": [done], "hits_addend": 900},
+            {"domain": "llm", "descriptors": [ask]},
+        ]),
+    );
+    println!("{answers:?}");
+    assert_eq!(codes(&answers), ["OK", "OK", "OK", "OK", "OVER_LIMIT"]);
+    let remaining: Vec<u64> = answers
+        .iter()
+        .map(|a| a["statuses"][0]["remaining"].as_u64().unwrap())
+        .collect();
+    // 1000 - 1, - 700, - 1, then 900 charged of the 298 left (the rest forgiven): empty.
+    assert_eq!(remaining, [999, 299, 298, 0, 0]);
+}
+
 /// A domain or descriptor no rule matches is OK, has no limit, and is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unmatched_descriptors_are_ok_and_counted() {

@@ -65,3 +65,63 @@ pub(crate) fn cost(
         settle,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    fn policy(cost: &str) -> String {
+        format!("[[policy]]\nname = \"p\"\nalgorithm = \"gcra\"\ncapacity = 1000\nrate = \"1000/min\"\ncost = {cost}\n[[route]]\npath_prefix = \"/\"\npolicies = [\"p\"]\nupstream = \"http://127.0.0.1:1\"\n")
+    }
+
+    fn errors(text: &str) -> String {
+        crate::config::parse(text, "t.toml")
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_cost_is_read_and_a_bad_one_named_with_its_line_field_and_value() {
+        let c = crate::config::parse(
+            &policy("{ reserve = 500, request = \"body_bytes\", settle = \"openai:completion_tokens\" }"),
+            "t.toml",
+        )
+        .unwrap();
+        let spec = c.policies[0].cost.clone().unwrap();
+        assert_eq!(spec.reserve, 500);
+        assert_eq!(spec.request.unwrap().to_string(), "body_bytes");
+        assert_eq!(spec.settle.unwrap().to_string(), "openai:completion_tokens");
+        for (cost, expected) in [
+            ("{ reserve = 0 }", "policy[0].cost.reserve"),
+            ("{ reserve = 1001 }", "above the policy's capacity 1000"),
+            ("{ settle = \"usage\" }", "`usage`: use header:NAME"),
+            ("{ settle = \"trailer:bad name\" }", "not a header name"),
+            ("{ request = \"bytes\" }", "use body_bytes or header:NAME"),
+            ("{ reserve = 5, refund = true }", "refund"),
+            ("{}", "an empty cost"),
+        ] {
+            let e = errors(&policy(cost));
+            assert!(
+                e.contains("t.toml:6:") && e.contains(expected),
+                "{cost}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn on_stream_done_is_a_boolean() {
+        let rls = |value: &str| {
+            format!("{}[[rls]]\ndomain = \"d\"\nmatch = [{{ key = \"k\" }}]\npolicy = \"p\"\non_stream_done = {value}\n", policy("{ reserve = 1 }"))
+        };
+        let c = crate::config::parse(&rls("true"), "t.toml").unwrap();
+        assert!(c.rls[0].on_stream_done);
+        let e = errors(&rls("\"yes\""));
+        assert!(
+            e.contains("t.toml:15:")
+                && e.contains("rls[0].on_stream_done")
+                && e.contains("expected true or false"),
+            "{e}"
+        );
+    }
+}

@@ -197,6 +197,7 @@ mod tests {
                 })
                 .collect(),
             policy: policy.into(),
+            on_stream_done: false,
         }
     }
 
