@@ -1,6 +1,7 @@
 //! Settling a request's cost once its response is over: what was taken before it was
 //! forwarded against what it really cost.
 
+use std::future::Future as _;
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -84,11 +85,17 @@ pub fn settle_all(owed: Vec<Owed>, observed: &Observed<'_>) {
         // No runtime left (the process is stopping): the estimates stand.
         return;
     };
-    runtime.spawn(async move {
+    let mut settling = Box::pin(async move {
         for (owed, actual) in settlements {
             settle(&owed, actual).await;
         }
     });
+    // A memory or file store settles at once: no task is spawned for it. A remote store's
+    // round trip goes on in a task of its own.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if settling.as_mut().poll(&mut cx).is_pending() {
+        runtime.spawn(settling);
+    }
 }
 
 /// What one settlement did, in tokens.

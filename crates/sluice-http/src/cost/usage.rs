@@ -14,7 +14,7 @@
 //! Nothing is ever held back from the client: the scanner reads a copy of each chunk's
 //! reference, after which the chunk goes on unchanged.
 
-use memchr::{memchr, memchr2, memmem};
+use memchr::{memchr, memchr2, memmem, memrchr};
 use serde_json::{Map, Value};
 
 /// The largest `usage` value kept (real ones are a few hundred bytes).
@@ -115,34 +115,51 @@ impl UsageScanner {
         usage_field(self.found.as_ref()?, field)
     }
 
-    fn feed_events(&mut self, mut chunk: &[u8]) {
-        while !chunk.is_empty() {
-            match memchr(b'\n', chunk) {
-                Some(end) => {
-                    let (head, rest) = (&chunk[..end], &chunk[end + 1..]);
-                    if self.line.is_empty() && !self.line_too_long {
-                        self.event_line(head);
-                    } else if !self.line_too_long && self.line.len() + head.len() <= MAX_LINE {
-                        let mut line = std::mem::take(&mut self.line);
-                        line.extend_from_slice(head);
-                        self.event_line(&line);
-                        line.clear();
-                        self.line = line;
-                    }
-                    self.line.clear();
-                    self.line_too_long = false;
-                    chunk = rest;
-                }
-                None => {
-                    if self.line.len() + chunk.len() > MAX_LINE {
-                        self.line.clear();
-                        self.line_too_long = true;
-                    } else if !self.line_too_long {
-                        self.line.extend_from_slice(chunk);
-                    }
-                    return;
-                }
+    fn feed_events(&mut self, chunk: &[u8]) {
+        let Some(first) = memchr(b'\n', chunk) else {
+            self.hold(chunk);
+            return;
+        };
+        // The line an earlier chunk began ends here.
+        if self.line.is_empty() && !self.line_too_long {
+            self.event_line(&chunk[..first]);
+        } else {
+            if !self.line_too_long && self.line.len() + first <= MAX_LINE {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&chunk[..first]);
+                self.event_line(&line);
+                line.clear();
+                self.line = line;
             }
+            self.line.clear();
+            self.line_too_long = false;
+        }
+        // The whole lines after it: only those that mention "usage" are looked at, found in
+        // one pass over the chunk.
+        let last = memrchr(b'\n', chunk).unwrap_or(first);
+        if last > first {
+            let whole = &chunk[first + 1..=last];
+            let mut read_to = 0;
+            for at in usage_finder().find_iter(whole) {
+                if at < read_to || !object_follows(&whole[at + USAGE.len()..]) {
+                    continue;
+                }
+                let start = memrchr(b'\n', &whole[..at]).map_or(0, |i| i + 1);
+                let end = memchr(b'\n', &whole[at..]).map_or(whole.len(), |i| at + i);
+                self.event_line(&whole[start..end]);
+                read_to = end;
+            }
+        }
+        self.hold(&chunk[last + 1..]);
+    }
+
+    /// Keeps the start of a line that the next chunk ends (at most [`MAX_LINE`] bytes).
+    fn hold(&mut self, part: &[u8]) {
+        if self.line.len() + part.len() > MAX_LINE {
+            self.line.clear();
+            self.line_too_long = true;
+        } else if !self.line_too_long {
+            self.line.extend_from_slice(part);
         }
     }
 
@@ -151,7 +168,8 @@ impl UsageScanner {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        if memmem::find(data, b"\"usage\"").is_none() {
+        // Most events carry `"usage":null` (or nothing): parsed only when one is an object.
+        if !has_usage_object(data) {
             return;
         }
         if let Ok(Value::Object(mut event)) = serde_json::from_slice::<Value>(data.trim_ascii()) {
@@ -257,6 +275,31 @@ fn push_key(key: &mut Option<Vec<u8>>, bytes: &[u8]) {
             k.extend_from_slice(bytes);
         }
     }
+}
+
+/// The member name looked for.
+const USAGE: &[u8] = b"\"usage\"";
+
+/// The searcher for [`USAGE`], built once (building one costs more than a search of a line).
+fn usage_finder() -> &'static memmem::Finder<'static> {
+    static FINDER: std::sync::OnceLock<memmem::Finder<'static>> = std::sync::OnceLock::new();
+    FINDER.get_or_init(|| memmem::Finder::new(USAGE))
+}
+
+/// Whether `rest`, what follows a `"usage"`, is a colon and an opening brace (spaces allowed
+/// between): a usage object rather than `null`.
+fn object_follows(rest: &[u8]) -> bool {
+    match rest.trim_ascii_start().strip_prefix(b":") {
+        Some(after) => after.trim_ascii_start().first() == Some(&b'{'),
+        None => false,
+    }
+}
+
+/// Whether `data` holds a `"usage"` member whose value is an object.
+fn has_usage_object(data: &[u8]) -> bool {
+    usage_finder()
+        .find_iter(data)
+        .any(|at| object_follows(&data[at + USAGE.len()..]))
 }
 
 /// `field` of `usage` as a whole number (see [`UsageScanner::field`]).
