@@ -12,9 +12,10 @@ use sluice::{AcquireOptions, Error, Pool};
 use sluice_core::{Algorithm, AnyAlgorithm, Decision, Quota};
 
 use crate::backend::Backend;
-use crate::key::KeySpec;
+use crate::key::{AmbiguousKey, Key, KeySpec};
 use crate::key_hash::KeyHasher;
 use crate::metrics::PolicyMetrics;
+use crate::plan::{self, Plans};
 
 /// The default cap on keys per policy.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
@@ -58,6 +59,8 @@ pub struct Policy {
     hasher: Option<KeyHasher>,
     item: String,
     shadow: bool,
+    /// The plans, each deciding its keys with its own quota and store (see [`crate::plan`]).
+    plans: Option<Plans>,
     pub(crate) metrics: PolicyMetrics,
 }
 
@@ -89,6 +92,7 @@ pub struct PolicyBuilder {
     backend: Option<Backend>,
     hasher: Option<KeyHasher>,
     shadow: bool,
+    plans: Option<Plans>,
 }
 
 impl Policy {
@@ -106,6 +110,7 @@ impl Policy {
             backend: None,
             hasher: None,
             shadow: false,
+            plans: None,
         }
     }
 
@@ -174,15 +179,112 @@ impl Policy {
     ///
     /// As [`Store::check`].
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        match &self.hasher {
-            None => self.backend.check(key, cost).await,
-            Some(h) => self.backend.check(&h.hash(key), cost).await,
+        let (p, key) = self.target(key);
+        match &p.hasher {
+            None => p.backend.check(key, cost).await,
+            Some(h) => p.backend.check(&h.hash(key), cost).await,
         }
+    }
+
+    /// The key of a request to this policy: [`KeySpec::extract`] of its key spec, tagged
+    /// with the request's plan when the policy has plans (see [`crate::plan`]). What
+    /// [`Policy::check`], [`Policy::acquire`], [`Policy::refund`] and [`Policy::peek`] take.
+    ///
+    /// # Errors
+    ///
+    /// [`AmbiguousKey`] when the key's, or the plan's, header or query parameter appears more
+    /// than once with different values.
+    pub fn request_key<'a>(
+        &self,
+        headers: &'a http::HeaderMap,
+        uri: &'a http::Uri,
+        client_ip: Option<std::net::IpAddr>,
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        self.tagged_key(headers, uri, client_ip, true)
+    }
+
+    /// [`Policy::request_key`] without counting an unknown plan: for a second look at a
+    /// request already counted (its headers, an explanation).
+    ///
+    /// # Errors
+    ///
+    /// As [`Policy::request_key`].
+    pub fn request_key_uncounted<'a>(
+        &self,
+        headers: &'a http::HeaderMap,
+        uri: &'a http::Uri,
+        client_ip: Option<std::net::IpAddr>,
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        self.tagged_key(headers, uri, client_ip, false)
+    }
+
+    fn tagged_key<'a>(
+        &self,
+        headers: &'a http::HeaderMap,
+        uri: &'a http::Uri,
+        client_ip: Option<std::net::IpAddr>,
+        count: bool,
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        let key = self.key.extract(headers, uri, client_ip)?;
+        let Some(plans) = &self.plans else {
+            return Ok(key);
+        };
+        let name = plans.source.extract(headers, uri, client_ip)?;
+        let known = !name.is_empty() && plans.tiers.contains_key(&*name);
+        if count && !name.is_empty() && !known {
+            plans.unknown.increment(1);
+        }
+        Ok(Key::Owned(plan::tag(if known { &name } else { "" }, &key)))
+    }
+
+    /// The policy that decides `key` (this one, or one of its plans) and the key without its
+    /// tag.
+    pub fn target<'k>(&self, key: &'k str) -> (&Policy, &'k str) {
+        let Some(plans) = &self.plans else {
+            return (self, key);
+        };
+        match plan::split(key) {
+            None => (self, key),
+            Some((name, key)) => match plans.tiers.get(name) {
+                Some(tier) if !name.is_empty() => (tier, key),
+                _ => (self, key),
+            },
+        }
+    }
+
+    /// The plan a (tagged) key is decided under, if any.
+    pub fn plan_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        self.plans.as_ref()?;
+        plan::split(key).map(|(name, _)| name).filter(|name| {
+            !name.is_empty()
+                && self
+                    .plans
+                    .as_ref()
+                    .is_some_and(|p| p.tiers.contains_key(*name))
+        })
+    }
+
+    /// The plans, if any.
+    pub fn plans(&self) -> Option<&Plans> {
+        self.plans.as_ref()
+    }
+
+    /// Whether the quota depends on the request (plans): `RateLimit-Policy` is then rendered
+    /// per request ([`Policy::policy_item_for`]).
+    pub fn has_tiers(&self) -> bool {
+        self.plans.is_some()
+    }
+
+    /// This policy as a member of `RateLimit-Policy` for a request of (tagged) `key`: the
+    /// quota that decides it.
+    pub fn policy_item_for(&self, key: &str) -> &str {
+        self.target(key).0.policy_item()
     }
 
     /// `key` as the store holds it: hashed if the policy hashes keys (see
     /// [`PolicyBuilder::hash_keys`]).
     pub fn stored_key<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        let key = self.target(key).1;
         match &self.hasher {
             None => std::borrow::Cow::Borrowed(key),
             Some(h) => std::borrow::Cow::Owned(h.hash(key)),
@@ -199,15 +301,17 @@ impl Policy {
     ///
     /// Dropping the future gives back its place in the queue.
     pub async fn acquire(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.backend
-            .acquire(&self.stored_key(key), cost, AcquireOptions::default())
+        let (p, key) = self.target(key);
+        p.backend
+            .acquire(&p.stored_key(key), cost, AcquireOptions::default())
             .await
     }
 
     /// Gives back `cost` taken from `key`'s bucket `ago`, for a request another policy then
     /// refused (see [`Store::refund`]).
     pub async fn refund(&self, key: &str, cost: u64, ago: Duration) {
-        self.backend.refund(&self.stored_key(key), cost, ago).await;
+        let (p, key) = self.target(key);
+        p.backend.refund(&p.stored_key(key), cost, ago).await;
     }
 
     /// `key`'s bucket now, consuming nothing.
@@ -216,7 +320,8 @@ impl Policy {
     ///
     /// As [`Store::peek`].
     pub async fn peek(&self, key: &str) -> Result<Decision, Error> {
-        self.backend.peek(&self.stored_key(key)).await
+        let (p, key) = self.target(key);
+        p.backend.peek(&p.stored_key(key)).await
     }
 
     /// Counts an admission decided outside [`crate::admit::admit`] (by Envoy's rate limit
@@ -277,6 +382,14 @@ impl PolicyBuilder {
         self
     }
 
+    /// Plans: the name read from `source` (a header or query parameter) selects one of
+    /// `tiers`, each a policy of its own quota and store built for this one (same key spec,
+    /// key cap and queue; name `NAME@PLAN`); see [`crate::plan`].
+    pub fn plans(mut self, source: KeySpec, tiers: Vec<(String, Arc<Policy>)>) -> Self {
+        self.plans = Some(Plans::new(display_name(&self.name), source, tiers));
+        self
+    }
+
     /// Uses `backend` instead of a new memory store. It must have been built for the same
     /// algorithm, key cap and queue.
     pub fn backend(mut self, backend: Backend) -> Self {
@@ -333,7 +446,12 @@ impl PolicyBuilder {
     ///
     /// [`PolicyError`] for a bad name, a zero key cap or a zero concurrency.
     pub fn build(self) -> Result<Policy, PolicyError> {
-        if !is_valid_name(&self.name) {
+        let valid = match self.name.split_once('@') {
+            // A plan's policy: `POLICY@PLAN`.
+            Some((policy, plan)) => is_valid_name(policy) && is_valid_name(plan),
+            None => is_valid_name(&self.name),
+        };
+        if !valid {
             return Err(PolicyError::InvalidName(self.name));
         }
         if self.max_keys == 0 {
@@ -365,7 +483,8 @@ impl PolicyBuilder {
             .window_ns()
             .div_ceil(sluice_core::NANOS_PER_SEC)
             .max(1);
-        let item = format!("\"{}\";q={};w={window}", self.name, quota.capacity());
+        let shown = display_name(&self.name);
+        let item = format!("\"{shown}\";q={};w={window}", quota.capacity());
         let hasher = self.hasher.filter(|_| {
             matches!(
                 self.key,
@@ -375,7 +494,8 @@ impl PolicyBuilder {
         Ok(Policy {
             shadow: self.shadow,
             hasher,
-            metrics: PolicyMetrics::new(&self.name),
+            metrics: PolicyMetrics::new(shown),
+            plans: self.plans,
             name: self.name.into(),
             algorithm: self.algorithm,
             key: self.key,
@@ -386,6 +506,12 @@ impl PolicyBuilder {
             item,
         })
     }
+}
+
+/// The name a policy shows in headers and metrics: a plan's policy (`POLICY@PLAN`) shows its
+/// policy's.
+fn display_name(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(policy, _)| policy)
 }
 
 /// Whether `name` can name a policy: 1 to 64 of `A-Z a-z 0-9 _ - .` (it is shown in headers,

@@ -15,6 +15,7 @@
 mod browser;
 pub mod lease;
 mod otlp;
+pub mod plan;
 mod policy;
 mod rls;
 mod route;
