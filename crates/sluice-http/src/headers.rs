@@ -71,7 +71,7 @@ pub fn policy_header_for(
             text.push_str(", ");
         }
         match policy.request_key_uncounted(ask.headers, ask.uri, ask.client_ip) {
-            Ok(key) => text.push_str(policy.policy_item_for(&key)),
+            Ok(key) => text.push_str(&policy.policy_item_for(&key)),
             Err(_) => text.push_str(policy.policy_item()),
         }
     }

@@ -239,6 +239,10 @@ impl Policy {
 
     /// The policy that decides `key` (this one, or one of its plans) and the key without its
     /// tag.
+    ///
+    /// A key with a quota of its own in this policy's store (set through
+    /// [`Backend::set_override`]) is decided there, whatever its plan: an override beats the
+    /// plan.
     pub fn target<'k>(&self, key: &'k str) -> (&Policy, &'k str) {
         let Some(plans) = &self.plans else {
             return (self, key);
@@ -246,9 +250,33 @@ impl Policy {
         match plan::split(key) {
             None => (self, key),
             Some((name, key)) => match plans.tiers.get(name) {
-                Some(tier) if !name.is_empty() => (tier, key),
+                Some(tier) if !name.is_empty() && !self.overridden(key) => (tier, key),
                 _ => (self, key),
             },
+        }
+    }
+
+    /// Whether `key` (untagged) has a quota of its own in this policy's store.
+    fn overridden(&self, key: &str) -> bool {
+        self.backend.has_overrides() && self.backend.override_of(&self.hashed(key)).is_some()
+    }
+
+    fn hashed<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        match &self.hasher {
+            None => std::borrow::Cow::Borrowed(key),
+            Some(h) => std::borrow::Cow::Owned(h.hash(key)),
+        }
+    }
+
+    /// The quota that decides (tagged) `key`, and where it comes from.
+    pub fn quota_for(&self, key: &str) -> (Quota, QuotaSource) {
+        let (p, untagged) = self.target(key);
+        if let Some(q) = p.backend.override_of(&p.hashed(untagged)) {
+            return (q, QuotaSource::Override);
+        }
+        match self.plan_of(key) {
+            Some(plan) if !std::ptr::eq(p, self) => (p.quota(), QuotaSource::Plan(plan.to_owned())),
+            _ => (self.quota(), QuotaSource::Policy),
         }
     }
 
@@ -272,23 +300,24 @@ impl Policy {
     /// Whether the quota depends on the request (plans): `RateLimit-Policy` is then rendered
     /// per request ([`Policy::policy_item_for`]).
     pub fn has_tiers(&self) -> bool {
-        self.plans.is_some()
+        self.plans.is_some() || self.backend.has_overrides()
     }
 
     /// This policy as a member of `RateLimit-Policy` for a request of (tagged) `key`: the
-    /// quota that decides it.
-    pub fn policy_item_for(&self, key: &str) -> &str {
-        self.target(key).0.policy_item()
+    /// quota that decides it (its plan's, or the key's own).
+    pub fn policy_item_for(&self, key: &str) -> std::borrow::Cow<'_, str> {
+        let (p, untagged) = self.target(key);
+        match p.backend.override_of(&p.hashed(untagged)) {
+            Some(q) => std::borrow::Cow::Owned(item(display_name(&self.name), q)),
+            None => std::borrow::Cow::Borrowed(p.policy_item()),
+        }
     }
 
     /// `key` as the store holds it: hashed if the policy hashes keys (see
     /// [`PolicyBuilder::hash_keys`]).
     pub fn stored_key<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
-        let key = self.target(key).1;
-        match &self.hasher {
-            None => std::borrow::Cow::Borrowed(key),
-            Some(h) => std::borrow::Cow::Owned(h.hash(key)),
-        }
+        let (p, key) = self.target(key);
+        p.hashed(key)
     }
 
     /// Waits in `key`'s queue until `cost` is admitted (without a queue, as [`Policy::check`]).
@@ -478,13 +507,8 @@ impl PolicyBuilder {
             };
             Backend::Memory(MemoryStore::from_keyed(keyed.build()))
         });
-        let quota = self.algorithm.quota();
-        let window = quota
-            .window_ns()
-            .div_ceil(sluice_core::NANOS_PER_SEC)
-            .max(1);
         let shown = display_name(&self.name);
-        let item = format!("\"{shown}\";q={};w={window}", quota.capacity());
+        let item = item(shown, self.algorithm.quota());
         let hasher = self.hasher.filter(|_| {
             matches!(
                 self.key,
@@ -506,6 +530,27 @@ impl PolicyBuilder {
             item,
         })
     }
+}
+
+/// Where the quota of a key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaSource {
+    /// The policy's own.
+    Policy,
+    /// The plan of that name.
+    Plan(String),
+    /// The key's own, set through the admin API.
+    Override,
+}
+
+/// `"name";q=CAPACITY;w=WINDOW_SECONDS`, the window `capacity × interval` rounded up (at
+/// least 1).
+fn item(name: &str, quota: Quota) -> String {
+    let window = quota
+        .window_ns()
+        .div_ceil(sluice_core::NANOS_PER_SEC)
+        .max(1);
+    format!("\"{name}\";q={};w={window}", quota.capacity())
 }
 
 /// The name a policy shows in headers and metrics: a plan's policy (`POLICY@PLAN`) shows its
