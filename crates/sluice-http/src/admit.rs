@@ -207,9 +207,8 @@ impl Ask<'_> {
     }
 
     fn key(&self, policy: &Policy) -> Result<Key<'_>, AmbiguousKey> {
-        policy
-            .key_spec()
-            .extract(self.headers, self.uri, self.client_ip)
+        // Tagged with the request's plan, for a policy with plans (see `crate::plan`).
+        policy.request_key(self.headers, self.uri, self.client_ip)
     }
 
     fn waits(&self, policy: &Policy) -> bool {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice::store::{FileStore, MemoryStore, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
-use sluice_core::Decision;
+use sluice_core::{Decision, Quota};
 
 /// A policy's store. Clones share the state.
 #[derive(Debug, Clone)]
@@ -28,6 +28,60 @@ impl Backend {
             Backend::Memory(_) => "memory",
             Backend::Redis(_) => "redis",
             Backend::File(_) => "file",
+        }
+    }
+}
+
+impl Backend {
+    /// Gives `key` (as stored) a quota of its own, `None` removing it: the store converts
+    /// the key's state so that it gains no tokens, and keeps the quota with the key's state
+    /// (memory: this process, across reloads; file: in the state file; Redis: in a hash every
+    /// gateway on the prefix reads). Returns the key's previous quota.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when Redis does not answer.
+    pub async fn set_override(
+        &self,
+        key: &str,
+        quota: Option<Quota>,
+    ) -> Result<Option<Quota>, Error> {
+        match self {
+            Backend::Memory(s) => Ok(s.set_override(key, quota)),
+            Backend::File(s) => Ok(s.set_override(key, quota)),
+            Backend::Redis(s) => s.set_override(key, quota).await,
+        }
+    }
+
+    /// Every key (as stored) with a quota of its own, sorted by key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when Redis does not answer.
+    pub async fn overrides(&self) -> Result<Vec<(String, Quota)>, Error> {
+        match self {
+            Backend::Memory(s) => Ok(s.overrides()),
+            Backend::File(s) => Ok(s.overrides()),
+            Backend::Redis(s) => s.overrides().await,
+        }
+    }
+
+    /// `key`'s own quota, if it has one (Redis: as this gateway last read it).
+    pub fn override_of(&self, key: &str) -> Option<Quota> {
+        use sluice_core::Algorithm as _;
+        match self {
+            Backend::Memory(s) => s.keyed().override_of(key).map(|a| a.quota()),
+            Backend::File(s) => s.keyed().override_of(key).map(|a| a.quota()),
+            Backend::Redis(s) => s.override_of(key),
+        }
+    }
+
+    /// Whether any key has a quota of its own (a load, no lookup).
+    pub fn has_overrides(&self) -> bool {
+        match self {
+            Backend::Memory(s) => s.keyed().has_overrides(),
+            Backend::File(s) => s.keyed().has_overrides(),
+            Backend::Redis(s) => s.has_overrides(),
         }
     }
 }

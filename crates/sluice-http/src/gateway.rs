@@ -292,6 +292,9 @@ impl Gateway {
             cost: 1,
             may_wait: body_may_wait(request.headers(), route.max_queued_body()),
         };
+        // A policy with plans or per-key quotas shows the quota that decides this request.
+        let tiered = headers::policy_header_for(route.policy_list(), &ask);
+        let policy_header = tiered.as_ref().or(route.policy_header());
         let admission = match admit_as(route.policy_list(), &ask, protocol).await {
             Ok(admission) => admission,
             Err(denial) => {
@@ -301,9 +304,9 @@ impl Gateway {
                     reason: denial.reason,
                 };
                 let response = if protocol == Protocol::Grpc {
-                    grpc::denied(&denial, policies, route.policy_header()).map(Body::from)
+                    grpc::denied(&denial, policies, policy_header).map(Body::from)
                 } else {
-                    headers::denied(&denial, policies, route.policy_header()).map(Body::from)
+                    headers::denied(&denial, policies, policy_header).map(Body::from)
                 };
                 return Handled {
                     response,
@@ -474,7 +477,7 @@ impl Gateway {
         let mut response = response;
         headers::insert(
             response.headers_mut(),
-            route.policy_header(),
+            policy_header,
             route.policy_list(),
             &admission.verdicts,
         );

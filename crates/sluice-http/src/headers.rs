@@ -55,6 +55,29 @@ pub fn policy_header(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
     HeaderValue::from_str(&text).ok()
 }
 
+/// The `RateLimit-Policy` value for the request `ask`, when a policy of the route decides it
+/// by a quota of its own (a plan, a per-key quota); `None` when the route's value, rendered
+/// once, is the request's.
+pub fn policy_header_for(
+    policies: &[Arc<Policy>],
+    ask: &crate::admit::Ask<'_>,
+) -> Option<HeaderValue> {
+    if !policies.iter().any(|p| p.has_tiers()) {
+        return None;
+    }
+    let mut text = String::new();
+    for policy in policies {
+        if !text.is_empty() {
+            text.push_str(", ");
+        }
+        match policy.request_key_uncounted(ask.headers, ask.uri, ask.client_ip) {
+            Ok(key) => text.push_str(&policy.policy_item_for(&key)),
+            Err(_) => text.push_str(policy.policy_item()),
+        }
+    }
+    HeaderValue::from_str(&text).ok()
+}
+
 /// The `RateLimit` value for these verdicts about `policies`, or `None` without any.
 pub fn ratelimit_header(policies: &[Arc<Policy>], verdicts: &[Verdict]) -> Option<HeaderValue> {
     let mut text = BytesMut::with_capacity(48 * verdicts.len());

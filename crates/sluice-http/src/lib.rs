@@ -51,6 +51,7 @@ pub mod limit;
 mod metrics;
 pub use metrics::describe as describe_metrics;
 pub mod path;
+pub mod plan;
 pub mod policy;
 pub mod protocol;
 pub mod proxy;

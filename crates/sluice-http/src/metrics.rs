@@ -9,6 +9,7 @@
 //! | `sluice_shadow_denied_total` | counter | `policy`: requests a `shadow` policy would have denied |
 //! | `sluice_settled_total` | counter | `policy`, `source`: settled requests, with the cost the response `reported` or, without a report, the `estimate` kept |
 //! | `sluice_settled_cost_total` | counter | `policy`, `direction`: tokens settlements `refunded`, `charged`, and `forgiven` (a charge beyond an empty bucket) |
+//! | `sluice_policy_unknown_plan_total` | counter | `policy`: requests naming a plan the policy does not list |
 //! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`), `protocol` |
 //! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`), `protocol` |
 //! | `sluice_request_body_refused_total` | counter | `route`, `reason` (`too_large`: 413, `timeout`: 408), `protocol` |
@@ -137,6 +138,12 @@ pub fn describe() {
          `timeout` (429), `capacity` (422: the cost exceeds the capacity), `unavailable` (503: \
          the store could not answer and on_error denies), `ambiguous_key` (400: the key appears \
          twice with different values); and by `protocol` (`http1`, `h2`, `grpc`, `ws`)."
+    );
+    describe_counter!(
+        "sluice_policy_unknown_plan_total",
+        Unit::Count,
+        "Requests to a policy with plans that named a plan it does not list (decided by the \
+         policy's own quota), by `policy`."
     );
     describe_counter!(
         "sluice_shadow_denied_total",

@@ -13,9 +13,10 @@ use sluice_core::{Algorithm, AnyAlgorithm, Decision, Quota};
 
 use crate::backend::Backend;
 use crate::cost::CostSpec;
-use crate::key::KeySpec;
+use crate::key::{AmbiguousKey, Key, KeySpec};
 use crate::key_hash::KeyHasher;
 use crate::metrics::PolicyMetrics;
+use crate::plan::{self, Plans};
 
 /// The default cap on keys per policy.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
@@ -60,6 +61,8 @@ pub struct Policy {
     item: String,
     shadow: bool,
     cost: Option<CostSpec>,
+    /// The plans, each deciding its keys with its own quota and store (see [`crate::plan`]).
+    plans: Option<Plans>,
     pub(crate) metrics: PolicyMetrics,
 }
 
@@ -92,6 +95,7 @@ pub struct PolicyBuilder {
     hasher: Option<KeyHasher>,
     shadow: bool,
     cost: Option<CostSpec>,
+    plans: Option<Plans>,
 }
 
 impl Policy {
@@ -110,6 +114,7 @@ impl Policy {
             hasher: None,
             shadow: false,
             cost: None,
+            plans: None,
         }
     }
 
@@ -183,19 +188,145 @@ impl Policy {
     ///
     /// As [`Store::check`].
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        let (p, key) = self.target(key);
+        match &p.hasher {
+            None => p.backend.check(key, cost).await,
+            Some(h) => p.backend.check(&h.hash(key), cost).await,
+        }
+    }
+
+    /// The key of a request to this policy: [`KeySpec::extract`] of its key spec, tagged
+    /// with the request's plan when the policy has plans (see [`crate::plan`]). What
+    /// [`Policy::check`], [`Policy::acquire`], [`Policy::refund`] and [`Policy::peek`] take.
+    ///
+    /// # Errors
+    ///
+    /// [`AmbiguousKey`] when the key's, or the plan's, header or query parameter appears more
+    /// than once with different values.
+    pub fn request_key<'a>(
+        &self,
+        headers: &'a http::HeaderMap,
+        uri: &'a http::Uri,
+        client_ip: Option<std::net::IpAddr>,
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        self.tagged_key(headers, uri, client_ip, true)
+    }
+
+    /// [`Policy::request_key`] without counting an unknown plan: for a second look at a
+    /// request already counted (its headers, an explanation).
+    ///
+    /// # Errors
+    ///
+    /// As [`Policy::request_key`].
+    pub fn request_key_uncounted<'a>(
+        &self,
+        headers: &'a http::HeaderMap,
+        uri: &'a http::Uri,
+        client_ip: Option<std::net::IpAddr>,
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        self.tagged_key(headers, uri, client_ip, false)
+    }
+
+    fn tagged_key<'a>(
+        &self,
+        headers: &'a http::HeaderMap,
+        uri: &'a http::Uri,
+        client_ip: Option<std::net::IpAddr>,
+        count: bool,
+    ) -> Result<Key<'a>, AmbiguousKey> {
+        let key = self.key.extract(headers, uri, client_ip)?;
+        let Some(plans) = &self.plans else {
+            return Ok(key);
+        };
+        let name = plans.source.extract(headers, uri, client_ip)?;
+        let known = !name.is_empty() && plans.tiers.contains_key(&*name);
+        if count && !name.is_empty() && !known {
+            plans.unknown.increment(1);
+        }
+        Ok(Key::Owned(plan::tag(if known { &name } else { "" }, &key)))
+    }
+
+    /// The policy that decides `key` (this one, or one of its plans) and the key without its
+    /// tag.
+    ///
+    /// A key with a quota of its own in this policy's store (set through
+    /// [`Backend::set_override`]) is decided there, whatever its plan: an override beats the
+    /// plan.
+    pub fn target<'k>(&self, key: &'k str) -> (&Policy, &'k str) {
+        let Some(plans) = &self.plans else {
+            return (self, key);
+        };
+        match plan::split(key) {
+            None => (self, key),
+            Some((name, key)) => match plans.tiers.get(name) {
+                Some(tier) if !name.is_empty() && !self.overridden(key) => (tier, key),
+                _ => (self, key),
+            },
+        }
+    }
+
+    /// Whether `key` (untagged) has a quota of its own in this policy's store.
+    fn overridden(&self, key: &str) -> bool {
+        self.backend.has_overrides() && self.backend.override_of(&self.hashed(key)).is_some()
+    }
+
+    fn hashed<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
         match &self.hasher {
-            None => self.backend.check(key, cost).await,
-            Some(h) => self.backend.check(&h.hash(key), cost).await,
+            None => std::borrow::Cow::Borrowed(key),
+            Some(h) => std::borrow::Cow::Owned(h.hash(key)),
+        }
+    }
+
+    /// The quota that decides (tagged) `key`, and where it comes from.
+    pub fn quota_for(&self, key: &str) -> (Quota, QuotaSource) {
+        let (p, untagged) = self.target(key);
+        if let Some(q) = p.backend.override_of(&p.hashed(untagged)) {
+            return (q, QuotaSource::Override);
+        }
+        match self.plan_of(key) {
+            Some(plan) if !std::ptr::eq(p, self) => (p.quota(), QuotaSource::Plan(plan.to_owned())),
+            _ => (self.quota(), QuotaSource::Policy),
+        }
+    }
+
+    /// The plan a (tagged) key is decided under, if any.
+    pub fn plan_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        self.plans.as_ref()?;
+        plan::split(key).map(|(name, _)| name).filter(|name| {
+            !name.is_empty()
+                && self
+                    .plans
+                    .as_ref()
+                    .is_some_and(|p| p.tiers.contains_key(*name))
+        })
+    }
+
+    /// The plans, if any.
+    pub fn plans(&self) -> Option<&Plans> {
+        self.plans.as_ref()
+    }
+
+    /// Whether the quota depends on the request (plans): `RateLimit-Policy` is then rendered
+    /// per request ([`Policy::policy_item_for`]).
+    pub fn has_tiers(&self) -> bool {
+        self.plans.is_some() || self.backend.has_overrides()
+    }
+
+    /// This policy as a member of `RateLimit-Policy` for a request of (tagged) `key`: the
+    /// quota that decides it (its plan's, or the key's own).
+    pub fn policy_item_for(&self, key: &str) -> std::borrow::Cow<'_, str> {
+        let (p, untagged) = self.target(key);
+        match p.backend.override_of(&p.hashed(untagged)) {
+            Some(q) => std::borrow::Cow::Owned(item(display_name(&self.name), q)),
+            None => std::borrow::Cow::Borrowed(p.policy_item()),
         }
     }
 
     /// `key` as the store holds it: hashed if the policy hashes keys (see
     /// [`PolicyBuilder::hash_keys`]).
     pub fn stored_key<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
-        match &self.hasher {
-            None => std::borrow::Cow::Borrowed(key),
-            Some(h) => std::borrow::Cow::Owned(h.hash(key)),
-        }
+        let (p, key) = self.target(key);
+        p.hashed(key)
     }
 
     /// Waits in `key`'s queue until `cost` is admitted (without a queue, as [`Policy::check`]).
@@ -208,21 +339,24 @@ impl Policy {
     ///
     /// Dropping the future gives back its place in the queue.
     pub async fn acquire(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.backend
-            .acquire(&self.stored_key(key), cost, AcquireOptions::default())
+        let (p, key) = self.target(key);
+        p.backend
+            .acquire(&p.stored_key(key), cost, AcquireOptions::default())
             .await
     }
 
     /// Gives back `cost` taken from `key`'s bucket `ago`, for a request another policy then
     /// refused (see [`Store::refund`]).
     pub async fn refund(&self, key: &str, cost: u64, ago: Duration) {
-        self.backend.refund(&self.stored_key(key), cost, ago).await;
+        let (p, key) = self.target(key);
+        p.backend.refund(&p.stored_key(key), cost, ago).await;
     }
 
     /// Takes `cost` from `key`'s bucket whatever is left, for a cost learnt after the
     /// request ran (see [`Store::charge`]); returns the part forgiven.
     pub async fn charge(&self, key: &str, cost: u64) -> u64 {
-        self.backend.charge(&self.stored_key(key), cost).await
+        let (p, key) = self.target(key);
+        p.backend.charge(&p.stored_key(key), cost).await
     }
 
     /// `key`'s bucket now, consuming nothing.
@@ -231,7 +365,8 @@ impl Policy {
     ///
     /// As [`Store::peek`].
     pub async fn peek(&self, key: &str) -> Result<Decision, Error> {
-        self.backend.peek(&self.stored_key(key)).await
+        let (p, key) = self.target(key);
+        p.backend.peek(&p.stored_key(key)).await
     }
 
     /// Counts an admission decided outside [`crate::admit::admit`] (by Envoy's rate limit
@@ -299,6 +434,14 @@ impl PolicyBuilder {
         self
     }
 
+    /// Plans: the name read from `source` (a header or query parameter) selects one of
+    /// `tiers`, each a policy of its own quota and store built for this one (same key spec,
+    /// key cap and queue; name `NAME@PLAN`); see [`crate::plan`].
+    pub fn plans(mut self, source: KeySpec, tiers: Vec<(String, Arc<Policy>)>) -> Self {
+        self.plans = Some(Plans::new(display_name(&self.name), source, tiers));
+        self
+    }
+
     /// Uses `backend` instead of a new memory store. It must have been built for the same
     /// algorithm, key cap and queue.
     pub fn backend(mut self, backend: Backend) -> Self {
@@ -355,7 +498,12 @@ impl PolicyBuilder {
     ///
     /// [`PolicyError`] for a bad name, a zero key cap or a zero concurrency.
     pub fn build(self) -> Result<Policy, PolicyError> {
-        if !is_valid_name(&self.name) {
+        let valid = match self.name.split_once('@') {
+            // A plan's policy: `POLICY@PLAN`.
+            Some((policy, plan)) => is_valid_name(policy) && is_valid_name(plan),
+            None => is_valid_name(&self.name),
+        };
+        if !valid {
             return Err(PolicyError::InvalidName(self.name));
         }
         if self.max_keys == 0 {
@@ -382,12 +530,8 @@ impl PolicyBuilder {
             };
             Backend::Memory(MemoryStore::from_keyed(keyed.build()))
         });
-        let quota = self.algorithm.quota();
-        let window = quota
-            .window_ns()
-            .div_ceil(sluice_core::NANOS_PER_SEC)
-            .max(1);
-        let item = format!("\"{}\";q={};w={window}", self.name, quota.capacity());
+        let shown = display_name(&self.name);
+        let item = item(shown, self.algorithm.quota());
         let hasher = self.hasher.filter(|_| {
             matches!(
                 self.key,
@@ -398,7 +542,8 @@ impl PolicyBuilder {
             shadow: self.shadow,
             cost: self.cost,
             hasher,
-            metrics: PolicyMetrics::new(&self.name),
+            metrics: PolicyMetrics::new(shown),
+            plans: self.plans,
             name: self.name.into(),
             algorithm: self.algorithm,
             key: self.key,
@@ -409,6 +554,33 @@ impl PolicyBuilder {
             item,
         })
     }
+}
+
+/// Where the quota of a key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaSource {
+    /// The policy's own.
+    Policy,
+    /// The plan of that name.
+    Plan(String),
+    /// The key's own, set through the admin API.
+    Override,
+}
+
+/// `"name";q=CAPACITY;w=WINDOW_SECONDS`, the window `capacity × interval` rounded up (at
+/// least 1).
+fn item(name: &str, quota: Quota) -> String {
+    let window = quota
+        .window_ns()
+        .div_ceil(sluice_core::NANOS_PER_SEC)
+        .max(1);
+    format!("\"{name}\";q={};w={window}", quota.capacity())
+}
+
+/// The name a policy shows in headers and metrics: a plan's policy (`POLICY@PLAN`) shows its
+/// policy's.
+fn display_name(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(policy, _)| policy)
 }
 
 /// Whether `name` can name a policy: 1 to 64 of `A-Z a-z 0-9 _ - .` (it is shown in headers,

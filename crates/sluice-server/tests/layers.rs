@@ -77,8 +77,10 @@ fn every_import_in_the_gateway_runs_downward() {
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                         .collect();
-                    if ["admin", "conn", "demo", "gateway", "policies", "stall"]
-                        .contains(&next.as_str())
+                    if [
+                        "admin", "conn", "demo", "gateway", "keys", "policies", "stall",
+                    ]
+                    .contains(&next.as_str())
                     {
                         "serve".to_owned()
                     } else {

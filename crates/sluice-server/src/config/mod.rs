@@ -16,6 +16,7 @@ mod browser;
 mod cost;
 pub mod lease;
 mod otlp;
+pub mod plan;
 mod policy;
 mod rls;
 mod route;

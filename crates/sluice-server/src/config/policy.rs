@@ -39,6 +39,10 @@ pub struct PolicyConfig {
     pub lease: Option<super::lease::LeaseSpec>,
     /// `cost`: what a request costs, and where its real cost is read when the response ends.
     pub cost: Option<sluice_http::cost::CostSpec>,
+    /// `plan`: where a request's plan name comes from (with `plans`).
+    pub plan: Option<KeySpec>,
+    /// `plans`: each plan's quota, in file order.
+    pub plans: Vec<super::plan::PlanConfig>,
     /// The line of its `name`, for errors found when it is built.
     pub line: usize,
 }
@@ -220,6 +224,7 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
     let cost = f.table("cost", errors).and_then(|(c, at)| {
         super::cost::cost(c, at, f.path("cost"), capacity.map(|(c, _)| c), errors)
     });
+    let (plan, plans) = plan_and_plans(&mut f, field, quota, errors);
     let table_at = t.iter().next().map_or(0, |(k, _)| k.span().start);
     if name.is_none() {
         errors.at(table_at, &f.path("name"), "a policy needs a name");
@@ -251,8 +256,37 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
             shadow,
             lease,
             cost,
+            plan,
+            plans,
             line: errors.line_of(at),
         },
         at,
     ))
+}
+
+/// `plan` and `plans`, which come together (see `config::plan`).
+fn plan_and_plans(
+    f: &mut Fields<'_, '_>,
+    field: &str,
+    quota: Option<Quota>,
+    errors: &mut Errors<'_>,
+) -> (Option<KeySpec>, Vec<super::plan::PlanConfig>) {
+    let source = f
+        .str("plan", errors)
+        .map(|(text, at)| (super::plan::source(text, at, field, errors), at));
+    let table = f.table("plans", errors);
+    let plans = table.map_or_else(Vec::new, |(t, _)| {
+        super::plan::plans(t, field, quota, errors)
+    });
+    match (&source, &table) {
+        (Some(_), None) => {
+            let at = source.as_ref().map_or(0, |(_, at)| *at);
+            errors.at(at, &f.path("plan"), "`plan` needs `plans`, as in plans = { pro = { capacity = 1000, rate = \"1000/min\" } }");
+        }
+        (None, Some((_, at))) => {
+            errors.at(*at, &f.path("plans"), "`plans` needs `plan`, where the plan name comes from: plan = \"header:x-plan\" or \"query:plan\"");
+        }
+        _ => {}
+    }
+    (source.and_then(|(s, _)| s), plans)
 }

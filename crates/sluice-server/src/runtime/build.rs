@@ -160,8 +160,41 @@ pub fn build_with(
     for p in &config.policies {
         let previous = old.and_then(|o| o.policies.get(&p.name));
         let previous_prefix = old.map(|o| o.config.store.prefix.as_str());
-        let (policy, how) =
-            build_policy(&config, p, previous, previous_prefix, dry, &mut handovers)?;
+        // Each plan is a policy of its own quota and store, `NAME@PLAN`, carried over from
+        // the previous runtime's plan of that name as any policy is.
+        let mut tiers = Vec::with_capacity(p.plans.len());
+        for plan in &p.plans {
+            let tier_config = PolicyConfig {
+                name: format!("{}@{}", p.name, plan.name),
+                quota: plan.quota,
+                concurrency: None,
+                plan: None,
+                plans: Vec::new(),
+                ..p.clone()
+            };
+            let previous_tier = previous
+                .and_then(|o| o.plans())
+                .and_then(|plans| plans.get(&plan.name));
+            let (tier, _) = build_policy(
+                &config,
+                &tier_config,
+                previous_tier,
+                previous_prefix,
+                dry,
+                Vec::new(),
+                &mut handovers,
+            )?;
+            tiers.push((plan.name.clone(), Arc::new(tier)));
+        }
+        let (policy, how) = build_policy(
+            &config,
+            p,
+            previous,
+            previous_prefix,
+            dry,
+            tiers,
+            &mut handovers,
+        )?;
         match how {
             Carry::Kept => kept.push(p.name.clone()),
             Carry::Converted => carried.push(p.name.clone()),
@@ -170,15 +203,17 @@ pub fn build_with(
         policies.insert(p.name.clone(), Arc::new(policy));
     }
     if let Some(old) = old {
-        // File stores of the old runtime that no policy of the new one writes: closed.
-        for (name, policy) in &old.policies {
+        // File stores of the old runtime that no policy (or plan) of the new one writes:
+        // closed.
+        let written: Vec<Arc<Policy>> = every_store(&policies).map(|(_, p)| p).collect();
+        for (name, policy) in every_store(&old.policies) {
             if let Backend::File(store) = policy.backend() {
-                let still_written = policies.values().any(|p| match p.backend() {
+                let still_written = written.iter().any(|p| match p.backend() {
                     Backend::File(s) => s.path() == store.path(),
                     _ => false,
                 });
                 if !still_written {
-                    handovers.push(Handover::Close(name.clone(), store.clone()));
+                    handovers.push(Handover::Close(name, store.clone()));
                 }
             }
         }
@@ -271,7 +306,7 @@ impl Runtime {
 
     async fn wait_for_redis(&self) {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
-        for (name, policy) in &self.policies {
+        for (name, policy) in every_store(&self.policies) {
             let Backend::Redis(store) = policy.backend() else {
                 continue;
             };
@@ -318,12 +353,31 @@ enum Carry {
     Fresh,
 }
 
+/// Every store of `policies`: each policy's, and each of its plans' (named `NAME@PLAN`).
+pub fn every_store(
+    policies: &HashMap<String, Arc<Policy>>,
+) -> impl Iterator<Item = (String, Arc<Policy>)> + '_ {
+    policies.iter().flat_map(|(name, policy)| {
+        let tiers: Vec<(String, Arc<Policy>)> = policy
+            .plans()
+            .map(|plans| {
+                plans
+                    .iter()
+                    .map(|(plan, p)| (format!("{name}@{plan}"), Arc::clone(p)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        std::iter::once((name.clone(), Arc::clone(policy))).chain(tiers)
+    })
+}
+
 fn build_policy(
     config: &Config,
     p: &PolicyConfig,
     previous: Option<&Arc<Policy>>,
     previous_prefix: Option<&str>,
     dry: bool,
+    tiers: Vec<(String, Arc<Policy>)>,
     handovers: &mut Vec<Handover>,
 ) -> Result<(Policy, Carry), BuildError> {
     let error = |message: String, machine: bool| BuildError {
@@ -347,6 +401,9 @@ fn build_policy(
     }
     if let Some(cost) = &p.cost {
         builder = builder.cost(cost.clone());
+    }
+    if let Some(source) = &p.plan {
+        builder = builder.plans(source.clone(), tiers);
     }
     if matches!(config.store.backend, BackendKind::File | BackendKind::Redis) {
         // Keys from headers, cookies and query parameters are secrets: the store gets their
@@ -504,7 +561,7 @@ pub fn file_path(config: &Config, name: &str) -> std::path::PathBuf {
 /// Gives back the slices every leased Redis policy holds, so that other gateways can spend
 /// them at once rather than after they expire.
 pub async fn give_back_leases(runtime: &Runtime) {
-    for (name, policy) in &runtime.policies {
+    for (name, policy) in every_store(&runtime.policies) {
         if let sluice_http::Backend::Redis(store) = policy.backend() {
             if store.config().leasing().is_some() {
                 store.give_back_leases().await;
@@ -516,7 +573,7 @@ pub async fn give_back_leases(runtime: &Runtime) {
 
 /// Closes the file stores of `runtime`, writing their final, clean files (at shutdown).
 pub fn close_stores(runtime: &Runtime) {
-    for (name, policy) in &runtime.policies {
+    for (name, policy) in every_store(&runtime.policies) {
         if let sluice_http::Backend::File(store) = policy.backend() {
             match store.close() {
                 Ok(()) => tracing::info!(policy = %name, "file store closed"),

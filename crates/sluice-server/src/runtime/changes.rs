@@ -153,7 +153,39 @@ fn policy_changes(o: &PolicyConfig, p: &PolicyConfig) -> Vec<String> {
         "",
         o,
         p,
-        [key, max_keys, queue, concurrency, shadow, lease, cost]
+        [key, max_keys, queue, concurrency, shadow, lease, cost, plan]
     );
+    plan_changes(o, p, &mut fields);
     fields
+}
+
+/// What a reload does with plans: each plan is a store of its own (`NAME@PLAN`), carried
+/// over like a policy. A plan whose quota changed keeps its keys, converted in place as a
+/// policy's are (memory, file) or on read (Redis): no key gains tokens. A plan added starts
+/// full; a plan removed is dropped (its keys go back to the policy's own quota and bucket; in
+/// the file store its file `PATH.NAME@PLAN` is closed clean and left on disk, in Redis its
+/// keys expire). A change of `plan` (where the name comes from) keeps every plan's keys.
+/// Per-key quotas set through the admin API (`PUT /v1/policies/NAME/keys/KEY`) are the
+/// store's, not the file's: a reload keeps them, converted with their keys when the
+/// algorithm changes.
+fn plan_changes(o: &PolicyConfig, p: &PolicyConfig, fields: &mut Vec<String>) {
+    for plan in &p.plans {
+        match o.plans.iter().find(|x| x.name == plan.name) {
+            None => fields.push(format!("plan {} added", plan.name)),
+            Some(old) if old.quota != plan.quota => fields.push(format!(
+                "plan {} {}/{} -> {}/{}",
+                plan.name,
+                old.quota.capacity(),
+                old.quota.rate(),
+                plan.quota.capacity(),
+                plan.quota.rate()
+            )),
+            Some(_) => {}
+        }
+    }
+    for plan in &o.plans {
+        if !p.plans.iter().any(|x| x.name == plan.name) {
+            fields.push(format!("plan {} removed", plan.name));
+        }
+    }
 }

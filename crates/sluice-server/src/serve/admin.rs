@@ -8,6 +8,7 @@
 //! | `GET /healthz` | 200 `ok` |
 //! | `GET /dashboard`, `GET /v1/stats` | the dashboard and its data |
 //! | `GET /v1/policies`, `PUT /v1/policies/NAME` | the policies in force; a live change of one (see [`crate::serve::policies`]) |
+//! | `GET /v1/policies/NAME/keys`, `GET`, `PUT`, `DELETE /v1/policies/NAME/keys/KEY` | per-key quotas (see [`crate::serve::keys`]) |
 //!
 //! With `server.admin_token`, every endpoint but `/healthz` answers 401 unless the request
 //! carries `Authorization: Bearer <token>`. A client address that presented a wrong token
@@ -82,6 +83,13 @@ pub fn router(shared: &'static Shared) -> Router {
         .route(
             "/v1/policies/{name}",
             axum::routing::put(crate::serve::policies::update),
+        )
+        .route("/v1/policies/{name}/keys", get(crate::serve::keys::list))
+        .route(
+            "/v1/policies/{name}/keys/{key}",
+            get(crate::serve::keys::show)
+                .put(crate::serve::keys::set)
+                .delete(crate::serve::keys::remove),
         )
         .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such admin endpoint") })
         .layer(DefaultBodyLimit::max(MAX_CHECK_BODY))

@@ -25,6 +25,7 @@ pub mod admin;
 pub mod conn;
 pub mod demo;
 pub mod gateway;
+pub mod keys;
 pub mod policies;
 pub mod stall;
 

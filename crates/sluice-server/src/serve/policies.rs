@@ -183,7 +183,7 @@ impl Change {
 }
 
 /// A value as it appeared, cut short.
-fn shown(value: &Value) -> String {
+pub(crate) fn shown(value: &Value) -> String {
     let text = value.to_string();
     if text.chars().count() > 64 {
         format!("{}...", text.chars().take(64).collect::<String>())
@@ -192,7 +192,7 @@ fn shown(value: &Value) -> String {
     }
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     let mut response = (status, format!("{body}\n")).into_response();
     response
         .headers_mut()
@@ -200,7 +200,7 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     response
 }
 
-fn problem(status: StatusCode, detail: &str) -> Response {
+pub(crate) fn problem(status: StatusCode, detail: &str) -> Response {
     sluice_http::headers::problem(status, detail).into_response()
 }
 

@@ -19,7 +19,7 @@ use crate::cell::LocalAlgorithm;
 use crate::clock::{Clock, TokioClock};
 use crate::error::Error;
 use crate::keyed::builder::KeyedBuilder;
-use crate::keyed::shard::{plan_shards, Evicted, Padded, Shard, WAYS};
+use crate::keyed::shard::{override_in, plan_shards, Evicted, Padded, Shard, WAYS};
 use crate::keyed::waiting::WaitersShard;
 use crate::limiter::AcquireOptions;
 use crate::metrics::LimiterMetrics;
@@ -113,6 +113,8 @@ where
     pub(crate) keys: AtomicUsize,
     pub(crate) queue: Mutex<QueueConfig>,
     pub(crate) name: String,
+    /// Keys with an algorithm of their own ([`Keyed::set_override`]).
+    pub(crate) overridden: AtomicUsize,
     /// Keys with a queue of their own right now; zero skips the lookup.
     pub(crate) waiting_keys: AtomicUsize,
     /// The per-key limiters of waiting keys, sharded like `shards` so that a queued key
@@ -167,6 +169,7 @@ where
                         .map(|_| Evicted::empty())
                         .collect(),
                     floor: 0,
+                    overrides: HashTable::new(),
                 }))
             })
             .collect();
@@ -187,6 +190,7 @@ where
                 queue: Mutex::new(b.queue),
                 name: b.name,
                 waiting_keys: AtomicUsize::new(0),
+                overridden: AtomicUsize::new(0),
                 waiters: (0..shard_count)
                     .map(|_| {
                         Padded(Mutex::new(hashbrown::HashMap::with_hasher(
@@ -288,9 +292,11 @@ where
         let admitted_at = now.saturating_sub(crate::limiter::builder_duration_ns(ago));
         let mut shard = s.shard_of(hash).lock();
         let shard = &mut *shard;
+        let own = override_in(&shard.overrides, hash, key);
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
-            shard.algorithm.refund(state, admitted_at, now, cost);
-            let idle_at = shard.algorithm.idle_at(state);
+            let algorithm = own.unwrap_or(&*shard.algorithm);
+            algorithm.refund(state, admitted_at, now, cost);
+            let idle_at = algorithm.idle_at(state);
             shard.next_idle = shard.next_idle.min(idle_at);
         }
     }
@@ -372,11 +378,17 @@ where
         for shard in s.shards.iter() {
             let shard = shard.0.lock();
             for (k, state) in shard.table.iter() {
-                if shard.algorithm.idle_at(state) <= now {
+                let own = if shard.overrides.is_empty() {
+                    None
+                } else {
+                    override_in(&shard.overrides, s.hasher.hash_one(k), k)
+                };
+                let algorithm = own.unwrap_or(&*shard.algorithm);
+                if algorithm.idle_at(state) <= now {
                     continue;
                 }
                 let mut copy = state.clone();
-                if let Ok(d) = shard.algorithm.check(&mut copy, now, 0) {
+                if let Ok(d) = algorithm.check(&mut copy, now, 0) {
                     all.push((k.clone(), d));
                 }
             }
@@ -429,15 +441,18 @@ where
     {
         let mut guard = self.shard_of(hash).lock();
         let shard = &mut *guard;
+        let own = override_in(&shard.overrides, hash, key);
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k.borrow() == key) {
-            return shard
-                .algorithm
+            return own
+                .unwrap_or(&*shard.algorithm)
                 .check(state, now, cost)
                 .map_err(crate::limiter::capacity_error);
         }
-        let mut state = self.fresh_state(shard, hash, now);
-        let decision = shard
-            .algorithm
+        let own = own.cloned();
+        let mut state = self.fresh_state_for(shard, hash, now, own.as_ref());
+        let decision = own
+            .as_ref()
+            .unwrap_or(&*shard.algorithm)
             .check(&mut state, now, cost)
             .map_err(crate::limiter::capacity_error)?;
         if decision.allowed && cost > 0 {
@@ -448,7 +463,7 @@ where
     }
 
     /// Runs `f` on the shard's algorithm and `key`'s state, inserting the state of an absent
-    /// key first (see [`Shared::fresh_state`]).
+    /// key first (see [`Shared::fresh_state_for`]).
     pub(crate) fn with_state<R>(
         &self,
         key: &K,
@@ -458,23 +473,27 @@ where
     ) -> R {
         let mut shard = self.shard_of(hash).lock();
         let shard = &mut *shard;
+        let own = override_in(&shard.overrides, hash, key);
         if let Some((_, state)) = shard.table.find_mut(hash, |(k, _)| k == key) {
-            let r = f(&*shard.algorithm, state);
+            let algorithm = own.unwrap_or(&*shard.algorithm);
+            let r = f(algorithm, state);
             // A store or a refund may have moved the state closer to idle.
-            shard.next_idle = shard.next_idle.min(shard.algorithm.idle_at(state));
+            shard.next_idle = shard.next_idle.min(algorithm.idle_at(state));
             return r;
         }
+        let own = own.cloned();
         // A load or a store passes no time: room is made as of the clock's time.
         let now = now.max(self.clock.now_ns());
-        let state = self.fresh_state(shard, hash, now);
+        let state = self.fresh_state_for(shard, hash, now, own.as_ref());
         self.make_room(shard, hash, now);
         self.keys.fetch_add(1, Ordering::Relaxed);
         let entry = shard
             .table
             .insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         let state = &mut entry.into_mut().1;
-        let r = f(&*shard.algorithm, state);
-        let idle_at = shard.algorithm.idle_at(state);
+        let algorithm = own.as_ref().unwrap_or(&*shard.algorithm);
+        let r = f(algorithm, state);
+        let idle_at = algorithm.idle_at(state);
         shard.next_idle = shard.next_idle.min(idle_at);
         r
     }
@@ -490,16 +509,17 @@ where
         now: u64,
         replace: bool,
     ) -> bool {
+        let own = override_in(&shard.overrides, hash, &key);
         if let Some((_, held)) = shard.table.find_mut(hash, |(k, _)| *k == key) {
             if !replace {
                 return false;
             }
             *held = state;
-            let idle_at = shard.algorithm.idle_at(held);
+            let idle_at = own.unwrap_or(&*shard.algorithm).idle_at(held);
             shard.next_idle = shard.next_idle.min(idle_at);
             return true;
         }
-        if shard.algorithm.idle_at(&state) > now {
+        if own.unwrap_or(&*shard.algorithm).idle_at(&state) > now {
             self.make_room(shard, hash, now);
             self.insert(shard, hash, key, state);
             return true;

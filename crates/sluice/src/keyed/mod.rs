@@ -23,6 +23,7 @@ mod builder;
 mod cell;
 mod follow;
 mod map;
+mod overrides;
 mod reconfigure;
 mod room;
 mod saved;

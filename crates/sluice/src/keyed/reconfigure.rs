@@ -48,7 +48,17 @@ where
             let shard = &mut *guard;
             let old = std::mem::replace(&mut shard.algorithm, Arc::clone(&shared_algorithm));
             let mut next_idle = u64::MAX;
-            for (_, state) in shard.table.iter_mut() {
+            let overrides = &shard.overrides;
+            for (k, state) in shard.table.iter_mut() {
+                // A key with a quota of its own keeps it (its owner converts it to another
+                // algorithm: `MemoryStore::reconfigure`).
+                if !overrides.is_empty()
+                    && crate::keyed::shard::override_in(overrides, s.hasher.hash_one(&*k), &*k)
+                        .is_some()
+                {
+                    next_idle = 0;
+                    continue;
+                }
                 *state = algorithm.convert(&old, state, now);
                 next_idle = next_idle.min(algorithm.idle_at(state));
                 converted += 1;

@@ -28,12 +28,20 @@ where
     /// The state of a key absent from the table: full, unless it was evicted busy or a floor
     /// holds and it would not be idle yet; then the emptiest state that is idle when it would
     /// be ([`spent_until`]).
-    pub(super) fn fresh_state(&self, shard: &mut Shard<K, A>, hash: u64, now: u64) -> A::State {
+    /// `own` is the key's algorithm when it has one of its own (an override).
+    pub(super) fn fresh_state_for(
+        &self,
+        shard: &mut Shard<K, A>,
+        hash: u64,
+        now: u64,
+        own: Option<&A>,
+    ) -> A::State {
         let until = shard.absent_until(hash, now);
+        let algorithm = own.unwrap_or(&*shard.algorithm);
         if until <= now {
-            return shard.algorithm.initial_state();
+            return algorithm.initial_state();
         }
-        spent_until(&*shard.algorithm, until, now)
+        spent_until(algorithm, until, now)
     }
 
     /// Drops the idle keys of `shard` that have no queue, and recomputes its `next_idle`.
@@ -43,11 +51,17 @@ where
             algorithm,
             table,
             pinned,
+            overrides,
             ..
         } = shard;
         let mut next_idle = u64::MAX;
         table.retain(|(k, state)| {
-            let idle_at = algorithm.idle_at(state);
+            let own = if overrides.is_empty() {
+                None
+            } else {
+                crate::keyed::shard::override_in(overrides, self.hasher.hash_one(&*k), &*k)
+            };
+            let idle_at = own.unwrap_or(&**algorithm).idle_at(state);
             let keep = idle_at > now
                 || (!pinned.is_empty() && {
                     let hash = self.hasher.hash_one(&*k);
@@ -132,6 +146,14 @@ where
             }
             // Hashing is needed only for a key that would be the new best (a few per scan).
             if !shard.pinned.is_empty() && shard.is_pinned(self.hasher.hash_one(k)) {
+                continue;
+            }
+            // A key with a quota of its own is never the victim: its state is not under the
+            // table's algorithm, which the records of evicted keys are read with.
+            if !shard.overrides.is_empty()
+                && crate::keyed::shard::override_in(&shard.overrides, self.hasher.hash_one(k), k)
+                    .is_some()
+            {
                 continue;
             }
             best = Some((k, idle_at));

@@ -8,7 +8,7 @@ use sluice_core::{SavedState, SnapshotError};
 use crate::cell::LocalAlgorithm;
 use crate::clock::Clock;
 use crate::keyed::map::{Key, Keyed};
-use crate::keyed::shard::spent_until;
+use crate::keyed::shard::{override_in, spent_until};
 
 /// Everything a table must not forget across a restart, as of one moment and under one
 /// algorithm: what [`Keyed::export`] gives and [`Keyed::import_saved`] takes back. Every time
@@ -24,6 +24,9 @@ pub struct Saved<K, A> {
     /// A bound on every key the table does not hold: such a key starts no fuller than this
     /// (after a crash, or when the records of evicted keys overflowed and were merged).
     pub floor: Option<SavedState>,
+    /// Keys with an algorithm of their own ([`Keyed::set_override`]), each with its state
+    /// under that algorithm when it is not idle.
+    pub overrides: Vec<(K, A, Option<SavedState>)>,
 }
 
 impl<K, A: LocalAlgorithm, C: Clock + Clone> Keyed<K, A, C>
@@ -44,14 +47,32 @@ where
             keys: Vec::new(),
             evicted: Vec::new(),
             floor: None,
+            overrides: Vec::new(),
         };
         let mut floor = 0;
         for shard in s.shards.iter() {
             let shard = shard.0.lock();
             let alg = &*shard.algorithm;
             for (k, state) in shard.table.iter() {
+                if !shard.overrides.is_empty() {
+                    if let Some(own) = override_in(&shard.overrides, s.hasher.hash_one(k), k) {
+                        if own.idle_at(state) > now {
+                            saved.overrides.push((
+                                k.clone(),
+                                own.clone(),
+                                Some(own.save(state, now)),
+                            ));
+                        }
+                        continue;
+                    }
+                }
                 if alg.idle_at(state) > now {
                     saved.keys.push((k.clone(), alg.save(state, now)));
+                }
+            }
+            for (k, own) in shard.overrides.iter() {
+                if !saved.overrides.iter().any(|(o, _, _)| o == k) {
+                    saved.overrides.push((k.clone(), own.clone(), None));
                 }
             }
             for r in shard.evicted.iter().filter(|r| r.until > now) {
@@ -87,6 +108,20 @@ where
         elapsed_ns: u64,
     ) -> Result<usize, SnapshotError> {
         let s = &*self.shared;
+        // Keys with an algorithm of their own: the algorithm first, then the state under it.
+        let mut set = 0;
+        for (key, own, state) in &saved.overrides {
+            self.set_override(key.clone(), Some(own.clone()));
+            if let Some(state) = state {
+                let now = s.clock.now_ns();
+                let held = own.restore(state, now, elapsed_ns)?;
+                let hash = s.hasher.hash_one(key);
+                let mut shard = s.shard_of(hash).lock();
+                if s.put(&mut shard, hash, key.clone(), held, now, true) {
+                    set += 1;
+                }
+            }
+        }
         let _one = s.reconfiguring.lock();
         let now = s.clock.now_ns();
         let from = &saved.algorithm;
@@ -94,7 +129,6 @@ where
             let held = from.restore(state, now, elapsed_ns)?;
             Ok(to.convert(from, &held, now))
         };
-        let mut set = 0;
         for (key, state) in &saved.keys {
             let hash = s.hasher.hash_one(key);
             let mut shard = s.shard_of(hash).lock();
@@ -165,9 +199,23 @@ where
             let until = now + (span - spent_ago_ns);
             shard.floor = shard.floor.max(until);
             let spent = spent_until(&*shard.algorithm, until, now);
-            for (_, state) in shard.table.iter_mut() {
-                if shard.algorithm.idle_at(state) < until {
-                    *state = spent.clone();
+            let overrides = &shard.overrides;
+            for (k, state) in shard.table.iter_mut() {
+                match override_in(overrides, s.hasher.hash_one(&*k), &*k) {
+                    // Under its own algorithm: everything it admits spent `spent_ago_ns` ago.
+                    Some(own) => {
+                        let own_until = own
+                            .idle_at(&own.exhausted_state(now))
+                            .saturating_sub(spent_ago_ns);
+                        if own.idle_at(state) < own_until {
+                            *state = spent_until(own, own_until, now);
+                        }
+                    }
+                    None => {
+                        if shard.algorithm.idle_at(state) < until {
+                            *state = spent.clone();
+                        }
+                    }
                 }
             }
         }

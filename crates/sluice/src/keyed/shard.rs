@@ -37,6 +37,28 @@ pub(crate) struct Shard<K, A: LocalAlgorithm> {
     /// at this time (0: no floor). Set after a crash ([`Keyed::set_floor`]) and by records
     /// merged under a flood of evictions that [`Keyed::import_saved`] brings back.
     pub(super) floor: u64,
+    /// Keys with an algorithm of their own ([`Keyed::set_override`]): their states are held
+    /// under it, not under `algorithm`. Usually empty, and then never looked up.
+    pub(crate) overrides: HashTable<(K, A)>,
+}
+
+/// The algorithm `key` (of `hash`) is held under when it has one of its own in `overrides`.
+#[inline]
+pub(crate) fn override_in<'o, K, A, Q>(
+    overrides: &'o HashTable<(K, A)>,
+    hash: u64,
+    key: &Q,
+) -> Option<&'o A>
+where
+    K: std::borrow::Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    if overrides.is_empty() {
+        return None;
+    }
+    overrides
+        .find(hash, |(k, _)| k.borrow() == key)
+        .map(|(_, a)| a)
 }
 
 /// The record of a busy key evicted for room: the key, its hash and when its state would have

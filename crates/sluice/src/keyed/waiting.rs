@@ -133,10 +133,13 @@ where
             let mut shard = s.shard_of(self.hash).lock();
             shard.unpin(self.hash);
             // The sweeps skipped this key while it was pinned: it may be idle now.
+            let own = crate::keyed::shard::override_in(&shard.overrides, self.hash, self.key);
             let idle_at = shard
                 .table
                 .find(self.hash, |(k, _)| k.borrow() == self.key)
-                .map_or(u64::MAX, |(_, state)| shard.algorithm.idle_at(state));
+                .map_or(u64::MAX, |(_, state)| {
+                    own.unwrap_or(&*shard.algorithm).idle_at(state)
+                });
             shard.next_idle = shard.next_idle.min(idle_at);
         }
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_core::{AnyAlgorithm, Decision};
+use sluice_core::{AnyAlgorithm, Decision, Quota};
 
 use crate::error::Error;
 use crate::keyed::{queue_limits, Keyed};
@@ -69,8 +69,23 @@ impl MemoryStore {
         queue_depth: usize,
         max_wait: Duration,
     ) -> usize {
-        self.keyed
-            .reconfigure(algorithm, max_keys, queue_limits(queue_depth, max_wait))
+        let converted =
+            self.keyed
+                .reconfigure(algorithm, max_keys, queue_limits(queue_depth, max_wait));
+        crate::store::own_quota::follow_kind(&self.keyed);
+        converted
+    }
+
+    /// Gives `key` a quota of its own (`None`: the table's again), converting its state in
+    /// place so that it gains no tokens ([`Keyed::set_override`]). Kept across
+    /// [`MemoryStore::reconfigure`], not across a restart. Returns the key's previous quota.
+    pub fn set_override(&self, key: &str, quota: Option<Quota>) -> Option<Quota> {
+        crate::store::own_quota::set(&self.keyed, key, quota)
+    }
+
+    /// Every key with a quota of its own, sorted by key.
+    pub fn overrides(&self) -> Vec<(String, Quota)> {
+        crate::store::own_quota::list(&self.keyed)
     }
 
     /// The same check, without the future (the memory store never waits to check).

@@ -7,6 +7,7 @@
 #[cfg(feature = "file")]
 pub mod file;
 mod memory;
+mod own_quota;
 #[cfg(feature = "redis")]
 pub mod redis;
 

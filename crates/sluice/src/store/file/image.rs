@@ -39,6 +39,43 @@ pub(super) struct Image {
     /// A bound on every key not in `keys` (after a crash, or merged eviction records).
     #[serde(default)]
     pub(super) floor: Option<SavedState>,
+    /// Keys with a quota of their own (set through [`FileStore::set_override`]), each with
+    /// its state under that quota when it is not idle. Read by older builds as absent.
+    ///
+    /// [`FileStore::set_override`]: crate::store::FileStore::set_override
+    #[serde(default)]
+    pub(super) overrides: Vec<OverrideEntry>,
+}
+
+/// A key's own quota, and its state under it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct OverrideEntry {
+    pub(super) key: String,
+    pub(super) algorithm: Kind,
+    pub(super) capacity: u64,
+    pub(super) interval_ns: u64,
+    #[serde(default)]
+    pub(super) state: Option<SavedState>,
+}
+
+impl OverrideEntry {
+    pub(super) fn algorithm(&self) -> Option<AnyAlgorithm> {
+        let quota = Rate::from_interval_ns(self.interval_ns)
+            .and_then(|rate| Quota::new(self.capacity, rate))
+            .ok()?;
+        Some(AnyAlgorithm::new(self.algorithm, quota))
+    }
+
+    pub(super) fn of(key: String, algorithm: AnyAlgorithm, state: Option<SavedState>) -> Self {
+        let quota = algorithm.quota();
+        OverrideEntry {
+            key,
+            algorithm: algorithm.kind(),
+            capacity: quota.capacity(),
+            interval_ns: quota.interval_ns(),
+            state,
+        }
+    }
 }
 
 impl Image {
@@ -62,6 +99,12 @@ impl Image {
             keys: entries(&self.keys),
             evicted: entries(&self.evicted),
             floor: self.floor.clone(),
+            // `read` checked every one.
+            overrides: self
+                .overrides
+                .iter()
+                .filter_map(|o| Some((o.key.clone(), o.algorithm()?, o.state.clone())))
+                .collect(),
         }
     }
 }
@@ -116,6 +159,18 @@ pub(super) fn read(path: &Path) -> Result<Option<Image>, FileStoreError> {
         its_algorithm
             .restore(&entry.state, 0, 0)
             .map_err(|e| corrupt(format!("key `{}`: {e}", entry.key)))?;
+    }
+    for o in &image.overrides {
+        let Some(own) = o.algorithm() else {
+            return Err(corrupt(format!(
+                "key `{}`: its own quota (capacity {}, interval {} ns) is not one",
+                o.key, o.capacity, o.interval_ns
+            )));
+        };
+        if let Some(state) = &o.state {
+            own.restore(state, 0, 0)
+                .map_err(|e| corrupt(format!("key `{}`: {e}", o.key)))?;
+        }
     }
     if let Some(floor) = &image.floor {
         its_algorithm

@@ -220,11 +220,29 @@ impl FileStore {
     /// the new quota with the converted states. The write interval D stays as opened.
     /// Returns the keys converted.
     pub fn reconfigure(&self, algorithm: AnyAlgorithm, options: &FileStoreOptions) -> usize {
-        self.inner.keyed.reconfigure(
+        let converted = self.inner.keyed.reconfigure(
             algorithm,
             options.max_keys,
             queue_limits(options.queue_depth, options.max_wait),
-        )
+        );
+        crate::store::own_quota::follow_kind(&self.inner.keyed);
+        converted
+    }
+
+    /// Gives `key` a quota of its own (`None`: the store's again), converting its state in
+    /// place so that it gains no tokens. Written to the file with the key's state (the next
+    /// write, within D/2), so it survives a restart. Returns the key's previous quota.
+    pub fn set_override(
+        &self,
+        key: &str,
+        quota: Option<sluice_core::Quota>,
+    ) -> Option<sluice_core::Quota> {
+        crate::store::own_quota::set(&self.inner.keyed, key, quota)
+    }
+
+    /// Every key with a quota of its own, sorted by key.
+    pub fn overrides(&self) -> Vec<(String, sluice_core::Quota)> {
+        crate::store::own_quota::list(&self.inner.keyed)
     }
 
     /// What the open found.

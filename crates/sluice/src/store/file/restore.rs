@@ -132,6 +132,8 @@ impl FileStore {
             last_error: Mutex::new(None),
             before_write: options.before_write.clone(),
         });
+        // Keys with a quota of their own, saved under another algorithm kind: under this one.
+        crate::store::own_quota::follow_kind(&inner.keyed);
         let store = FileStore::from_inner(inner);
         store.start()?;
         Ok(store)
@@ -159,6 +161,7 @@ mod tests {
             keys: Vec::new(),
             evicted: Vec::new(),
             floor: None,
+            overrides: Vec::new(),
         }
     }
 

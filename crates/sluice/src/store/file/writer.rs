@@ -165,6 +165,11 @@ impl Inner {
             keys: entries(saved.keys),
             evicted: entries(saved.evicted),
             floor: saved.floor,
+            overrides: saved
+                .overrides
+                .into_iter()
+                .map(|(key, own, state)| super::image::OverrideEntry::of(key, own, state))
+                .collect(),
         };
         let bytes = serde_json::to_vec(&image).map_err(|e| FileStoreError::Io {
             path: self.path.clone(),

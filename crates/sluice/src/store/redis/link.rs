@@ -128,7 +128,7 @@ impl Conn {
         }
     }
 
-    async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match self {
             Conn::Single(c) => c.clone().req_packed_command(cmd).await?,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await?,

@@ -195,6 +195,7 @@ mod config;
 mod lease;
 mod leased;
 mod link;
+mod overrides;
 mod queue;
 mod script;
 mod sentinel;

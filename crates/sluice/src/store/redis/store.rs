@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) metrics: StoreMetrics,
     /// The slices this process holds, when keys are leased.
     pub(crate) leases: Option<Leases>,
+    /// Keys with a quota of their own, as last read from Redis.
+    pub(crate) overrides: crate::store::redis::overrides::Overrides,
 }
 
 /// The algorithm's script and stamp, the policy's local store and the queue limits: swapped
@@ -145,6 +147,7 @@ impl RedisStore {
             tokio::runtime::Handle::try_current().map_err(|_| RedisStoreError::NoRuntime)?;
         runtime.spawn(connect_until_done(Arc::downgrade(&store.inner)));
         store.sweep_leases();
+        store.watch_overrides();
         Ok(store)
     }
 
@@ -171,6 +174,7 @@ impl RedisStore {
             Ok(Ok(conn)) => {
                 inner.health.connected(conn);
                 store.sweep_leases();
+                store.watch_overrides();
                 Ok(store)
             }
             Ok(Err(e)) => Err(RedisStoreError::Connect {
@@ -216,6 +220,7 @@ impl RedisStore {
                 health,
                 queues: Queues::default(),
                 leases,
+                overrides: Default::default(),
             }),
         })
     }
@@ -395,7 +400,9 @@ impl Inner {
         cost: u64,
         now: u64,
     ) -> Result<Decision, Unanswered> {
-        let program = &settings.program;
+        // A key with a quota of its own runs the same script under its own stamp.
+        let own = self.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
         let cmd = program.command(&self.config.prefix, key, cost, None);
         self.round_trip(program.script(), &cmd, now, cost > 0, |reply| {
             program.decision(reply)
@@ -495,7 +502,8 @@ impl Inner {
             return;
         }
         let now = self.clock.now_ns();
-        let program = &settings.program;
+        let own = self.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
         let cmd = program.refund_command(&self.config.prefix, key, cost, nanos(ago), None);
         // Unanswered: the tokens stay spent.
         let _ = self
@@ -513,8 +521,11 @@ impl Inner {
             return 0;
         }
         let settings = self.settings();
+        // A key with a quota of its own is charged under its own stamp.
+        let own = self.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
         // More than the capacity can never be taken: the rest is forgiven whatever the state.
-        let capacity = settings.program.algorithm().quota().capacity();
+        let capacity = program.algorithm().quota().capacity();
         let over = cost.saturating_sub(capacity);
         let mut cost = cost - over;
         if let Some(leases) = &self.leases {
@@ -538,7 +549,6 @@ impl Inner {
                 };
         }
         let now = self.clock.now_ns();
-        let program = &settings.program;
         let cmd = program.charge_command(&self.config.prefix, key, cost, None);
         match self
             .round_trip(program.script(), &cmd, now, true, Program::charged)
