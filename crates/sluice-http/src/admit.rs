@@ -191,6 +191,9 @@ pub struct Ask<'a> {
     pub cost: u64,
     /// Whether the request may wait in queues (false for bodies above `queue_max_body`).
     pub may_wait: bool,
+    /// Whether it came from a trusted proxy, whose headers may set a request's cost
+    /// (`cost.request = "header:NAME"`); from anyone else, such a header is ignored.
+    pub from_trusted_proxy: bool,
 }
 
 impl Ask<'_> {
@@ -202,7 +205,7 @@ impl Ask<'_> {
                 settles: false,
                 counts_request_body: false,
             },
-            Some(spec) => spec.reserve_for(self.headers),
+            Some(spec) => spec.reserve_for(self.headers, self.from_trusted_proxy),
         }
     }
 
@@ -486,6 +489,7 @@ mod tests {
             client_ip: None,
             cost: 1,
             may_wait: true,
+            from_trusted_proxy: false,
         }
     }
 

@@ -291,6 +291,7 @@ impl Gateway {
             client_ip: Some(client_ip),
             cost: 1,
             may_wait: body_may_wait(request.headers(), route.max_queued_body()),
+            from_trusted_proxy: self.trusted.contains(peer.ip()),
         };
         // A policy with plans or per-key quotas shows the quota that decides this request.
         let tiered = headers::policy_header_for(route.policy_list(), &ask);

@@ -214,6 +214,7 @@ fn config(upstream: &str, store: &str) -> String {
             &format!("{{ reserve = {RESERVE}, request = \"body_bytes\" }}"),
         ),
         policy("bytes", "{ reserve = 1, settle = \"response_bytes\" }"),
+        policy("priced", "{ reserve = 10, request = \"header:x-cost\" }"),
         route("/v1/", "llm", "http"),
         route("/h2/", "llm", "h2c"),
         route("/trailer/", "trailered", "http"),
@@ -221,6 +222,7 @@ fn config(upstream: &str, store: &str) -> String {
         route("/header/", "headed", "http"),
         route("/upload/", "uploads", "http"),
         route("/download/", "bytes", "http"),
+        route("/priced/", "priced", "http"),
     ]
     .join("\n")
 }
@@ -550,4 +552,28 @@ async fn the_decision_api_settles_after_a_check() {
         String::from_utf8_lossy(&bad.body).contains("actual"),
         "{bad:?}"
     );
+}
+
+/// A cost header counts only from a trusted proxy: a client cannot price its own requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_header_counts_only_from_a_trusted_proxy() {
+    let upstream = llm_upstream().await;
+    let priced = |gw: &Gateway, key: &'static str| {
+        let req = Request::get(gw.url("/priced/x?kind=silent"))
+            .header("x-api-key", key)
+            .header("x-cost", "400")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        async move { common::send(&client(), req).await.unwrap().status }
+    };
+    let untrusted = Gateway::start("", &config(&upstream, "")).await;
+    assert_eq!(priced(&untrusted, "client").await, 200);
+    settles_to(&untrusted, "priced", "client", CAPACITY - 10).await;
+    let trusted = Gateway::start(
+        "trusted_proxies = [\"127.0.0.1/32\"]",
+        &config(&upstream, ""),
+    )
+    .await;
+    assert_eq!(priced(&trusted, "proxy").await, 200);
+    settles_to(&trusted, "priced", "proxy", CAPACITY - 400).await;
 }

@@ -103,7 +103,7 @@ pub enum RequestCost {
     /// the estimate first and the bytes read settled when the response ends.
     BodyBytes,
     /// A header holding a whole number, set by a trusted proxy in front of the gateway
-    /// (missing or unreadable: the estimate).
+    /// (missing, unreadable, or from a client that is not a trusted proxy: the estimate).
     Header(HeaderName),
 }
 
@@ -160,8 +160,9 @@ pub struct Reserved {
 }
 
 impl CostSpec {
-    /// What a request with `headers` takes now.
-    pub fn reserve_for(&self, headers: &HeaderMap) -> Reserved {
+    /// What a request with `headers` takes now; `trusted`: it came from a trusted proxy,
+    /// whose cost header is believed.
+    pub fn reserve_for(&self, headers: &HeaderMap, trusted: bool) -> Reserved {
         let number = |name: &HeaderName| {
             headers
                 .get(name)
@@ -170,7 +171,7 @@ impl CostSpec {
         };
         let (cost, unknown_body) = match &self.request {
             None => (None, false),
-            Some(RequestCost::Header(name)) => (number(name), false),
+            Some(RequestCost::Header(name)) => (number(name).filter(|_| trusted), false),
             Some(RequestCost::BodyBytes) => {
                 let length = number(&CONTENT_LENGTH);
                 (length, length.is_none())
@@ -217,12 +218,17 @@ mod tests {
             settle: None,
         };
         let mut headers = HeaderMap::new();
-        assert_eq!(spec.reserve_for(&headers).cost, 7);
+        assert_eq!(spec.reserve_for(&headers, true).cost, 7);
         headers.insert("x-cost", "42".parse().unwrap());
-        let r = spec.reserve_for(&headers);
+        let r = spec.reserve_for(&headers, true);
         assert_eq!((r.cost, r.settles), (42, false));
+        assert_eq!(
+            spec.reserve_for(&headers, false).cost,
+            7,
+            "a client cannot set its own cost"
+        );
         headers.insert("x-cost", "lots".parse().unwrap());
-        assert_eq!(spec.reserve_for(&headers).cost, 7);
+        assert_eq!(spec.reserve_for(&headers, true).cost, 7);
 
         let bytes = CostSpec {
             reserve: 1000,
@@ -230,13 +236,13 @@ mod tests {
             settle: None,
         };
         let mut headers = HeaderMap::new();
-        let chunked = bytes.reserve_for(&headers);
+        let chunked = bytes.reserve_for(&headers, false);
         assert_eq!(
             (chunked.cost, chunked.settles, chunked.counts_request_body),
             (1000, true, true)
         );
         headers.insert(CONTENT_LENGTH, "512".parse().unwrap());
-        let known = bytes.reserve_for(&headers);
+        let known = bytes.reserve_for(&headers, false);
         assert_eq!((known.cost, known.settles), (512, false));
     }
 }

@@ -70,6 +70,8 @@ where
                     client_ip: ip,
                     cost: 1,
                     may_wait: shared.may_wait,
+                    // A service's own callers: no proxy in front is known to be trusted.
+                    from_trusted_proxy: false,
                 };
                 let protocol = crate::protocol::Protocol::of(&request);
                 match admit_as(&shared.policies, &ask, protocol).await {
