@@ -13,6 +13,10 @@
 #   open    OPEN_STREAMS (default 400) streams held open at once (the upstream sends at 2 KiB/s):
 #           the gateway's resident memory grown per open stream (sluice: its process; nginx:
 #           its workers), sampled after 3 s
+#   paced   30 streams of 20 events, one every 5 ms, from scripts/bench/stream_latency.py's
+#           upstream (each event carries the time it was written): the time to first byte and
+#           each event's latency, written to received, median and p99; also straight from
+#           that upstream (direct), for scale
 # Prints a Markdown section on stdout: medians, and the range over rounds.
 set -euo pipefail
 
@@ -58,6 +62,7 @@ cp "$WORK/www/v1/big" "$WORK/www/v1/slow"
 chmod -R a+rX "$WORK"
 
 UP=$(free_port)
+PY=$(free_port)
 NG=$(free_port)
 SETTLED=$(free_port)
 PLAIN=$(free_port)
@@ -86,11 +91,20 @@ nginx_start upstream "
         default_type text/event-stream;
         location /v1/slow { limit_rate 2k; }
     }"
+python3 "$ROOT/scripts/bench/stream_latency.py" upstream "$PY" &
+PIDS+=($!)
 nginx_start proxy "
     upstream up { server 127.0.0.1:$UP; keepalive 64; }
+    upstream paced { server 127.0.0.1:$PY; keepalive 64; }
     server {
         listen 127.0.0.1:$NG;
         keepalive_requests 1000000;
+        location /t/ {
+            proxy_pass http://paced;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_buffering off;
+        }
         location / {
             proxy_pass http://up;
             proxy_http_version 1.1;
@@ -122,6 +136,11 @@ $2
 path_prefix = "/v1/"
 policies = ["llm"]
 upstream = "http://127.0.0.1:$UP"
+
+[[route]]
+path_prefix = "/t/"
+policies = ["llm"]
+upstream = "http://127.0.0.1:$PY"
 EOF
     SLUICE_LOG=warn "$SLUICE" serve --config "$dir/sluice.toml" 2> "$dir/log" &
     PIDS+=($!)
@@ -129,7 +148,7 @@ EOF
 }
 sluice_start "$SETTLED" 'cost = { reserve = 1000, settle = "openai" }'
 sluice_start "$PLAIN" ''
-for p in "$UP" "$NG" "$SETTLED" "$PLAIN"; do wait_port "$p"; done
+for p in "$UP" "$PY" "$NG" "$SETTLED" "$PLAIN"; do wait_port "$p"; done
 
 rss_kib() { # pids...
     local total=0
@@ -145,7 +164,16 @@ pids_of() { # name
         nginx) pgrep -P "$(cat "$WORK/nginx-proxy/nginx.pid")" | tr '\n' ' ' ;;
     esac
 }
-port_of() { case "$1" in settled) echo "$SETTLED" ;; plain) echo "$PLAIN" ;; nginx) echo "$NG" ;; esac; }
+port_of() { case "$1" in settled) echo "$SETTLED" ;; plain) echo "$PLAIN" ;; nginx) echo "$NG" ;; direct) echo "$PY" ;; esac; }
+paced() { # gateway, round
+    local out
+    out=$(python3 "$ROOT/scripts/bench/stream_latency.py" client "http://127.0.0.1:$(port_of "$1")/t/s?events=20&gap_ms=5" 30)
+    R[$1,ttfb,$2]=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["ttfb_ms_median"])' <<<"$out")
+    R[$1,ttfb99,$2]=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["ttfb_ms_p99"])' <<<"$out")
+    R[$1,chunk,$2]=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["chunk_ms_median"])' <<<"$out")
+    R[$1,chunk99,$2]=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["chunk_ms_p99"])' <<<"$out")
+    echo "round $2 $1 paced: $out" >&2
+}
 
 # Fails the run when wrk saw an answer other than 200 (a benchmark of errors is no benchmark).
 all_ok() {
@@ -164,7 +192,9 @@ mbs() { awk '/Transfer\/sec/ {v=$2; if (v ~ /GB$/) {sub(/GB/,"",v); v*=1024} els
 declare -A R
 GATEWAYS=(settled plain nginx)
 for round in $(seq 1 "$ROUNDS"); do
+    paced direct "$round"
     for g in "${GATEWAYS[@]}"; do
+        paced "$g" "$round"
         port=$(port_of "$g")
         out=$(wrk -t2 -c16 -d"${DURATION}s" --latency "http://127.0.0.1:$port/v1/small")
         all_ok "$out" "$g small"
@@ -200,6 +230,14 @@ for g in "${GATEWAYS[@]}"; do
         "$(col "$g" p99 | median)" "$(col "$g" p99 | range)" \
         "$(col "$g" big | median)" "$(col "$g" big | range)" \
         "$(col "$g" open | median)" "$(col "$g" open | range)"
+done
+echo
+echo "| paced stream | time to first byte, median ms | p99 | per-event latency, median ms | p99 |"
+echo "|---|---|---|---|---|"
+for g in direct "${GATEWAYS[@]}"; do
+    printf '| %s | %s (%s) | %s | %s (%s) | %s |\n' "$g" \
+        "$(col "$g" ttfb | median)" "$(col "$g" ttfb | range)" "$(col "$g" ttfb99 | median)" \
+        "$(col "$g" chunk | median)" "$(col "$g" chunk | range)" "$(col "$g" chunk99 | median)"
 done
 s=$(col settled small | median); p=$(col plain small | median); n=$(col nginx small | median)
 sb=$(col settled big | median); pb=$(col plain big | median); nb=$(col nginx big | median)
