@@ -7,6 +7,9 @@
 #   direct     wrk -> upstream (nginx `return 200`)
 #   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy
 #   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
+#   haproxy    wrk -> HAProxy (nbthread 2, a stick table tracking http_req_rate per source
+#              address, a deny rule it never meets, option forwardfor) -> upstream, keep-alive
+#              both sides (http-reuse always)
 #   nginx-same the same nginx doing the header work sluice does on every proxied request:
 #              X-Forwarded-For appended (part of the gateway's contract) and a request id
 #              (X-Request-Id: the client's, or a new one) sent upstream and echoed to the client
@@ -52,6 +55,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench-XXXXXX)
 OUT=${OUT:-$WORK/raw.txt}
 NGINX=${NGINX:-/usr/sbin/nginx}
+HAPROXY=${HAPROXY:-/usr/sbin/haproxy}
 WRK=${WRK:-wrk}
 H2LOAD=${H2LOAD:-h2load}
 TLS=${TLS:-1}
@@ -190,7 +194,7 @@ fi
 UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
 SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
 SLACC=$(free_port); SLACCA=$(free_port); HY=$(free_port); NGSAME=$(free_port)
-SLNOID=$(free_port); SLNOIDA=$(free_port)
+SLNOID=$(free_port); SLNOIDA=$(free_port); HA=$(free_port)
 
 start_nginx upstream "server { listen 127.0.0.1:$UP; keepalive_requests 1000000; location / { return 200 \"ok\\n\"; } }"
 wait_port "$UP"
@@ -216,6 +220,36 @@ start_nginx proxyacc "$PROXY_COMMON
     location / { limit_req zone=acc burst=20 nodelay; proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
 wait_port "$NG"; wait_port "$NGSAME"; wait_port "$NG429"; wait_port "$NGACC"
 
+# HAProxy doing the work of a limiter gateway: the client's address tracked in a stick table
+# (its request rate), a deny rule the rate never reaches, X-Forwarded-For added.
+mkdir -p "$WORK/haproxy"
+cat > "$WORK/haproxy/haproxy.cfg" <<CONF
+global
+  nbthread 2
+  maxconn 9000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout http-keep-alive 60s
+  option http-keep-alive
+  option forwardfor
+frontend fe
+  bind 127.0.0.1:$HA
+  stick-table type ip size 1m expire 60s store http_req_rate(1s)
+  http-request track-sc0 src
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 100000000 }
+  default_backend be
+backend be
+  http-reuse always
+  server up 127.0.0.1:$UP maxconn 2000
+CONF
+"$HAPROXY" -db -f "$WORK/haproxy/haproxy.cfg" 2>"$WORK/haproxy/log" &
+PIDS+=($!)
+MASTER[haproxy]=$!
+wait_port "$HA"
+
 route() { printf '[[route]]\npath_prefix = "/"\npolicies = ["%s"]\nupstream = "http://127.0.0.1:%s"\n' "$1" "$UP"; }
 start_sluice open "$(printf '[[policy]]\nname = "open"\nalgorithm = "gcra"\ncapacity = 1000000\nrate = "1000000/s"\nkey = "ip"\n'; route open)" "$SL" "$SLA"
 start_sluice shut "$(printf '[[policy]]\nname = "shut"\nalgorithm = "gcra"\ncapacity = 1\nrate = "1/h"\nkey = "ip"\n'; route shut)" "$SL429" "$SL429A"
@@ -232,10 +266,10 @@ MASTER[hyper]=$!
 wait_port "$HY"
 
 # Warm up every path once (connections, pools, caches).
-for port in $UP $NG $NGSAME $SL $HY $NG429 $SL429 $SLNOID ${SLBASE:-}; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+for port in $UP $NG $NGSAME $HA $SL $HY $NG429 $SL429 $SLNOID ${SLBASE:-}; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
 # label:port:server of each run, in the order they are interleaved.
-RUNS=("direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "nginx-same:$NGSAME:proxysame"
+RUNS=("direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "haproxy:$HA:haproxy" "nginx-same:$NGSAME:proxysame"
   "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429" "sluice-noid:$SLNOID:noid")
 [ -n "$BASE_BIN" ] && RUNS+=("sluice-base:$SLBASE:base")
 declare -A SAMPLES
@@ -280,13 +314,13 @@ async def main():
     await asyncio.gather(*tasks)
 asyncio.run(main())
 PY
-python3 "$WORK/idle.py" "$SL,$NG" "$IDLE" > "$WORK/idle.log" 2>&1 &
+python3 "$WORK/idle.py" "$SL,$NG,$HA" "$IDLE" > "$WORK/idle.log" 2>&1 &
 IDLE_PID=$!
 PIDS+=($!)
 for _ in $(seq 600); do grep -q "idle connections open" "$WORK/idle.log" && break; sleep 0.1; done
 IDLE_OPEN=$(cat "$WORK/idle.log")
 echo "$IDLE_OPEN" >&2
-IDLE_RUNS=("sluice-idle:$SL:open" "nginx-idle:$NG:proxy")
+IDLE_RUNS=("sluice-idle:$SL:open" "nginx-idle:$NG:proxy" "haproxy-idle:$HA:haproxy")
 run_rounds "${IDLE_RUNS[@]}"
 RUNS+=("${IDLE_RUNS[@]}")
 
@@ -346,6 +380,7 @@ nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), sluice release build, access lo
 $(row direct)
 $(row sluice)
 $(row nginx)
+$(row haproxy)
 $(row nginx-same)
 $(row hyper)
 $(row sluice-429)
@@ -353,6 +388,7 @@ $(row nginx-429)
 $(row sluice-noid)
 $(row sluice-idle)
 $(row nginx-idle)
+$(row haproxy-idle)
 $([ -n "$BASE_BIN" ] && row sluice-base)
 
 Server CPU: the user and kernel time of the processes answering wrk (sluice, the plain hyper proxy, or nginx's workers; for
@@ -363,6 +399,10 @@ machine spends on a request, which sets the throughput while all three processes
 - Proxying (unlimited policy): sluice / nginx throughput = **$(ratio "$(field sluice 1)" "$(field nginx 1)")** (target >= 1).
   p99: sluice $S_P99 ms, nginx $N_P99 ms, direct $D_P99 ms; added p99 over direct: sluice $(minus "$S_P99" "$D_P99") ms,
   nginx $(minus "$N_P99" "$D_P99") ms; sluice - nginx = $(minus "$S_P99" "$N_P99") ms (target <= 0.5 ms).
+- Proxying beside HAProxy $("$HAPROXY" -v 2>/dev/null | awk 'NR==1 {print $3}') (the same per-source tracking, X-Forwarded-For):
+  sluice / haproxy = **$(ratio "$(field sluice 1)" "$(field haproxy 1)")** (target >= 1); p99 haproxy $(field haproxy 3) ms,
+  sluice - haproxy = $(minus "$S_P99" "$(field haproxy 3)") ms; with the idle connections, sluice-idle / haproxy-idle =
+  **$(ratio "$(field sluice-idle 1)" "$(field haproxy-idle 1)")**.
 - Proxying, nginx doing the same header work (nginx-same: X-Forwarded-For, X-Request-Id both ways):
   sluice / nginx-same throughput = **$(ratio "$(field sluice 1)" "$(field nginx-same 1)")**; nginx-same / nginx = $(ratio "$(field nginx-same 1)" "$(field nginx 1)");
   p99 nginx-same $NS_P99 ms, sluice - nginx-same = $(minus "$S_P99" "$NS_P99") ms.
