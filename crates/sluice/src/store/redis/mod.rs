@@ -191,6 +191,7 @@
 
 mod at;
 mod cache;
+mod charge;
 mod config;
 mod lease;
 mod leased;
