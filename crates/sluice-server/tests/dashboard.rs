@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{get, get_with, Gateway, Upstream};
+use bytes::Bytes;
+use common::{client, get, get_with, send, Answer, Gateway, Upstream};
+use http::Request;
+use http_body_util::Full;
 use serde_json::Value;
 
 fn config(upstream: &str) -> String {
@@ -36,6 +39,15 @@ path_prefix = "/"
 upstream = "{upstream}"
 "#
     )
+}
+
+async fn admin(gw: &Gateway, method: &str, path: &str, body: &str) -> Answer {
+    let req = Request::builder()
+        .method(method)
+        .uri(gw.admin(path))
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    send(&client(), req).await.unwrap()
 }
 
 fn metric(text: &str, series: &str) -> f64 {
@@ -128,6 +140,48 @@ async fn stats_agree_with_metrics_and_mask_secret_keys() {
     assert_eq!(routes[1]["route"], "/");
     assert_eq!(routes[1]["responses"]["2xx"], 1.0);
     assert_eq!(stats["browser"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_a_quota_of_their_own_are_listed_masked_with_it() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start("", &config(&upstream.url())).await;
+    let secret = "sk-live-7f3a9c1e55d2";
+    let path = format!("/v1/policies/per-key/keys/{secret}");
+    let set = admin(&gw, "PUT", &path, r#"{"capacity": 7, "rate": "2/min"}"#).await;
+    assert_eq!(set.status, 200, "{set:?}");
+    get_with(&gw.url("/api/a"), &[("x-api-key", secret)]).await;
+
+    let stats: Value = get(&gw.admin("/v1/stats")).await.unwrap().json();
+    let per_key = &stats["policies"][0];
+    assert_eq!(per_key["name"], "per-key");
+    let overrides = per_key["overrides"].as_array().unwrap();
+    assert_eq!(overrides.len(), 1, "{overrides:?}");
+    let own = &overrides[0];
+    assert_eq!(own["capacity"], 7);
+    // As the admin API lists it, but for the key, masked as the hottest keys are.
+    let listed: Value = admin(&gw, "GET", "/v1/policies/per-key/keys", "")
+        .await
+        .json();
+    assert_eq!(own["rate"], listed["overrides"][0]["rate"]);
+    assert_eq!(own["capacity"], listed["overrides"][0]["capacity"]);
+    let shown = own["key"].as_str().unwrap();
+    assert!(shown.starts_with("sk-l…#"), "{shown}");
+    assert_eq!(own["key"], per_key["hottest"][0]["key"]);
+    assert!(!stats.to_string().contains(secret));
+    assert_eq!(stats["policies"][1]["overrides"], serde_json::json!([]));
+
+    let page = get(&gw.admin("/dashboard")).await.unwrap();
+    let html = String::from_utf8(page.body.to_vec()).unwrap();
+    assert!(html.contains("'grid overrides'") && html.contains("keys with a quota of their own"));
+    assert!(
+        html.contains("p.overrides"),
+        "the table is filled from /v1/stats"
+    );
+
+    assert_eq!(admin(&gw, "DELETE", &path, "").await.status, 200);
+    let stats: Value = get(&gw.admin("/v1/stats")).await.unwrap().json();
+    assert_eq!(stats["policies"][0]["overrides"], serde_json::json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

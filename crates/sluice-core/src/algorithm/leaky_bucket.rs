@@ -115,7 +115,9 @@ impl Algorithm for LeakyBucket {
             Decision {
                 allowed: false,
                 limit,
-                remaining: self.per_token.div(self.tau - water),
+                // Water beyond this bucket (a state held under a larger quota, as a key's
+                // own, read by its queue's plan under the table's) leaves nothing.
+                remaining: self.per_token.div(self.tau.saturating_sub(water)),
                 retry_after_ns: filled - self.tau,
                 reset_after_ns: water,
             }
@@ -155,5 +157,24 @@ impl Algorithm for LeakyBucket {
             water_ns: water,
             last_ns: clamp_time(now),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_fuller_than_the_bucket_is_refused_with_nothing_left() {
+        // Held under 3 tokens at 1/s, read under 2 at 1/s: 3 s of water in a 2 s bucket.
+        let leaky = LeakyBucket::new(Quota::parse(2, "1/s").unwrap());
+        let mut state = LeakyBucketState {
+            water_ns: 3_000_000_000,
+            last_ns: 0,
+        };
+        let d = leaky.check(&mut state, 0, 0).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry_after_ns, 1_000_000_000);
     }
 }

@@ -47,7 +47,9 @@ pub async fn stats(State(shared): State<&'static Shared>) -> Response {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let body = stats::snapshot(&runtime, &metrics, now_ms).to_string();
+    let body = stats::snapshot(&runtime, &metrics, now_ms)
+        .await
+        .to_string();
     let mut response = body.into_response();
     let h = response.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -2,8 +2,10 @@
 //!
 //! Counters are cumulative (the page takes rates from two snapshots), read back from the
 //! same Prometheus text `/metrics` serves. Bucket levels come from the stores
-//! ([`Store::hottest`]); keys that may be secrets (header, cookie and query keys) are shown
-//! masked.
+//! ([`Store::hottest`]), and each policy's keys with a quota of their own from its store
+//! ([`crate::runtime::overrides::list`], as `GET /v1/policies/NAME/keys` lists them; `null`
+//! when the store did not answer); keys that may be secrets (header, cookie and query keys)
+//! are shown masked.
 //!
 //! ```json
 //! {
@@ -15,7 +17,8 @@
 //!     "admitted": 59, "denied": {"limit": 41, "queue_full": 0, "timeout": 0, "capacity": 0, "unavailable": 0, "ambiguous_key": 0},
 //!     "waiting": 0, "queue_wait_ms": {"p50": 0.0, "p99": 180.0, "count": 12},
 //!     "hottest": [{"key": "127.0.0.1", "tokens": 0.4, "remaining": 0, "limit": 10,
-//!                  "level": 0.04, "reset_after_ms": 1920, "retry_after_ms": 120}]
+//!                  "level": 0.04, "reset_after_ms": 1920, "retry_after_ms": 120}],
+//!     "overrides": [{"key": "sk-l…#3fa2c1", "capacity": 100, "rate": "50/s"}]
 //!   }],
 //!   "routes": [{"route": "/api/", "responses": {"2xx": 59}, "errors": {}}],
 //!   "browser": [{"name": "sluice_browser_admitted_total", "labels": {}, "value": 12}]
@@ -33,12 +36,17 @@ use sluice_http::{KeySpec, Policy};
 
 use crate::dashboard::prom::{self, Sample};
 use crate::runtime::build::Runtime;
+use crate::runtime::overrides;
 
 /// Keys listed per policy.
 pub const HOTTEST: usize = 10;
 
 /// The snapshot of `runtime`, with the counters of `metrics` (Prometheus text).
-pub fn snapshot(runtime: &Runtime, metrics: &str, now_ms: u64) -> Value {
+pub async fn snapshot(runtime: &Runtime, metrics: &str, now_ms: u64) -> Value {
+    let mut own = BTreeMap::new();
+    for policy in runtime.policies.values() {
+        own.insert(policy.name().to_owned(), overrides(policy).await);
+    }
     let samples = prom::parse(metrics);
     // The sum over the samples that match, so a label left out (`protocol`) is summed over.
     let find = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
@@ -97,6 +105,7 @@ pub fn snapshot(runtime: &Runtime, metrics: &str, now_ms: u64) -> Value {
                 "waiting": find("sluice_policy_waiting", &[("policy", name)]).unwrap_or(0.0),
                 "queue_wait_ms": queue_wait,
                 "hottest": hottest(policy),
+                "overrides": own.remove(name).unwrap_or(Value::Null),
             })
         })
         .collect();
@@ -178,6 +187,23 @@ fn hottest(policy: &Policy) -> Vec<Value> {
         .collect()
 }
 
+/// The keys with a quota of their own, masked as the hottest are; `null` when the store did
+/// not answer.
+async fn overrides(policy: &Policy) -> Value {
+    match overrides::list(policy).await {
+        Ok(all) => all
+            .into_iter()
+            .map(|mut o| {
+                if let Some(key) = o["key"].as_str() {
+                    o["key"] = json!(shown_key(policy.key_spec(), key));
+                }
+                o
+            })
+            .collect(),
+        Err(_) => Value::Null,
+    }
+}
+
 /// Tokens available: fractional for the bucket algorithms (`capacity - reset_after / interval`),
 /// whole for the window ones.
 fn tokens(kind: Kind, quota: &sluice_core::Quota, d: &Decision) -> f64 {
@@ -237,7 +263,7 @@ sluice_upstream_errors_total{route=\"/api/\",error=\"refused\"} 1
 sluice_browser_admitted_total 12
 sluice_browser_rejected_total{reason=\"limit\"} 3
 ";
-        let s = snapshot(&runtime, metrics, 42);
+        let s = snapshot(&runtime, metrics, 42).await;
         assert_eq!(s["now_ms"], 42);
         let p = &s["policies"][0];
         assert_eq!(p["admitted"], 7.0);
@@ -249,6 +275,7 @@ sluice_browser_rejected_total{reason=\"limit\"} 3
         assert_eq!(p["queue_wait_ms"]["count"], 4.0);
         assert_eq!(p["hottest"][0]["key"], "10.0.0.1");
         assert_eq!(p["hottest"][0]["remaining"], 0);
+        assert_eq!(p["overrides"], json!([]));
         assert_eq!(s["routes"][0]["responses"]["2xx"], 7.0);
         assert_eq!(s["routes"][0]["errors"]["refused"], 1.0);
         let browser = s["browser"].as_array().unwrap();

@@ -9,6 +9,8 @@
 //! - [`changes`]: what a reload changes, and which changes need a restart.
 //! - [`otlp`]: the span exporter of `[telemetry]`.
 //! - [`rls_table`]: Envoy rate limit descriptors to policies.
+//! - [`overrides`]: a policy's keys with a quota of their own, as the admin API and the
+//!   dashboard list them.
 //!
 //! Nothing here listens, accepts or reads a socket, and nothing here imports a listener's
 //! module: listeners import this room, never the other way.
@@ -16,6 +18,7 @@
 pub mod build;
 pub mod changes;
 pub mod otlp;
+pub mod overrides;
 pub mod rls_table;
 pub mod state;
 

@@ -59,19 +59,11 @@ pub async fn list(State(shared): State<&'static Shared>, Path(name): Path<String
         Ok(p) => p,
         Err(r) => return *r,
     };
-    match p.backend().overrides().await {
-        Ok(all) => {
-            let overrides: Vec<Value> = all
-                .into_iter()
-                .map(|(key, q)| {
-                    json!({ "key": key, "capacity": q.capacity(), "rate": q.rate().to_string() })
-                })
-                .collect();
-            json_response(
-                StatusCode::OK,
-                &json!({ "policy": name, "overrides": overrides }),
-            )
-        }
+    match crate::runtime::overrides::list(&p).await {
+        Ok(overrides) => json_response(
+            StatusCode::OK,
+            &json!({ "policy": name, "overrides": overrides }),
+        ),
         Err(_) => unavailable(),
     }
 }

@@ -72,6 +72,8 @@
     refs.canvas = h('canvas', { 'aria-label': 'admitted and denied per second' });
     refs.keys = h('tbody');
     refs.keysNote = h('div', { class: 'empty-note', text: 'No key holds fewer tokens than a full bucket right now.' });
+    refs.overrides = h('tbody');
+    refs.overridesNote = h('div', { class: 'empty-note', text: 'No key has a quota of its own.' });
     const root = h(
       'article',
       { class: 'card policy', 'data-policy': p.name },
@@ -100,6 +102,14 @@
         refs.keys,
       ),
       refs.keysNote,
+      h('div', { class: 'sub-h', text: 'keys with a quota of their own' }),
+      h(
+        'table',
+        { class: 'grid overrides' },
+        h('thead', {}, h('tr', {}, h('th', { text: 'key' }), h('th', { class: 'num', text: 'capacity' }), h('th', { class: 'num', text: 'rate' }))),
+        refs.overrides,
+      ),
+      refs.overridesNote,
     );
     return { root, refs, history: [] };
   }
@@ -161,6 +171,21 @@
       );
     }
     r.keysNote.hidden = p.hottest.length > 0;
+
+    r.overrides.replaceChildren();
+    for (const o of p.overrides || []) {
+      r.overrides.append(
+        h(
+          'tr',
+          { class: 'override-row' },
+          h('td', { class: 'key', title: o.key, text: o.key }),
+          h('td', { class: 'num', text: fmt.int(o.capacity) }),
+          h('td', { class: 'num', text: o.rate }),
+        ),
+      );
+    }
+    r.overridesNote.textContent = p.overrides ? 'No key has a quota of its own.' : 'The store did not answer.';
+    r.overridesNote.hidden = Boolean(p.overrides && p.overrides.length);
   }
 
   function drawChart(canvas, points) {
