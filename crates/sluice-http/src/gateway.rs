@@ -602,9 +602,9 @@ fn too_large<B>(protocol: Protocol, max_body: u64) -> Response<Body<B>> {
     r
 }
 
-/// Whether a request with these headers may wait: a body of known length up to `max`, or
-/// none at all.
-fn body_may_wait(headers: &HeaderMap, max: u64) -> bool {
+/// Whether a request with these headers may wait in a queue: a body of known length up to
+/// `max` (a route's [`Route::max_queued_body`]), or none at all.
+pub fn body_may_wait(headers: &HeaderMap, max: u64) -> bool {
     if headers.contains_key(TRANSFER_ENCODING) {
         return false;
     }
