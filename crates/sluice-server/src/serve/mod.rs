@@ -18,8 +18,9 @@
 //!
 //! The room of the gateway and admin listeners ([`gateway`], [`conn`], [`stall`], [`admin`],
 //! [`policies`], [`keys`], [`explain`]) and of the process that starts every listener
-//! ([`run()`]). What more than one listener needs (the runtime, the shared state, reload changes) lives below, in
-//! [`crate::runtime`]; nothing here is imported by a room beneath it.
+//! ([`run()`]). What more than one listener needs (the runtime, the shared state, reload
+//! changes) lives below, in [`crate::runtime`]; nothing here is imported by a room beneath
+//! it.
 
 pub mod admin;
 pub mod conn;
