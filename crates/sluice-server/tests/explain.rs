@@ -448,3 +448,138 @@ async fn a_description_that_is_no_request_is_refused_naming_the_field() {
         assert!(text.contains(needle), "{body}: {text}");
     }
 }
+
+/// A queue that would admit after a wait, one whose wait is too long, a shadow policy, a
+/// concurrency limit whose only slot is held, and keys hashed by a file store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_shadow_concurrency_and_hashed_keys() {
+    let up = Upstream::start().await;
+    let dir = common::TempDir::new();
+    let text = format!(
+        r#"
+[store]
+backend = "file"
+path = "{state}"
+
+[[policy]]
+name = "queued"
+algorithm = "gcra"
+capacity = 1
+rate = "1/s"
+key = "header:x-api-key"
+queue = {{ depth = 4, max_wait = "5s" }}
+
+[[policy]]
+name = "slow"
+algorithm = "gcra"
+capacity = 1
+rate = "1/min"
+key = "global"
+queue = {{ depth = 4, max_wait = "2s" }}
+
+[[policy]]
+name = "watch"
+algorithm = "token_bucket"
+capacity = 1
+rate = "1/h"
+key = "global"
+shadow = true
+
+[[policy]]
+name = "slots"
+algorithm = "gcra"
+capacity = 100
+rate = "100/s"
+key = "global"
+concurrency = 1
+
+[[route]]
+path_prefix = "/q/"
+policies = ["queued"]
+upstream = "{upstream}"
+
+[[route]]
+path_prefix = "/t/"
+policies = ["slow"]
+upstream = "{upstream}"
+
+[[route]]
+path_prefix = "/s/"
+policies = ["watch"]
+upstream = "{upstream}"
+
+[[route]]
+path_prefix = "/slow/"
+policies = ["slots"]
+upstream = "{upstream}"
+"#,
+        state = dir.0.join("state").display(),
+        upstream = up.url(),
+    );
+    let gw = Gateway::start("", &text).await;
+
+    // One token a second: the next request of key `a` waits for it.
+    let described = json!({"path": "/q/x", "headers": {"x-api-key": "a"}});
+    let a = explain(&gw, described.clone()).await;
+    let p = policy(&a, "queued");
+    assert_eq!(p["key"], "a");
+    let stored = p["stored_key"].as_str().unwrap();
+    assert!(
+        stored != "a" && stored.len() == 32,
+        "a file store keeps header keys hashed: {stored}"
+    );
+    assert_eq!(p["decision"], "allowed");
+    let r = get_with(&gw.url("/q/x"), &[("x-api-key", "a")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let a = explain(&gw, described).await;
+    let p = policy(&a, "queued");
+    assert_eq!(p["decision"], "would_wait", "{a}");
+    let wait = p["wait_ms"].as_u64().unwrap();
+    assert!((1..=1_000).contains(&wait), "{wait} ms");
+    assert_eq!(p["max_wait_ms"], 5_000);
+    assert_eq!(a["decision"], "would_wait");
+    assert_eq!(a["policy"], "queued");
+
+    // One token a minute, and at most 2 s of waiting: denied at once.
+    assert_eq!(get_with(&gw.url("/t/x"), &[]).await.status, StatusCode::OK);
+    let a = explain(&gw, json!({"path": "/t/x"})).await;
+    let p = policy(&a, "slow");
+    assert_eq!(p["decision"], "denied");
+    assert_eq!(p["reason"], "timeout");
+    assert!(p["retry_after_ms"].as_u64().unwrap() > 2_000);
+    assert_eq!(a["status"], 429);
+    assert_eq!(a["reason"], "timeout");
+
+    // A shadow policy would deny, and lets the request go on.
+    assert_eq!(get_with(&gw.url("/s/x"), &[]).await.status, StatusCode::OK);
+    let a = explain(&gw, json!({"path": "/s/x"})).await;
+    let p = policy(&a, "watch");
+    assert_eq!(p["shadow"], true);
+    assert_eq!(p["decision"], "shadow_denied");
+    assert_eq!(a["decision"], "allowed");
+
+    // The only slot is held by a slow request: the next one would be refused.
+    let a = explain(&gw, json!({"path": "/slow/1"})).await;
+    assert_eq!(policy(&a, "slots")["in_flight"], 0);
+    assert_eq!(policy(&a, "slots")["concurrency"], 1);
+    let url = gw.url("/slow/1500");
+    let held = tokio::spawn(async move { get_with(&url, &[]).await });
+    let mut seen = Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        seen = explain(&gw, json!({"path": "/slow/1"})).await;
+        if policy(&seen, "slots")["in_flight"] == 1 {
+            break;
+        }
+    }
+    let p = policy(&seen, "slots");
+    assert_eq!(p["in_flight"], 1, "{seen}");
+    assert_eq!(p["decision"], "denied");
+    assert_eq!(p["reason"], "limit");
+    assert_eq!(seen["status"], 429);
+    assert_eq!(held.await.unwrap().status, StatusCode::OK);
+    let a = explain(&gw, json!({"path": "/slow/1"})).await;
+    assert_eq!(policy(&a, "slots")["in_flight"], 0);
+    assert_eq!(policy(&a, "slots")["decision"], "allowed");
+    assert_eq!(up.count(), 4, "explanations sent nothing upstream");
+}
