@@ -569,8 +569,10 @@ impl Gateway {
     }
 }
 
-/// The body length a request's `Content-Length` declares (hyper has refused a malformed one).
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
+/// The body length a request's `Content-Length` declares (hyper has refused a malformed one;
+/// an unreadable value declares none). A request declaring more than its route's
+/// [`Route::body_limit`] is answered 413 before any policy is asked.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(CONTENT_LENGTH)?
         .to_str()

@@ -293,6 +293,7 @@ async fn a_browser_path() {
     assert_eq!(a["route"]["upstream"], Value::Null);
     assert_eq!(a["policies"], json!([]));
     assert_eq!(a["decision"], "allowed");
+    assert_eq!(a["status"], Value::Null);
     assert!(a["why"].as_str().unwrap().contains("[browser]"));
     // Another path under /sluice/ is no browser file: it goes to the routes (none here).
     let a = explain(&gw, json!({"path": "/sluice/other"})).await;
@@ -308,6 +309,17 @@ async fn a_route_without_policy_no_route_and_a_refused_method() {
     assert_eq!(a["policies"], json!([]));
     assert_eq!(a["decision"], "allowed");
     assert!(a["why"].as_str().unwrap().contains("no policy"), "{a}");
+
+    // A body larger than the route accepts is refused before any policy.
+    let a = explain(
+        &gw,
+        json!({"method": "GET", "path": "/api/x", "headers": {"content-length": "2000000"}}),
+    )
+    .await;
+    assert_eq!(a["route"]["path_prefix"], "/api/");
+    assert_eq!(a["route_why"], "body_too_large");
+    assert_eq!(a["status"], 413);
+    assert_eq!(a["policies"], json!([]));
 
     let a = explain(&gw, json!({"path": "/nowhere"})).await;
     assert_eq!(a["route"], Value::Null);

@@ -36,7 +36,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value as Json};
 use sluice_core::{Decision, Kind, Quota};
 use sluice_http::admit::{Ask, Reason};
-use sluice_http::gateway::body_may_wait;
+use sluice_http::gateway::{body_may_wait, declared_length};
 use sluice_http::path::canonical_uri;
 use sluice_http::policy::QuotaSource;
 use sluice_http::protocol::{asks_websocket_upgrade, Protocol};
@@ -160,7 +160,7 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
                 "route": {"path_prefix": path, "upstream": null, "kind": "browser"},
                 "policies": [],
                 "decision": "allowed",
-                "status": 200,
+                "status": null,
                 "policy": null,
                 "why": format!("{path} is answered by the gateway itself ([browser]), before any route"),
             });
@@ -211,13 +211,22 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
             )
         }
     };
-    let kind = if Protocol::of(request) == Protocol::Grpc {
-        "grpc"
-    } else if asks_websocket_upgrade(headers) {
-        "websocket"
-    } else {
-        "proxy"
-    };
+    if let Some(len) = declared_length(headers).filter(|len| *len > route.body_limit()) {
+        return json!({
+            "client_ip": client_ip.to_string(),
+            "route": route_json(route, kind_of(request)),
+            "route_why": "body_too_large",
+            "policies": [],
+            "decision": "refused",
+            "status": 413,
+            "policy": null,
+            "why": format!(
+                "refused with 413: the declared body ({len} bytes) is larger than this route accepts ({} bytes)",
+                route.body_limit()
+            ),
+        });
+    }
+    let kind = kind_of(request);
     let ask = Ask {
         headers,
         uri: &uri,
@@ -281,11 +290,7 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
         .collect();
     let mut answer = json!({
         "client_ip": client_ip.to_string(),
-        "route": {
-            "path_prefix": route.path_prefix(),
-            "upstream": route.upstream().to_string(),
-            "kind": kind,
-        },
+        "route": route_json(route, kind),
         "policies": listed,
     });
     let overall = answer.as_object_mut().expect("an object");
@@ -348,11 +353,27 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
             );
         }
     }
-    overall.insert(
-        "consumed".into(),
-        json!("nothing: buckets were read, not spent"),
-    );
     answer
+}
+
+/// What the request speaks, as the route's `kind`: `grpc`, `websocket` (an upgrade) or
+/// `proxy`.
+fn kind_of(request: &http::Request<()>) -> &'static str {
+    if Protocol::of(request) == Protocol::Grpc {
+        "grpc"
+    } else if asks_websocket_upgrade(request.headers()) {
+        "websocket"
+    } else {
+        "proxy"
+    }
+}
+
+fn route_json(route: &Route, kind: &str) -> Json {
+    json!({
+        "path_prefix": route.path_prefix(),
+        "upstream": route.upstream().to_string(),
+        "kind": kind,
+    })
 }
 
 /// What one policy would do.
