@@ -214,7 +214,10 @@ impl Ask<'_> {
         policy.request_key(self.headers, self.uri, self.client_ip)
     }
 
-    fn waits(&self, policy: &Policy) -> bool {
+    /// Whether the request waits in `policy`'s queue rather than being answered at once: it
+    /// may wait, the policy has a queue, and the policy is not in shadow mode. The policies
+    /// it does not wait for are asked first (see the [module docs](self)).
+    pub fn waits(&self, policy: &Policy) -> bool {
         self.may_wait && policy.queue().is_some() && !policy.shadow()
     }
 }

@@ -570,8 +570,10 @@ impl Gateway {
     }
 }
 
-/// The body length a request's `Content-Length` declares (hyper has refused a malformed one).
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
+/// The body length a request's `Content-Length` declares (hyper has refused a malformed one;
+/// an unreadable value declares none). A request declaring more than its route's
+/// [`Route::body_limit`] is answered 413 before any policy is asked.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(CONTENT_LENGTH)?
         .to_str()
@@ -603,9 +605,9 @@ fn too_large<B>(protocol: Protocol, max_body: u64) -> Response<Body<B>> {
     r
 }
 
-/// Whether a request with these headers may wait: a body of known length up to `max`, or
-/// none at all.
-fn body_may_wait(headers: &HeaderMap, max: u64) -> bool {
+/// Whether a request with these headers may wait in a queue: a body of known length up to
+/// `max` (a route's [`Route::max_queued_body`]), or none at all.
+pub fn body_may_wait(headers: &HeaderMap, max: u64) -> bool {
     if headers.contains_key(TRANSFER_ENCODING) {
         return false;
     }

@@ -73,14 +73,22 @@ impl Protocol {
                 .extensions()
                 .get::<hyper::upgrade::OnUpgrade>()
                 .is_some()
-                && has_token(request.headers().get_all(UPGRADE), b"websocket")
-                && has_token(request.headers().get_all(CONNECTION), b"upgrade") =>
+                && asks_websocket_upgrade(request.headers()) =>
             {
                 Protocol::Ws
             }
             _ => Protocol::Http1,
         }
     }
+}
+
+/// Whether an HTTP/1.1 request's headers ask for a WebSocket upgrade: `Upgrade: websocket`
+/// with `Connection: upgrade` (each among comma-separated tokens, in any case). What
+/// [`Protocol::of`] looks for once hyper has marked the request as an upgrade; a request
+/// described rather than received (an explanation) has only its headers to show.
+pub fn asks_websocket_upgrade(headers: &http::HeaderMap) -> bool {
+    has_token(headers.get_all(UPGRADE), b"websocket")
+        && has_token(headers.get_all(CONNECTION), b"upgrade")
 }
 
 /// Whether `request` carries the `:protocol` `websocket` of an extended `CONNECT` (RFC 8441

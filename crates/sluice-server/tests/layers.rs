@@ -78,7 +78,7 @@ fn every_import_in_the_gateway_runs_downward() {
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                         .collect();
                     if [
-                        "admin", "conn", "demo", "gateway", "keys", "policies", "stall",
+                        "admin", "conn", "demo", "explain", "gateway", "keys", "policies", "stall",
                     ]
                     .contains(&next.as_str())
                     {

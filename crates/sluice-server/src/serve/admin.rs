@@ -9,6 +9,7 @@
 //! | `GET /dashboard`, `GET /v1/stats` | the dashboard and its data |
 //! | `GET /v1/policies`, `PUT /v1/policies/NAME` | the policies in force; a live change of one (see [`crate::serve::policies`]) |
 //! | `GET /v1/policies/NAME/keys`, `GET`, `PUT`, `DELETE /v1/policies/NAME/keys/KEY` | per-key quotas (see [`crate::serve::keys`]) |
+//! | `POST /v1/explain` | `{"method","path","headers","client_ip"}` → 200 with the route, each policy's key, quota, cost, state and decision, and the overall decision, consuming nothing (see [`crate::serve::explain`]); 400 a description that is no request, naming the field and value |
 //!
 //! With `server.admin_token`, every endpoint but `/healthz` answers 401 unless the request
 //! carries `Authorization: Bearer <token>`. A client address that presented a wrong token
@@ -75,6 +76,7 @@ pub fn router(shared: &'static Shared) -> Router {
     Router::new()
         .route("/v1/check", post(check))
         .route("/v1/settle", post(settle))
+        .route("/v1/explain", post(crate::serve::explain::explain))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/dashboard", get(crate::dashboard::page::page))

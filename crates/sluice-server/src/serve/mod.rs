@@ -17,13 +17,15 @@
 //!   reload.
 //!
 //! The room of the gateway and admin listeners ([`gateway`], [`conn`], [`stall`], [`admin`],
-//! [`policies`]) and of the process that starts every listener ([`run()`]). What more than one
-//! listener needs (the runtime, the shared state, reload changes) lives below, in
-//! [`crate::runtime`]; nothing here is imported by a room beneath it.
+//! [`policies`], [`keys`], [`explain`]) and of the process that starts every listener
+//! ([`run()`]). What more than one listener needs (the runtime, the shared state, reload
+//! changes) lives below, in [`crate::runtime`]; nothing here is imported by a room beneath
+//! it.
 
 pub mod admin;
 pub mod conn;
 pub mod demo;
+pub mod explain;
 pub mod gateway;
 pub mod keys;
 pub mod policies;

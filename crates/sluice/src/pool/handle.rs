@@ -369,8 +369,9 @@ impl Pool {
                 });
     }
 
-    /// A guess at the wait: the waiters ahead, shared among the slots, times the mean task time.
-    fn retry_hint(&self) -> Duration {
+    /// A guess at the wait for a slot: the waiters ahead, shared among the slots, times the
+    /// mean task time. What [`Pool::try_acquire`] tells a caller it refuses.
+    pub fn retry_hint(&self) -> Duration {
         let mean = self.inner.mean_task_ns.load(Ordering::Relaxed);
         let rounds = (self.waiting() / self.size().max(1)) as u64 + 1;
         Duration::from_nanos(mean.saturating_mul(rounds))
