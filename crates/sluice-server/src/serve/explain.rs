@@ -233,6 +233,7 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
         client_ip: Some(client_ip),
         cost: 1,
         may_wait: body_may_wait(headers, route.max_queued_body()),
+        from_trusted_proxy: gateway.trusted_proxies().contains(peer),
     };
     let policies = route.policy_list();
     // The rates, in the order they are asked; then the concurrency slots.
