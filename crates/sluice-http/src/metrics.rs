@@ -151,6 +151,19 @@ pub fn describe() {
         "Requests a `shadow = true` policy would have denied (for any reason) and let through, \
          by `policy`."
     );
+    describe_counter!(
+        "sluice_settled_total",
+        Unit::Count,
+        "Requests whose cost a policy settled when the response ended, by `policy` and `source`: \
+         `reported` (the response said what it cost) or `estimate` (no report: the reserve stands)."
+    );
+    describe_counter!(
+        "sluice_settled_cost_total",
+        Unit::Count,
+        "Tokens settlements moved, by `policy` and `direction`: `refunded` (a request cost less \
+         than reserved), `charged` (it cost more), `forgiven` (what a charge could not take from \
+         an empty bucket)."
+    );
     describe_gauge!(
         "sluice_policy_waiting",
         Unit::Count,
