@@ -23,11 +23,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use proptest::prelude::*;
 use sluice::store::{FileStore, FileStoreOptions, MemoryStore, Store};
-use sluice::AcquireOptions;
 use sluice_core::{AnyAlgorithm, Kind, Quota, Rate};
+use support::model::{bucket_kind, drain, paused, wait_on, Admissions, Admits};
 use support::paused::settle;
 use support::redis::TempDir;
 
@@ -66,14 +65,6 @@ enum Op {
     Restart,
 }
 
-fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![
-        Just(Kind::Gcra),
-        Just(Kind::TokenBucket),
-        Just(Kind::LeakyBucket)
-    ]
-}
-
 fn op(file: bool) -> impl Strategy<Value = Op> {
     let key = || 0..KEYS.len();
     let common = prop_oneof![
@@ -84,7 +75,7 @@ fn op(file: bool) -> impl Strategy<Value = Op> {
         4 => (key(), 1..=8u64, 1..=6u64)
             .prop_map(|(key, capacity, per_sec)| Op::SetOverride { key, capacity, per_sec }),
         2 => key().prop_map(|key| Op::RemoveOverride { key }),
-        2 => (kind(), 2..=6u64, 1..=4u64)
+        2 => (bucket_kind(), 2..=6u64, 1..=4u64)
             .prop_map(|(kind, capacity, per_sec)| Op::Reconfigure { kind, capacity, per_sec }),
         4 => (1..1500u64).prop_map(|ms| Op::Advance { ms }),
     ];
@@ -200,6 +191,12 @@ impl Model {
     }
 }
 
+impl Admits for Model {
+    fn admit(&mut self, key: usize, cost: u64, t: u64, context: &str) {
+        Model::admit(self, key, cost, t, context);
+    }
+}
+
 /// The store under test: the memory table or a file store, which restarts.
 enum Subject {
     Memory(MemoryStore),
@@ -260,33 +257,13 @@ impl Subject {
 
     fn spawn_wait(&self, key: usize, cost: u64, admitted: Admissions) -> JoinHandle {
         match self {
-            Subject::Memory(s) => wait_on(s.clone(), key, cost, admitted),
-            Subject::File { store, .. } => wait_on(store.clone(), key, cost, admitted),
+            Subject::Memory(s) => wait_on(s.clone(), &KEYS, key, cost, admitted),
+            Subject::File { store, .. } => wait_on(store.clone(), &KEYS, key, cost, admitted),
         }
     }
 }
 
-type Admissions = Arc<Mutex<Vec<(usize, u64, tokio::time::Instant)>>>;
 type JoinHandle = tokio::task::JoinHandle<()>;
-
-/// A task that waits in `store`'s queue for `cost` of a key and records its admission.
-fn wait_on<S: Store + 'static>(
-    store: S,
-    key: usize,
-    cost: u64,
-    admitted: Admissions,
-) -> JoinHandle {
-    tokio::spawn(async move {
-        let r = store
-            .acquire(KEYS[key], cost, AcquireOptions::default())
-            .await;
-        if r.is_ok() {
-            admitted
-                .lock()
-                .push((key, cost, tokio::time::Instant::now()));
-        }
-    })
-}
 
 /// Runs `ops` on a store with at most 2 keys (evictions happen), checking the model after
 /// each step and the conversion at each override change.
@@ -446,28 +423,6 @@ async fn run(ops: Vec<Op>, file: bool) {
     for task in tasks {
         task.abort();
     }
-}
-
-/// Applies the recorded admissions to the model, in time order.
-fn drain(
-    admissions: &Admissions,
-    model: &mut Model,
-    since: &impl Fn(tokio::time::Instant) -> u64,
-    context: &str,
-) {
-    let mut seen = std::mem::take(&mut *admissions.lock());
-    seen.sort_by_key(|&(_, _, t)| t);
-    for (key, cost, t) in seen {
-        model.admit(key, cost, since(t), context);
-    }
-}
-
-fn paused() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
 }
 
 proptest! {

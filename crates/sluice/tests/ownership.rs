@@ -16,11 +16,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use proptest::prelude::*;
 use sluice::store::{FileStore, FileStoreOptions, MemoryStore, Store};
-use sluice::{AcquireOptions, Error};
+use sluice::Error;
 use sluice_core::{AnyAlgorithm, Kind, Quota, Rate};
+use support::model::{bucket_kind, drain, paused, wait_on, Admissions, Admits};
 use support::paused::settle;
 use support::redis::TempDir;
 
@@ -48,21 +48,13 @@ enum Op {
     Crash,
 }
 
-fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![
-        Just(Kind::Gcra),
-        Just(Kind::TokenBucket),
-        Just(Kind::LeakyBucket)
-    ]
-}
-
 fn op(file: bool) -> impl Strategy<Value = Op> {
     let key = 0..KEYS.len();
     let common = prop_oneof![
         6 => (key.clone(), 1..=2u64).prop_map(|(key, cost)| Op::Admit { key, cost }),
         3 => (key, 1..=2u64).prop_map(|(key, cost)| Op::Wait { key, cost }),
         4 => (1..1500u64).prop_map(|ms| Op::Advance { ms }),
-        2 => (kind(), 2..=6u64, 1..=4u64)
+        2 => (bucket_kind(), 2..=6u64, 1..=4u64)
             .prop_map(|(kind, capacity, per_sec)| Op::Reconfigure { kind, capacity, per_sec }),
     ];
     if file {
@@ -139,6 +131,12 @@ impl Model {
     }
 }
 
+impl Admits for Model {
+    fn admit(&mut self, key: usize, cost: u64, t: u64, context: &str) {
+        Model::admit(self, key, cost, t, context);
+    }
+}
+
 /// The store under test: the memory table or a file store, which restarts and crashes.
 enum Subject {
     Memory(MemoryStore),
@@ -171,27 +169,6 @@ impl Subject {
             Subject::File { store, .. } => store.keyed().now_ns(),
         }
     }
-}
-
-type Admissions = Arc<Mutex<Vec<(usize, u64, tokio::time::Instant)>>>;
-
-/// A task that waits in `store`'s queue for `cost` of a key and records its admission.
-fn wait_on<S: Store + 'static>(
-    store: S,
-    key: usize,
-    cost: u64,
-    admitted: Admissions,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let r = store
-            .acquire(KEYS[key], cost, AcquireOptions::default())
-            .await;
-        if r.is_ok() {
-            admitted
-                .lock()
-                .push((key, cost, tokio::time::Instant::now()));
-        }
-    })
 }
 
 /// Runs `ops` on a store with `max_keys` keys (2: evictions happen), checking the model after
@@ -233,8 +210,10 @@ async fn run(ops: Vec<Op>, file: bool) {
             Op::Wait { key, cost } => {
                 let admitted = Arc::clone(&admissions);
                 let task = match &subject {
-                    Subject::Memory(s) => wait_on(s.clone(), key, cost, admitted),
-                    Subject::File { store, .. } => wait_on(store.clone(), key, cost, admitted),
+                    Subject::Memory(s) => wait_on(s.clone(), &KEYS, key, cost, admitted),
+                    Subject::File { store, .. } => {
+                        wait_on(store.clone(), &KEYS, key, cost, admitted)
+                    }
                 };
                 tasks.push(task);
                 settle().await;
@@ -325,28 +304,6 @@ async fn run(ops: Vec<Op>, file: bool) {
     for task in tasks {
         task.abort();
     }
-}
-
-/// Applies the recorded admissions to the model, in time order.
-fn drain(
-    admissions: &Admissions,
-    model: &mut Model,
-    since: &impl Fn(tokio::time::Instant) -> u64,
-    context: &str,
-) {
-    let mut seen = std::mem::take(&mut *admissions.lock());
-    seen.sort_by_key(|&(_, _, t)| t);
-    for (key, cost, t) in seen {
-        model.admit(key, cost, since(t), context);
-    }
-}
-
-fn paused() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
 }
 
 proptest! {

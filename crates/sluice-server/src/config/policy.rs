@@ -200,20 +200,7 @@ fn policy(t: &DeTable<'_>, field: &str, errors: &mut Errors<'_>) -> Option<(Poli
         }
         Some((n, _)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
     };
-    let shadow = match f.get("shadow") {
-        None => false,
-        Some(value) => match value.get_ref() {
-            DeValue::Boolean(b) => *b,
-            other => {
-                errors.value(
-                    value,
-                    &f.path("shadow"),
-                    format!("expected true or false, found {}", other.type_str()),
-                );
-                false
-            }
-        },
-    };
+    let shadow = super::values::boolean(&mut f, "shadow", false, errors);
     let lease = f.table("lease", errors).and_then(|(l, at)| {
         let spec = super::lease::lease(l, at, f.path("lease"), errors)?;
         if algorithm.is_some_and(|k| !matches!(k, Kind::Gcra | Kind::TokenBucket | Kind::LeakyBucket)) {

@@ -170,20 +170,7 @@ fn rule(
             None
         }
     };
-    let on_stream_done = match f.get("on_stream_done") {
-        None => false,
-        Some(value) => match value.get_ref() {
-            DeValue::Boolean(b) => *b,
-            other => {
-                errors.value(
-                    value,
-                    &f.path("on_stream_done"),
-                    format!("expected true or false, found {}", other.type_str()),
-                );
-                false
-            }
-        },
-    };
+    let on_stream_done = super::values::boolean(&mut f, "on_stream_done", false, errors);
     f.finish(errors);
     if errors.list.len() > before {
         return None;

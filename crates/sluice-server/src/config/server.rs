@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use toml::de::{DeTable, DeValue};
+use toml::de::DeTable;
 
 use super::secret::read_secret;
 use super::tls::ServerTls;
@@ -314,20 +314,7 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         u64::from(DEFAULT_MAX_REQUESTS_PER_CONNECTION),
         u64::from(u32::MAX),
     ) as u32;
-    let request_id = match f.get("request_id") {
-        None => true,
-        Some(value) => match value.get_ref() {
-            DeValue::Boolean(b) => *b,
-            other => {
-                errors.value(
-                    value,
-                    "server.request_id",
-                    format!("expected true or false, found {}", other.type_str()),
-                );
-                true
-            }
-        },
-    };
+    let request_id = super::values::boolean(&mut f, "request_id", true, errors);
     let upstream_connect_timeout = positive_duration(
         &mut f,
         "upstream_connect_timeout",

@@ -234,6 +234,22 @@ fn one() -> u64 {
     1
 }
 
+/// The policy in force named `name`, or the 404 that says there is none.
+fn policy_named<'r>(
+    runtime: &'r crate::runtime::build::Runtime,
+    name: &str,
+) -> Result<&'r std::sync::Arc<sluice_http::Policy>, Box<Response>> {
+    runtime.policies.get(name).ok_or_else(|| {
+        Box::new(problem(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "unknown policy `{}`",
+                name.chars().take(64).collect::<String>()
+            ),
+        ))
+    })
+}
+
 fn problem(status: StatusCode, detail: &str) -> Response {
     headers::problem(status, detail).into_response()
 }
@@ -244,14 +260,9 @@ async fn check(State(shared): State<&'static Shared>, body: Bytes) -> Response {
         Err(e) => return problem(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
     };
     let runtime = shared.current();
-    let Some(policy) = runtime.policies.get(&request.policy) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!(
-                "unknown policy `{}`",
-                request.policy.chars().take(64).collect::<String>()
-            ),
-        );
+    let policy = match policy_named(&runtime, &request.policy) {
+        Ok(p) => p,
+        Err(not_found) => return *not_found,
     };
     let capacity = policy.quota().capacity();
     if request.cost > capacity {
@@ -323,14 +334,9 @@ async fn settle(State(shared): State<&'static Shared>, body: Bytes) -> Response 
         Err(e) => return problem(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
     };
     let runtime = shared.current();
-    let Some(policy) = runtime.policies.get(&request.policy) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!(
-                "unknown policy `{}`",
-                request.policy.chars().take(64).collect::<String>()
-            ),
-        );
+    let policy = match policy_named(&runtime, &request.policy) {
+        Ok(p) => p,
+        Err(not_found) => return *not_found,
     };
     let key = key::normalize(request.key.as_bytes());
     let elapsed = Duration::from_millis(request.elapsed_ms);

@@ -2,6 +2,7 @@
 //! for the store tests; small helpers for the tests on paused time.
 #![allow(dead_code)]
 
+pub mod model;
 pub mod paused;
 pub mod process;
 #[cfg(feature = "redis")]
