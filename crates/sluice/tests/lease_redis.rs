@@ -470,3 +470,67 @@ fn leases_on_a_redis_cluster_keep_each_keys_bound() {
             }
         });
 }
+
+/// A charge on a leased key (a cost settled after the request ran) is taken from the slice
+/// this gateway holds first, the rest in Redis whatever is free, the part beyond forgiven; once
+/// the slice is given back, a gateway that leases nothing sees every token of it spent.
+#[test]
+fn a_charge_on_a_leased_key_is_spent_from_the_slice_then_in_redis() {
+    let Some(server) = server() else { return };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            use sluice::store::Store;
+            // 100 tokens, one a second: what refills during the test is under one token.
+            let algorithm = AnyAlgorithm::new(
+                Kind::Gcra,
+                Quota::new(100, Rate::from_interval_ns(1_000_000_000).unwrap()).unwrap(),
+            );
+            let prefix = format!("lease-charge-{}", std::process::id());
+            let config = |lease: bool| {
+                let c = RedisConfig::new(server.url())
+                    .prefix(prefix.clone())
+                    .on_error(OnError::Deny)
+                    .timeout(Duration::from_secs(5));
+                if lease {
+                    c.lease(LeaseConfig::new(
+                        LeaseSize::Tokens(10),
+                        Duration::from_secs(5),
+                    ))
+                } else {
+                    c
+                }
+            };
+            let leased = RedisStore::connect(algorithm, config(true)).await.unwrap();
+            let plain = RedisStore::connect(algorithm, config(false)).await.unwrap();
+            // Four admissions: slices of 1, then 2, then larger, held by `leased`.
+            for _ in 0..4 {
+                assert!(leased.check("k", 1).await.unwrap().allowed);
+            }
+            assert_eq!(
+                leased.charge("k", 30).await,
+                0,
+                "30 of 96 free: nothing forgiven"
+            );
+            assert_eq!(
+                leased.charge("k", 100).await,
+                34,
+                "66 were left (the slice's and Redis's): the rest is forgiven"
+            );
+            leased.give_back_leases().await;
+            let seen = plain.peek("k").await.unwrap();
+            assert_eq!(seen.remaining, 0, "every token spent: {seen:?}");
+            assert!(
+                !plain
+                    .check("k", 1)
+                    .await
+                    .unwrap_or_else(|e| match e {
+                        sluice::Error::Limited { decision, .. } => decision,
+                        other => panic!("{other}"),
+                    })
+                    .allowed
+            );
+        });
+}
