@@ -184,12 +184,25 @@ impl Program {
         ago_ns: u64,
         now_unix_ns: Option<u64>,
     ) -> redis::Cmd {
+        self.command_in_mode(prefix, key, cost, now_unix_ns, ago_ns)
+    }
+
+    /// The decision command with ARGV[3] (the time, `''` for Redis's) and ARGV[4], the
+    /// script's mode: a refund's `ago_ns`, or `c` for a charge.
+    fn command_in_mode(
+        &self,
+        prefix: &str,
+        key: &str,
+        cost: u64,
+        now_unix_ns: Option<u64>,
+        mode: impl redis::ToRedisArgs,
+    ) -> redis::Cmd {
         let mut cmd = self.command(prefix, key, cost, None);
         match now_unix_ns {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        cmd.arg(ago_ns);
+        cmd.arg(mode);
         cmd
     }
 
@@ -202,13 +215,7 @@ impl Program {
         cost: u64,
         now_unix_ns: Option<u64>,
     ) -> redis::Cmd {
-        let mut cmd = self.command(prefix, key, cost, None);
-        match now_unix_ns {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
-        cmd.arg("c");
-        cmd
+        self.command_in_mode(prefix, key, cost, now_unix_ns, "c")
     }
 
     /// What a charge's reply `{1, remaining, 0, reset_after_ns, taken}` took.
