@@ -59,6 +59,7 @@ pub mod retry;
 pub mod route;
 pub mod tunnel;
 pub mod websocket;
+pub mod wire;
 
 pub use admit::{Admission, Denial, Reason};
 pub use backend::Backend;
