@@ -18,10 +18,19 @@
 #   nginx-429  every request denied (rate 1r/m, no burst): answered 429 by nginx
 #   sluice-noid sluice with `request_id = false` (no X-Request-Id made up or echoed), beside
 #              plain nginx `limit_req` (which does no such header work either)
-# Then, with IDLE (default 5000) idle keep-alive connections held open to each of sluice and
-# nginx by a separate process (each connection sends one request at the start and one every
+# and the prototypes of a faster HTTP/1.1 path, doing the work of sluice-noid (a GCRA check per
+# client address, X-Forwarded-For appended, hop-by-hop fields dropped, RateLimit fields added):
+#   bytes      benches/examples/bytes_proxy.rs: heads forwarded as bytes, read with
+#              sluice_http::wire (httparse, hyper's framing rules), hyper for anything else;
+#              thread per core (a current-thread runtime, SO_REUSEPORT listener and upstream
+#              connections per worker), 2 workers
+#   bytes-429  the same prototype denying every request (429 problem answer)
+#   pingora    bench/pingora-proto: the same limit on Cloudflare's pingora 0.9 (2 threads);
+#              PINGORA=0 leaves it out (its first build takes about five minutes)
+# Then, with IDLE (default 5000) idle keep-alive connections held open to each of sluice, nginx,
+# HAProxy and the bytes prototype by a separate process (each connection sends one request at the start and one every
 # 30 s, so neither server's keep-alive timeout closes it), sluice-idle and nginx-idle: the
-# proxying runs again, ROUNDS interleaved rounds.
+# proxying runs again, ROUNDS interleaved rounds (sluice-idle, nginx-idle, haproxy-idle, bytes-idle).
 # The seven runs are repeated ROUNDS times (default 3), interleaved, and the table shows the
 # median of each figure, so that a burst of other load on the machine moves one sample, not
 # the result. Then the low-rate accuracy run: 100/s with a burst of 20, flooded for 10 s; the admitted
@@ -59,6 +68,7 @@ HAPROXY=${HAPROXY:-/usr/sbin/haproxy}
 WRK=${WRK:-wrk}
 H2LOAD=${H2LOAD:-h2load}
 TLS=${TLS:-1}
+PINGORA=${PINGORA:-1}
 # Extra wrk arguments of the next run_wrk (the handshake rows add `Connection: close`).
 WRK_EXTRA=()
 PIDS=()
@@ -179,7 +189,14 @@ to_ms() { # wrk latency (e.g. 812.00us, 1.20ms, 2.00s) -> milliseconds
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "building sluice (release)..." >&2
-(cd "$ROOT" && cargo build --release -q -p sluice-server && cargo build --release -q -p sluice-benches --example plain_hyper_proxy)
+(cd "$ROOT" && cargo build --release -q -p sluice-server && cargo build --release -q -p sluice-benches --example plain_hyper_proxy --example bytes_proxy)
+PINGORA_BIN=
+if [ "$PINGORA" = 1 ]; then
+  echo "building the pingora prototype (release)..." >&2
+  pingora_target=${CARGO_TARGET_DIR:-$ROOT/target}/pingora-proto
+  (cd "$ROOT" && CARGO_TARGET_DIR="$pingora_target" cargo build --release -q --manifest-path bench/pingora-proto/Cargo.toml)
+  PINGORA_BIN="$pingora_target/release/pingora-proto"
+fi
 BASE_BIN=
 if [ -n "${SLUICE_BASE:-}" ]; then
   base=$(cd "$ROOT" && git rev-parse --verify --short=12 "$SLUICE_BASE^{commit}") ||
@@ -194,7 +211,8 @@ fi
 UP=$(free_port); NG=$(free_port); NG429=$(free_port); NGACC=$(free_port)
 SL=$(free_port); SLA=$(free_port); SL429=$(free_port); SL429A=$(free_port)
 SLACC=$(free_port); SLACCA=$(free_port); HY=$(free_port); NGSAME=$(free_port)
-SLNOID=$(free_port); SLNOIDA=$(free_port); HA=$(free_port)
+SLNOID=$(free_port); SLNOIDA=$(free_port); HA=$(free_port); BY=$(free_port); BY429=$(free_port)
+PG=$(free_port)
 
 start_nginx upstream "server { listen 127.0.0.1:$UP; keepalive_requests 1000000; location / { return 200 \"ok\\n\"; } }"
 wait_port "$UP"
@@ -265,12 +283,28 @@ PIDS+=($!)
 MASTER[hyper]=$!
 wait_port "$HY"
 
+"$ROOT/target/release/examples/bytes_proxy" "127.0.0.1:$BY" "127.0.0.1:$UP" 2 open &
+PIDS+=($!)
+MASTER[bytes]=$!
+"$ROOT/target/release/examples/bytes_proxy" "127.0.0.1:$BY429" "127.0.0.1:$UP" 2 shut &
+PIDS+=($!)
+MASTER[bytes429]=$!
+wait_port "$BY"; wait_port "$BY429"
+if [ -n "$PINGORA_BIN" ]; then
+  "$PINGORA_BIN" --listen "127.0.0.1:$PG" --upstream "127.0.0.1:$UP" --threads 2 &
+  PIDS+=($!)
+  MASTER[pingora]=$!
+  wait_port "$PG"
+fi
+
 # Warm up every path once (connections, pools, caches).
-for port in $UP $NG $NGSAME $HA $SL $HY $NG429 $SL429 $SLNOID ${SLBASE:-}; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
+for port in $UP $NG $NGSAME $HA $SL $HY $NG429 $SL429 $SLNOID $BY $BY429 ${PINGORA_BIN:+$PG} ${SLBASE:-}; do "$WRK" -t1 -c8 -d1s "http://127.0.0.1:$port/" >/dev/null 2>&1 || true; done
 
 # label:port:server of each run, in the order they are interleaved.
 RUNS=("direct:$UP:upstream" "sluice:$SL:open" "nginx:$NG:proxy" "haproxy:$HA:haproxy" "nginx-same:$NGSAME:proxysame"
-  "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429" "sluice-noid:$SLNOID:noid")
+  "hyper:$HY:hyper" "sluice-429:$SL429:shut" "nginx-429:$NG429:proxy429" "sluice-noid:$SLNOID:noid"
+  "bytes:$BY:bytes" "bytes-429:$BY429:bytes429")
+[ -n "$PINGORA_BIN" ] && RUNS+=("pingora:$PG:pingora")
 [ -n "$BASE_BIN" ] && RUNS+=("sluice-base:$SLBASE:base")
 declare -A SAMPLES
 # Runs each label:port:server given ROUNDS times, the runs interleaved, into SAMPLES.
@@ -314,13 +348,13 @@ async def main():
     await asyncio.gather(*tasks)
 asyncio.run(main())
 PY
-python3 "$WORK/idle.py" "$SL,$NG,$HA" "$IDLE" > "$WORK/idle.log" 2>&1 &
+python3 "$WORK/idle.py" "$SL,$NG,$HA,$BY" "$IDLE" > "$WORK/idle.log" 2>&1 &
 IDLE_PID=$!
 PIDS+=($!)
 for _ in $(seq 600); do grep -q "idle connections open" "$WORK/idle.log" && break; sleep 0.1; done
 IDLE_OPEN=$(cat "$WORK/idle.log")
 echo "$IDLE_OPEN" >&2
-IDLE_RUNS=("sluice-idle:$SL:open" "nginx-idle:$NG:proxy" "haproxy-idle:$HA:haproxy")
+IDLE_RUNS=("sluice-idle:$SL:open" "nginx-idle:$NG:proxy" "haproxy-idle:$HA:haproxy" "bytes-idle:$BY:bytes")
 run_rounds "${IDLE_RUNS[@]}"
 RUNS+=("${IDLE_RUNS[@]}")
 
@@ -389,6 +423,10 @@ $(row sluice-noid)
 $(row sluice-idle)
 $(row nginx-idle)
 $(row haproxy-idle)
+$(row bytes)
+$(row bytes-429)
+$(row bytes-idle)
+$([ -n "$PINGORA_BIN" ] && row pingora)
 $([ -n "$BASE_BIN" ] && row sluice-base)
 
 Server CPU: the user and kernel time of the processes answering wrk (sluice, the plain hyper proxy, or nginx's workers; for
@@ -416,6 +454,12 @@ machine spends on a request, which sets the throughput while all three processes
 - With $IDLE idle keep-alive connections open to each ($IDLE_OPEN): sluice-idle / nginx-idle throughput =
   **$(ratio "$(field sluice-idle 1)" "$(field nginx-idle 1)")**; p99 sluice $(field sluice-idle 3) ms, nginx $(field nginx-idle 3) ms
   (sluice - nginx = $(minus "$(field sluice-idle 3)" "$(field nginx-idle 3)") ms).
+- The prototypes of a faster HTTP/1.1 path (the work of sluice-noid): bytes / nginx = **$(ratio "$(field bytes 1)" "$(field nginx 1)")**,
+  bytes / haproxy = **$(ratio "$(field bytes 1)" "$(field haproxy 1)")**, bytes / sluice-noid = $(ratio "$(field bytes 1)" "$(field sluice-noid 1)");
+  p99 bytes $(field bytes 3) ms (bytes - nginx = $(minus "$(field bytes 3)" "$N_P99") ms, bytes - haproxy = $(minus "$(field bytes 3)" "$(field haproxy 3)") ms);
+  denying: bytes-429 / nginx-429 = **$(ratio "$(field bytes-429 1)" "$(field nginx-429 1)")**; with the idle connections: bytes-idle / nginx-idle =
+  **$(ratio "$(field bytes-idle 1)" "$(field nginx-idle 1)")**, bytes-idle / haproxy-idle = $(ratio "$(field bytes-idle 1)" "$(field haproxy-idle 1)").
+$([ -n "$PINGORA_BIN" ] && printf -- '  pingora / nginx = **%s**, pingora / haproxy = %s, pingora / sluice-noid = %s; p99 pingora %s ms.\n' "$(ratio "$(field pingora 1)" "$(field nginx 1)")" "$(ratio "$(field pingora 1)" "$(field haproxy 1)")" "$(ratio "$(field pingora 1)" "$(field sluice-noid 1)")" "$(field pingora 3)")
 $([ -n "$BASE_BIN" ] && printf -- '- sluice at %s (sluice-base, same configuration, same rounds): sluice / sluice-base = **%s**; p99 sluice-base %s ms.\n' "$base" "$(ratio "$(field sluice 1)" "$(field sluice-base 1)")" "$(field sluice-base 3)")
 
 Low rate: 100/s with a burst of 20, flooded for 10 s (wrk -c$CONNS). Expected admitted = burst + 100 x measured duration

@@ -130,7 +130,7 @@ impl ProxyHttp for Proxy {
 fn usage() -> ! {
     eprintln!(
         "usage: pingora-proto --listen ADDR:PORT --upstream ADDR:PORT [--threads N] \
-         [--burst N] [--rate TEXT]"
+         [--burst N] [--rate TEXT] [--work-stealing true|false]"
     );
     std::process::exit(2)
 }
@@ -141,6 +141,7 @@ fn main() {
     let mut threads = 2usize;
     let mut burst = 1_000_000_000u64;
     let mut rate = String::from("1000000000/s");
+    let mut work_stealing = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().unwrap_or_else(|| usage());
@@ -150,6 +151,7 @@ fn main() {
             "--threads" => threads = v.parse().unwrap_or_else(|_| usage()),
             "--burst" => burst = v.parse().unwrap_or_else(|_| usage()),
             "--rate" => rate = v,
+            "--work-stealing" => work_stealing = v.parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
@@ -179,6 +181,8 @@ fn main() {
     // No logger is installed, so pingora's `log` records (and nothing per request) go nowhere.
     let conf = ServerConf {
         threads: threads.max(1),
+        // false: pingora's thread-per-core runtimes (one single-threaded runtime per thread).
+        work_stealing,
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);

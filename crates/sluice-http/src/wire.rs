@@ -97,6 +97,9 @@ pub enum Other {
 }
 
 /// What [`Request::parse`] read.
+// A head is read once per request and used where it is read: on the stack, not boxed (a box
+// would be an allocation per request on the path this module exists to make cheap).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Request {
     /// The head is not complete yet: read more.
@@ -216,6 +219,7 @@ pub struct ResponseHead {
 }
 
 /// What [`Response::parse`] read.
+#[allow(clippy::large_enum_variant)] // as for `Request`
 #[derive(Debug, Clone)]
 pub enum Response {
     /// The head is not complete yet: read more.
