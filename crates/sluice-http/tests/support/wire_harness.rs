@@ -319,12 +319,16 @@ pub fn request_differential(runtime: &Runtime, input: &[u8]) -> (String, Vec<Str
     }
 }
 
+/// A response head as hyper's client read it: status, HTTP/1.0 or not, and the fields as
+/// its `HeaderMap` holds them.
+pub type ResponseSeen = (u16, bool, Vec<(String, Vec<u8>)>);
+
 /// What hyper's client made of a response.
 #[derive(Debug, Clone, Default)]
 pub struct ClientRun {
     /// The head: status, HTTP/1.0 or not, fields as the `HeaderMap` holds them; `Err` if hyper
     /// refused it; `None` if it was still waiting for it.
-    pub head: Option<Result<(u16, bool, Vec<(String, Vec<u8>)>), String>>,
+    pub head: Option<Result<ResponseSeen, String>>,
     /// The body's bytes as read before the upstream closed, and whether it had ended.
     pub body_before_close: (Vec<u8>, Option<Result<(), String>>),
     /// Whether the connection had ended (no keep-alive) before the upstream closed.
