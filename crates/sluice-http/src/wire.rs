@@ -97,8 +97,8 @@ pub enum Other {
 }
 
 /// What [`Request::parse`] read.
-// A head is read once per request and used where it is read: on the stack, not boxed (a box
-// would be an allocation per request on the path this module exists to make cheap).
+// The head is read once per message and taken out of the value at once: boxing it would
+// cost an allocation per message on the forwarding path for no gain.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Request {
@@ -219,7 +219,9 @@ pub struct ResponseHead {
 }
 
 /// What [`Response::parse`] read.
-#[allow(clippy::large_enum_variant)] // as for `Request`
+// The head is read once per message and taken out of the value at once: boxing it would
+// cost an allocation per message on the forwarding path for no gain.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Response {
     /// The head is not complete yet: read more.
@@ -328,8 +330,9 @@ impl Response {
     }
 }
 
-/// A chunked body's progress, read with `httparse::parse_chunk_size`: how many of the bytes
-/// at the start of a buffer belong to the body, so that they can be passed on as they are.
+/// A chunked body's progress, read with `httparse::parse_chunk_size` on lines held to the
+/// grammar of hyper's decoder (CRLF line ends only): how many of the bytes at the start of a
+/// buffer belong to the body, so that they can be passed on as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chunks {
     /// At a chunk's size line.
@@ -359,19 +362,24 @@ impl Chunks {
     /// Reads as far as `buf` allows, from the state `self`.
     pub fn advance(&mut self, buf: &[u8]) -> Step {
         match *self {
-            Chunks::Size => match httparse::parse_chunk_size(buf) {
-                Ok(httparse::Status::Complete((used, 0))) => {
-                    *self = Chunks::Trailers;
-                    Step::Take(used)
+            Chunks::Size => {
+                let line = match size_line(buf) {
+                    Ok(Some(line)) => line,
+                    Ok(None) => return Step::More,
+                    Err(()) => return Step::Broken,
+                };
+                match httparse::parse_chunk_size(&buf[..line]) {
+                    Ok(httparse::Status::Complete((used, 0))) => {
+                        *self = Chunks::Trailers;
+                        Step::Take(used)
+                    }
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        *self = Chunks::Data(size);
+                        Step::Take(used)
+                    }
+                    Ok(httparse::Status::Partial) | Err(_) => Step::Broken,
                 }
-                Ok(httparse::Status::Complete((used, size))) => {
-                    *self = Chunks::Data(size);
-                    Step::Take(used)
-                }
-                Ok(httparse::Status::Partial) if buf.len() > 4096 => Step::Broken,
-                Ok(httparse::Status::Partial) => Step::More,
-                Err(_) => Step::Broken,
-            },
+            }
             Chunks::Data(left) => {
                 if buf.is_empty() {
                     return Step::More;
@@ -387,24 +395,28 @@ impl Chunks {
             }
             Chunks::DataEnd => match buf {
                 [] | [b'\r'] => Step::More,
+                // hyper's decoder takes nothing but CRLF here.
                 [b'\r', b'\n', ..] => {
                     *self = Chunks::Size;
                     Step::Take(2)
-                }
-                [b'\n', ..] => {
-                    *self = Chunks::Size;
-                    Step::Take(1)
                 }
                 _ => Step::Broken,
             },
             Chunks::Trailers => {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 match httparse::parse_headers(buf, &mut headers) {
+                    // hyper's decoder finds the end of the trailers by CRLFs alone: a bare LF
+                    // would end them here and not there.
+                    Ok(httparse::Status::Complete((used, _)))
+                        if used > MAX_TRAILERS || bare_lf(&buf[..used]) =>
+                    {
+                        Step::Broken
+                    }
                     Ok(httparse::Status::Complete((used, _))) => {
                         *self = Chunks::Done;
                         Step::Take(used)
                     }
-                    Ok(httparse::Status::Partial) if buf.len() > 16 * 1024 => Step::Broken,
+                    Ok(httparse::Status::Partial) if buf.len() > MAX_TRAILERS => Step::Broken,
                     Ok(httparse::Status::Partial) => Step::More,
                     Err(_) => Step::Broken,
                 }
@@ -412,6 +424,53 @@ impl Chunks {
             Chunks::Done => Step::Take(0),
         }
     }
+}
+
+/// The longest chunk-size line taken (hyper takes 16 KiB of extensions).
+const MAX_SIZE_LINE: usize = 4096;
+
+/// The longest trailer section taken (hyper takes 16 KiB).
+const MAX_TRAILERS: usize = 8192;
+
+/// The length of the chunk-size line at the start of `buf`, CRLF included, checked with the
+/// grammar of hyper's decoder, which is stricter than `httparse::parse_chunk_size`: at least
+/// one hex digit, then spaces or tabs, then an extension after `;` without a bare LF, then
+/// CRLF. `Ok(None)`: the line is not complete yet.
+fn size_line(buf: &[u8]) -> Result<Option<usize>, ()> {
+    #[derive(PartialEq)]
+    enum At {
+        Start,
+        Digits,
+        Space,
+        Extension,
+    }
+    let mut at = At::Start;
+    for (i, &b) in buf.iter().enumerate() {
+        if i >= MAX_SIZE_LINE {
+            return Err(());
+        }
+        at = match (at, b) {
+            (At::Start | At::Digits, b) if b.is_ascii_hexdigit() => At::Digits,
+            (At::Digits | At::Space, b' ' | b'\t') => At::Space,
+            (At::Digits | At::Space, b';') => At::Extension,
+            (At::Digits | At::Space | At::Extension, b'\r') => {
+                return match buf.get(i + 1) {
+                    None => Ok(None),
+                    Some(b'\n') => Ok(Some(i + 2)),
+                    Some(_) => Err(()),
+                };
+            }
+            (At::Extension, b'\n') => return Err(()),
+            (At::Extension, _) => At::Extension,
+            _ => return Err(()),
+        };
+    }
+    Ok(None)
+}
+
+/// Whether `bytes` has an LF that no CR precedes.
+fn bare_lf(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', bytes).any(|i| i == 0 || bytes[i - 1] != b'\r')
 }
 
 /// Where `part` (a slice of `buf`) lies in `buf`.
@@ -434,15 +493,28 @@ fn digits(bytes: &[u8]) -> Option<u64> {
     })
 }
 
+/// `value` as text when it is visible ASCII, tabs and spaces only: hyper reads the tokens of
+/// `Connection` and `Transfer-Encoding` with `HeaderValue::to_str`, and a value with any other
+/// byte (obs-text such as UTF-8) has no tokens for it.
+fn text(value: &[u8]) -> Option<&str> {
+    if value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        std::str::from_utf8(value).ok()
+    } else {
+        None
+    }
+}
+
 /// Whether the comma-separated `value` has `token` (case-insensitive).
 fn has_token(value: &[u8], token: &str) -> bool {
-    std::str::from_utf8(value)
-        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    text(value).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
 /// Whether the last comma-separated token of `value` is `token`.
 fn last_token_is(value: &[u8], token: &str) -> bool {
-    std::str::from_utf8(value).is_ok_and(|v| {
+    text(value).is_some_and(|v| {
         v.rsplit(',')
             .next()
             .is_some_and(|t| t.trim().eq_ignore_ascii_case(token))
@@ -589,5 +661,48 @@ mod tests {
         assert_eq!(state.advance(b"zz\r\n"), Step::Broken);
         let mut state = Chunks::DataEnd;
         assert_eq!(state.advance(b"xx"), Step::Broken);
+    }
+
+    #[test]
+    fn tokens_in_values_with_obs_text_are_not_read() {
+        // hyper reads no token of a value that is not visible ASCII.
+        assert!(plain(b"GET / HTTP/1.1\r\nConnection: close, \xc3\xa9\r\n\r\n").keep_alive);
+        assert!(!plain(b"GET / HTTP/1.0\r\nConnection: keep-alive, \xc3\xa9\r\n\r\n").keep_alive);
+        let te = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \xc3\xa9, chunked\r\n\r\n";
+        assert!(matches!(
+            Response::parse(te, false, 8192),
+            Response::Final(ResponseHead {
+                framing: Framing::UntilClose,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn chunk_lines_follow_hyper_s_decoder() {
+        let step = |mut state: Chunks, buf: &[u8]| state.advance(buf);
+        for broken in [
+            &b"\r\n"[..],
+            b";a\r\n",
+            b" 3\r\n",
+            b"3\nabc",
+            b"3;a\nb\r\n",
+            b"3 4\r\n",
+            b"3\rx",
+        ] {
+            assert_eq!(
+                step(Chunks::Size, broken),
+                Step::Broken,
+                "{:?}",
+                String::from_utf8_lossy(broken)
+            );
+        }
+        assert_eq!(step(Chunks::Size, b"3 \t;a=\"b\"\r\nabc"), Step::Take(11));
+        assert_eq!(step(Chunks::Size, b"3;a"), Step::More);
+        assert_eq!(step(Chunks::Size, &[b'3'; 5000]), Step::Broken);
+        assert_eq!(step(Chunks::DataEnd, b"\n0\r\n"), Step::Broken);
+        assert_eq!(step(Chunks::Trailers, b"X: 1\n\n"), Step::Broken);
+        assert_eq!(step(Chunks::Trailers, b"\n"), Step::Broken);
+        assert_eq!(step(Chunks::Trailers, b"X: 1\r\n\r\n"), Step::Take(8));
     }
 }
