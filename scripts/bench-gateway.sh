@@ -192,6 +192,8 @@ echo "building sluice (release)..." >&2
 (cd "$ROOT" && cargo build --release -q -p sluice-server && cargo build --release -q -p sluice-benches --example plain_hyper_proxy --example bytes_proxy)
 PINGORA_BIN=
 if [ "$PINGORA" = 1 ]; then
+  command -v cmake >/dev/null ||
+    { echo "the pingora prototype needs cmake to build (apt-get install cmake), or run with PINGORA=0" >&2; exit 2; }
   echo "building the pingora prototype (release)..." >&2
   pingora_target=${CARGO_TARGET_DIR:-$ROOT/target}/pingora-proto
   (cd "$ROOT" && CARGO_TARGET_DIR="$pingora_target" cargo build --release -q --manifest-path bench/pingora-proto/Cargo.toml)
