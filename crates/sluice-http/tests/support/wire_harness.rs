@@ -132,7 +132,10 @@ pub async fn serve(input: &[u8]) -> ServerRun {
             }
         }
     }
+    // Cancelled and waited for here, so that the connection's task, and the pipe whose wakers
+    // point back at it, are gone before the next input rather than left for a later poll.
     conn.abort();
+    let _ = conn.await;
     let served = served.lock().expect("not poisoned").clone();
     ServerRun {
         served,
@@ -460,6 +463,7 @@ pub async fn fetch(input: &[u8], head_request: bool) -> ClientRun {
     let _ = tokio::time::timeout(IDLE, std::future::pending::<()>()).await;
     run.body_after_close = body.lock().expect("not poisoned").clone();
     conn.abort();
+    let _ = conn.await;
     run
 }
 
