@@ -23,6 +23,22 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
     let long_target = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(8100));
     let cases: Vec<(&'static str, String)> = vec![
         ("plain GET", "GET /a?b=1 HTTP/1.1\r\nHost: a\r\n\r\n".into()),
+        (
+            "pipelined, then bytes hyper refuses",
+            "GET /1 HTTP/1.1\r\nContent-Length: 2\r\n\r\nhiGET /2 HTTP/1.0\r\n\
+             Connection: keep-alive\r\n\r\n\rGb"
+                .into(),
+        ),
+        (
+            "HEAD, then a request hyper waits on",
+            "HEAD / HTTP/1.1\n\nccbTEPUT /%zz HTTP/1.1\n\nGT".into(),
+        ),
+        (
+            "HEAD with a body, HTTP/1.0 keep-alive, bytes hyper refuses",
+            "HEAD / HTTP/1.1\nContent-Length: 5\nX:   padded   \n\n/TcGET //x HTTP/1.0\n\
+             Connection: Keep-Alive, x\n\n\rGb"
+                .into(),
+        ),
         ("GET without fields", "GET / HTTP/1.1\r\n\r\n".into()),
         (
             "pipelined GETs",

@@ -137,17 +137,21 @@ pub async fn serve(input: &[u8]) -> ServerRun {
     conn.abort();
     let _ = conn.await;
     let served = served.lock().expect("not poisoned").clone();
+    let answers = answers(&out, &served);
     ServerRun {
         served,
-        answers: answers(&out),
+        answers,
         closed,
     }
 }
 
-/// The responses hyper's server wrote: status, and whether each keeps the connection open
-/// (`Connection: keep-alive` on HTTP/1.0, no `close` on HTTP/1.1).
-fn answers(mut out: &[u8]) -> Vec<(u16, bool)> {
+/// The responses hyper's server wrote to the requests it `served`: status, and whether each
+/// keeps the connection open (`Connection: keep-alive` on HTTP/1.0, no `close` on HTTP/1.1).
+/// An answer to `HEAD` carries its `Content-Length` but no body.
+fn answers(mut out: &[u8], served: &[Served]) -> Vec<(u16, bool)> {
     let mut found = Vec::new();
+    // Final answers so far: the next one answers `served[finals]`.
+    let mut finals = 0;
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut res = httparse::Response::new(&mut headers);
@@ -169,12 +173,20 @@ fn answers(mut out: &[u8]) -> Vec<(u16, bool)> {
         } else {
             !connection("close")
         };
-        let body = res
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
-            .unwrap_or(0);
+        let informational = (100..200).contains(&status);
+        let to_head = !informational && served.get(finals).is_some_and(|s| s.method == "HEAD");
+        let body = if to_head {
+            0
+        } else {
+            res.headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        if !informational {
+            finals += 1;
+        }
         found.push((status, open));
         out = out.get(len + body..).unwrap_or_default();
     }
