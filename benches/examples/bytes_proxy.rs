@@ -138,6 +138,8 @@ async fn read_more<R: AsyncRead + Unpin>(from: &mut R, buf: &mut Vec<u8>) -> io:
 async fn serve(mut client: TcpStream, peer: IpAddr, worker: Rc<Worker>) -> io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(8192);
     let mut out: Vec<u8> = Vec::with_capacity(8192);
+    // The peer's address as `X-Forwarded-For` writes it: once per connection.
+    let peer_text = peer.to_string();
     loop {
         let head = loop {
             if !buf.is_empty() {
@@ -159,7 +161,7 @@ async fn serve(mut client: TcpStream, peer: IpAddr, worker: Rc<Worker>) -> io::R
                     &mut client,
                     &mut buf,
                     &head,
-                    peer,
+                    peer_text.as_bytes(),
                     &worker,
                     &mut out,
                     decision,
@@ -265,7 +267,7 @@ async fn forward(
     client: &mut TcpStream,
     buf: &mut Vec<u8>,
     head: &wire::RequestHead,
-    peer: IpAddr,
+    peer: &[u8],
     worker: &Worker,
     out: &mut Vec<u8>,
     decision: sluice_core::Decision,
@@ -297,7 +299,7 @@ async fn forward(
         out.extend_from_slice(v.trim_ascii());
         out.extend_from_slice(b", ");
     }
-    out.extend_from_slice(peer.to_string().as_bytes());
+    out.extend_from_slice(peer);
     out.extend_from_slice(b"\r\n\r\n");
     let mut left = match head.framing {
         Framing::Length(n) => n,

@@ -260,7 +260,9 @@ impl Response {
         let http10 = version == 0;
         let mut keep_alive = !http10;
         let mut chunked = None;
-        let mut length: Option<Option<u64>> = None;
+        // Every value of every `Content-Length` line must be the same number.
+        let mut length: Option<u64> = None;
+        let mut bad_length = false;
         let mut fields = SmallVec::new();
         for header in res.headers.iter() {
             let name = header.name.as_bytes();
@@ -272,20 +274,17 @@ impl Response {
                 // The last line decides, as the last coding of a line does.
                 chunked = Some(last_token_is(value, "chunked"));
             } else if name.eq_ignore_ascii_case(b"content-length") {
-                // Every value of every line must be the same number.
-                let mut all = length.unwrap_or(None);
-                let mut ok = length.is_none() || all.is_some();
-                if let Ok(text) = std::str::from_utf8(value) {
-                    for v in text.split(',') {
-                        match digits(v.trim().as_bytes()) {
-                            Some(n) if all.is_none_or(|a| a == n) => all = Some(n),
-                            _ => ok = false,
+                match std::str::from_utf8(value) {
+                    Ok(text) => {
+                        for v in text.split(',') {
+                            match digits(v.trim().as_bytes()) {
+                                Some(n) if length.is_none_or(|l| l == n) => length = Some(n),
+                                _ => bad_length = true,
+                            }
                         }
                     }
-                } else {
-                    ok = false;
+                    Err(_) => bad_length = true,
                 }
-                length = Some(if ok { all } else { None });
             } else if name.eq_ignore_ascii_case(b"connection") {
                 if has_token(value, "close") {
                     keep_alive = false;
@@ -311,7 +310,8 @@ impl Response {
             }
         } else {
             match length {
-                Some(Some(n)) if n <= MAX_LENGTH => Framing::Length(n),
+                _ if bad_length => return Response::Refused,
+                Some(n) if n <= MAX_LENGTH => Framing::Length(n),
                 Some(_) => return Response::Refused,
                 None => Framing::UntilClose,
             }

@@ -61,6 +61,15 @@ struct Slice {
     deadline: u64,
 }
 
+/// Runs `test` to its end on a runtime of its own (one thread, I/O and timers).
+fn block_on<F: std::future::Future>(test: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test)
+}
+
 fn server() -> Option<&'static RedisServer> {
     static SERVER: OnceLock<Option<RedisServer>> = OnceLock::new();
     SERVER.get_or_init(RedisServer::start).as_ref()
@@ -186,11 +195,7 @@ proptest! {
         let Some(server) = server() else { return Ok(()) };
         static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(run(ops, server, case));
+        block_on(run(ops, server, case));
     }
 }
 
@@ -200,64 +205,60 @@ proptest! {
 #[test]
 fn tokens_spent_from_a_slice_are_not_refilled_before_they_are_given_back() {
     let Some(server) = server() else { return };
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let algorithm = AnyAlgorithm::new(
-                Kind::Gcra,
-                Quota::new(CAPACITY, Rate::from_interval_ns(INTERVAL).unwrap()).unwrap(),
-            );
-            let config = RedisConfig::new(server.url())
-                .prefix(format!("lease-fixed-{}", std::process::id()))
-                .on_error(OnError::Deny)
-                .timeout(Duration::from_secs(5))
-                .lease(LeaseConfig::new(LeaseSize::Tokens(CAPACITY), TTL));
-            let store = RedisStore::connect(algorithm, config).await.unwrap();
-            let t0 = unix_ns();
-            let (a, free) = store
-                .lease_at("k", "a", None, CAPACITY, TTL, t0)
-                .await
-                .unwrap();
-            assert_eq!((a, free), (CAPACITY, 0));
-            // Nobody else gets anything while the slice is held, however long.
-            let (b, _) = store
-                .lease_at("k", "b", None, 1, TTL, t0 + 300_000_000)
-                .await
-                .unwrap();
-            assert_eq!(b, 0);
-            let direct = store.check_at("k", 1, t0 + 300_000_000).await.unwrap();
-            assert!(!direct.allowed);
-            // `a` spent all six at once, and gives them back at 350 ms: they are spent now.
-            let (_, free) = store
-                .lease_at("k", "a", Some(CAPACITY), 0, TTL, t0 + 350_000_000)
-                .await
-                .unwrap();
-            assert_eq!(free, 0, "tokens spent came back before their refill");
-            // One interval later, one token.
-            let (b, _) = store
-                .lease_at("k", "b", Some(0), 2, TTL, t0 + 350_000_000 + INTERVAL)
-                .await
-                .unwrap();
-            assert_eq!(b, 1);
-            // A slice given back unspent is free at once.
-            let (_, free) = store
-                .lease_at("k", "b", Some(0), 0, TTL, t0 + 360_000_000 + INTERVAL)
-                .await
-                .unwrap();
-            assert_eq!(free, 1);
-            // A lease left to expire counts as all spent at its expiry.
-            let t1 = t0 + 360_000_000 + INTERVAL;
-            let (c, _) = store.lease_at("k", "c", None, 1, TTL, t1).await.unwrap();
-            assert_eq!(c, 1);
-            let after = t1 + TTL.as_nanos() as u64 + 1;
-            let (_, free) = store.lease_at("k", "d", None, 0, TTL, after).await.unwrap();
-            assert_eq!(
-                free, 1,
-                "an expired lease settled as all spent at its expiry"
-            );
-        });
+    block_on(async {
+        let algorithm = AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::new(CAPACITY, Rate::from_interval_ns(INTERVAL).unwrap()).unwrap(),
+        );
+        let config = RedisConfig::new(server.url())
+            .prefix(format!("lease-fixed-{}", std::process::id()))
+            .on_error(OnError::Deny)
+            .timeout(Duration::from_secs(5))
+            .lease(LeaseConfig::new(LeaseSize::Tokens(CAPACITY), TTL));
+        let store = RedisStore::connect(algorithm, config).await.unwrap();
+        let t0 = unix_ns();
+        let (a, free) = store
+            .lease_at("k", "a", None, CAPACITY, TTL, t0)
+            .await
+            .unwrap();
+        assert_eq!((a, free), (CAPACITY, 0));
+        // Nobody else gets anything while the slice is held, however long.
+        let (b, _) = store
+            .lease_at("k", "b", None, 1, TTL, t0 + 300_000_000)
+            .await
+            .unwrap();
+        assert_eq!(b, 0);
+        let direct = store.check_at("k", 1, t0 + 300_000_000).await.unwrap();
+        assert!(!direct.allowed);
+        // `a` spent all six at once, and gives them back at 350 ms: they are spent now.
+        let (_, free) = store
+            .lease_at("k", "a", Some(CAPACITY), 0, TTL, t0 + 350_000_000)
+            .await
+            .unwrap();
+        assert_eq!(free, 0, "tokens spent came back before their refill");
+        // One interval later, one token.
+        let (b, _) = store
+            .lease_at("k", "b", Some(0), 2, TTL, t0 + 350_000_000 + INTERVAL)
+            .await
+            .unwrap();
+        assert_eq!(b, 1);
+        // A slice given back unspent is free at once.
+        let (_, free) = store
+            .lease_at("k", "b", Some(0), 0, TTL, t0 + 360_000_000 + INTERVAL)
+            .await
+            .unwrap();
+        assert_eq!(free, 1);
+        // A lease left to expire counts as all spent at its expiry.
+        let t1 = t0 + 360_000_000 + INTERVAL;
+        let (c, _) = store.lease_at("k", "c", None, 1, TTL, t1).await.unwrap();
+        assert_eq!(c, 1);
+        let after = t1 + TTL.as_nanos() as u64 + 1;
+        let (_, free) = store.lease_at("k", "d", None, 0, TTL, after).await.unwrap();
+        assert_eq!(
+            free, 1,
+            "an expired lease settled as all spent at its expiry"
+        );
+    });
 }
 
 /// Two stores (two gateways) lease one hot key and spend it from eight tasks as fast as they
@@ -364,48 +365,42 @@ fn a_key_that_turns_hot_then_cold_takes_slices_back_down_to_one() {
         return;
     };
     let server = &server;
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            use sluice::store::Store as _;
-            let algorithm = AnyAlgorithm::new(
-                Kind::Gcra,
-                Quota::new(1000, Rate::from_interval_ns(1_000_000).unwrap()).unwrap(),
-            );
-            let config = RedisConfig::new(server.url())
-                .prefix("hot-cold")
-                .on_error(OnError::Deny)
-                .timeout(Duration::from_secs(2))
-                .lease(LeaseConfig::new(
-                    LeaseSize::Tokens(64),
-                    Duration::from_millis(50),
-                ));
-            let store = RedisStore::connect(algorithm, config).await.unwrap();
+    block_on(async {
+        use sluice::store::Store as _;
+        let algorithm = AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::new(1000, Rate::from_interval_ns(1_000_000).unwrap()).unwrap(),
+        );
+        let config = RedisConfig::new(server.url())
+            .prefix("hot-cold")
+            .on_error(OnError::Deny)
+            .timeout(Duration::from_secs(2))
+            .lease(LeaseConfig::new(
+                LeaseSize::Tokens(64),
+                Duration::from_millis(50),
+            ));
+        let store = RedisStore::connect(algorithm, config).await.unwrap();
+        let before = server.script_calls();
+        for _ in 0..500 {
+            assert!(store.check("k", 1).await.unwrap().allowed);
+        }
+        let hot = server.script_calls() - before;
+        let mut cold = Vec::new();
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_millis(120)).await;
             let before = server.script_calls();
-            for _ in 0..500 {
-                assert!(store.check("k", 1).await.unwrap().allowed);
-            }
-            let hot = server.script_calls() - before;
-            let mut cold = Vec::new();
-            for _ in 0..12 {
-                tokio::time::sleep(Duration::from_millis(120)).await;
-                let before = server.script_calls();
-                assert!(store.check("k", 1).await.unwrap().allowed);
-                // The sweeper gives back what the slice left unspent.
-                tokio::time::sleep(Duration::from_millis(120)).await;
-                cold.push(server.script_calls() - before);
-            }
-            eprintln!(
-                "hot: 500 admissions in {hot} scripts; then cold, scripts per request: {cold:?}"
-            );
-            assert!(hot <= 20, "{hot} scripts for 500 hot admissions");
-            assert!(cold[cold.len() - 3..].iter().all(|&n| n == 1), "{cold:?}");
-            // Nothing held any more: the key is whole but for what was spent.
-            let free = store.peek("k").await.unwrap().remaining;
-            assert!(free >= 990, "{free} free after the key went cold");
-        });
+            assert!(store.check("k", 1).await.unwrap().allowed);
+            // The sweeper gives back what the slice left unspent.
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            cold.push(server.script_calls() - before);
+        }
+        eprintln!("hot: 500 admissions in {hot} scripts; then cold, scripts per request: {cold:?}");
+        assert!(hot <= 20, "{hot} scripts for 500 hot admissions");
+        assert!(cold[cold.len() - 3..].iter().all(|&n| n == 1), "{cold:?}");
+        // Nothing held any more: the key is whole but for what was spent.
+        let free = store.peek("k").await.unwrap().remaining;
+        assert!(free >= 990, "{free} free after the key went cold");
+    });
 }
 
 /// Leases on a Redis Cluster: two stores lease keys spread over three masters (each key's
@@ -477,60 +472,56 @@ fn leases_on_a_redis_cluster_keep_each_keys_bound() {
 #[test]
 fn a_charge_on_a_leased_key_is_spent_from_the_slice_then_in_redis() {
     let Some(server) = server() else { return };
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            use sluice::store::Store;
-            // 100 tokens, one a second: what refills during the test is under one token.
-            let algorithm = AnyAlgorithm::new(
-                Kind::Gcra,
-                Quota::new(100, Rate::from_interval_ns(1_000_000_000).unwrap()).unwrap(),
-            );
-            let prefix = format!("lease-charge-{}", std::process::id());
-            let config = |lease: bool| {
-                let c = RedisConfig::new(server.url())
-                    .prefix(prefix.clone())
-                    .on_error(OnError::Deny)
-                    .timeout(Duration::from_secs(5));
-                if lease {
-                    c.lease(LeaseConfig::new(
-                        LeaseSize::Tokens(10),
-                        Duration::from_secs(5),
-                    ))
-                } else {
-                    c
-                }
-            };
-            let leased = RedisStore::connect(algorithm, config(true)).await.unwrap();
-            let plain = RedisStore::connect(algorithm, config(false)).await.unwrap();
-            // Four admissions: slices of 1, then 2, then larger, held by `leased`.
-            for _ in 0..4 {
-                assert!(leased.check("k", 1).await.unwrap().allowed);
+    block_on(async {
+        use sluice::store::Store;
+        // 100 tokens, one a second: what refills during the test is under one token.
+        let algorithm = AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::new(100, Rate::from_interval_ns(1_000_000_000).unwrap()).unwrap(),
+        );
+        let prefix = format!("lease-charge-{}", std::process::id());
+        let config = |lease: bool| {
+            let c = RedisConfig::new(server.url())
+                .prefix(prefix.clone())
+                .on_error(OnError::Deny)
+                .timeout(Duration::from_secs(5));
+            if lease {
+                c.lease(LeaseConfig::new(
+                    LeaseSize::Tokens(10),
+                    Duration::from_secs(5),
+                ))
+            } else {
+                c
             }
-            assert_eq!(
-                leased.charge("k", 30).await,
-                0,
-                "30 of 96 free: nothing forgiven"
-            );
-            assert_eq!(
-                leased.charge("k", 100).await,
-                34,
-                "66 were left (the slice's and Redis's): the rest is forgiven"
-            );
-            leased.give_back_leases().await;
-            let seen = plain.peek("k").await.unwrap();
-            assert_eq!(seen.remaining, 0, "every token spent: {seen:?}");
-            assert!(
-                !plain
-                    .check("k", 1)
-                    .await
-                    .unwrap_or_else(|e| match e {
-                        sluice::Error::Limited { decision, .. } => decision,
-                        other => panic!("{other}"),
-                    })
-                    .allowed
-            );
-        });
+        };
+        let leased = RedisStore::connect(algorithm, config(true)).await.unwrap();
+        let plain = RedisStore::connect(algorithm, config(false)).await.unwrap();
+        // Four admissions: slices of 1, then 2, then larger, held by `leased`.
+        for _ in 0..4 {
+            assert!(leased.check("k", 1).await.unwrap().allowed);
+        }
+        assert_eq!(
+            leased.charge("k", 30).await,
+            0,
+            "30 of 96 free: nothing forgiven"
+        );
+        assert_eq!(
+            leased.charge("k", 100).await,
+            34,
+            "66 were left (the slice's and Redis's): the rest is forgiven"
+        );
+        leased.give_back_leases().await;
+        let seen = plain.peek("k").await.unwrap();
+        assert_eq!(seen.remaining, 0, "every token spent: {seen:?}");
+        assert!(
+            !plain
+                .check("k", 1)
+                .await
+                .unwrap_or_else(|e| match e {
+                    sluice::Error::Limited { decision, .. } => decision,
+                    other => panic!("{other}"),
+                })
+                .allowed
+        );
+    });
 }
