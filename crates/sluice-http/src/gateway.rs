@@ -13,8 +13,9 @@ use http::header::{
     TRANSFER_ENCODING, UPGRADE,
 };
 use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
+use http_body_util::Full;
 
-use crate::admit::{admit_as, Ask, Reason};
+use crate::admit::{admit_as, Admission, Ask, Reason};
 use crate::body::{Body, BodyError, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::cost::meter::{Meter, RequestBytes};
@@ -207,128 +208,31 @@ impl Gateway {
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
         let mut request = request;
-        if request.method() == Method::CONNECT {
-            // The gateway is no forward proxy: it tunnels WebSocket only (RFC 8441), which it
-            // routes and forwards as the HTTP/1.1 upgrade's GET.
-            let (status, detail) = match Connect::of(&request) {
-                Connect::WebSocket => {
-                    *request.method_mut() = Method::GET;
-                    (StatusCode::OK, "")
-                }
-                Connect::OtherProtocol => (
-                    StatusCode::NOT_IMPLEMENTED,
-                    "extended CONNECT is supported for the websocket protocol only",
-                ),
-                Connect::Plain => (
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "CONNECT is not allowed: this is a reverse proxy",
-                ),
-            };
-            if status != StatusCode::OK {
+        let admitted = match self.decide(&mut request, peer, protocol).await {
+            Decided::Answer(answer) => {
                 return Handled {
-                    response: refusal(protocol, status, detail),
-                    route: None,
-                    client_ip,
-                    outcome: Outcome::MethodNotAllowed,
-                };
-            }
-        }
-        // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
-        match canonical_uri(request.uri()) {
-            Ok(None) => {}
-            Ok(Some(uri)) => *request.uri_mut() = uri,
-            Err(e) => {
-                return Handled {
-                    response: refusal(protocol, StatusCode::BAD_REQUEST, &e.to_string()),
-                    route: None,
-                    client_ip,
-                    outcome: Outcome::AmbiguousPath,
+                    response: answer.response.map(Body::from),
+                    route: answer.route,
+                    client_ip: answer.client_ip,
+                    outcome: answer.outcome,
                 }
             }
-        }
-        let route: &Route = match self.routes.find(request.method(), request.uri().path()) {
-            Lookup::Found(route) => route,
-            Lookup::NotFound => {
-                return Handled {
-                    response: refusal(
-                        protocol,
-                        StatusCode::NOT_FOUND,
-                        "no route matches this path",
-                    ),
-                    route: None,
-                    client_ip,
-                    outcome: Outcome::NoRoute,
-                }
-            }
-            Lookup::MethodNotAllowed => {
-                return Handled {
-                    response: refusal(
-                        protocol,
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        "no route for this path allows this method",
-                    ),
-                    route: None,
-                    client_ip,
-                    outcome: Outcome::MethodNotAllowed,
-                }
-            }
+            Decided::Forward(admitted) => admitted,
         };
-        let max_body = route.body_limit();
-        if declared_length(request.headers()).is_some_and(|len| len > max_body) {
-            route.metrics.body_too_large[protocol as usize].increment(1);
-            return Handled {
-                response: too_large(protocol, max_body),
-                route: Some(route),
-                client_ip,
-                outcome: Outcome::BodyTooLarge,
-            };
-        }
-        let ask = Ask {
-            headers: request.headers(),
-            uri: request.uri(),
-            client_ip: Some(client_ip),
-            cost: 1,
-            may_wait: body_may_wait(request.headers(), route.max_queued_body()),
-            from_trusted_proxy: self.trusted.contains(peer.ip()),
-        };
-        // A policy with plans or per-key quotas shows the quota that decides this request.
-        let tiered = headers::policy_header_for(route.policy_list(), &ask);
-        let policy_header = tiered.as_ref().or(route.policy_header());
-        let admission = match admit_as(route.policy_list(), &ask, protocol).await {
-            Ok(admission) => admission,
-            Err(denial) => {
-                let policies = route.policy_list();
-                let outcome = Outcome::Denied {
-                    policy: denial.policy(policies).name(),
-                    reason: denial.reason,
-                };
-                let response = if protocol == Protocol::Grpc {
-                    grpc::denied(&denial, policies, policy_header).map(Body::from)
-                } else {
-                    headers::denied(&denial, policies, policy_header).map(Body::from)
-                };
-                return Handled {
-                    response,
-                    route: Some(route),
-                    client_ip,
-                    outcome,
-                };
-            }
-        };
-        let mut request = request;
-        if !self.trusted.contains(peer.ip()) {
-            // Only a trusted proxy's `Forwarded` is passed on: a client's could make the
-            // upstream believe any address.
-            request.headers_mut().remove(&FORWARDED);
-        }
+        let Admitted {
+            route,
+            client_ip,
+            admission,
+            policy_header,
+        } = admitted;
         let mut owed = admission.owed;
         // A body whose length is a policy's cost, counted as it goes upstream.
         let request_bytes = owed
             .iter()
             .any(|o| o.counts_request_body)
             .then(RequestBytes::default);
+        let max_body = route.body_limit();
         let forwarded = if protocol == Protocol::Ws {
             // A tunnel has no end to settle at: its estimates stand.
             settle_all(std::mem::take(&mut owed), &Observed::default());
@@ -390,95 +294,20 @@ impl Gateway {
                 },
             );
         }
-        let (response, outcome) = match forwarded {
+        let (mut response, outcome) = match forwarded {
             Ok(response) => {
-                route.metrics.status(response.status(), protocol);
-                let outcome = match admission.shadow_denied.first() {
-                    None => Outcome::Admitted,
-                    Some(&(i, reason)) => Outcome::ShadowDenied {
-                        policy: route.policy_list()[i].name(),
-                        reason,
-                    },
-                };
+                let outcome =
+                    answered(route, &admission.shadow_denied, response.status(), protocol);
                 (response, outcome)
             }
-            Err(ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_)) => {
-                route.metrics.timeout[protocol as usize].increment(1);
-                let r = refusal(
-                    protocol,
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "the upstream did not answer in time",
-                );
-                (r, Outcome::UpstreamTimeout)
-            }
-            Err(ProxyError::Budget(why)) => {
-                tracing::debug!(route = route.path_prefix(), "{why}");
-                let mut r = refusal(
-                    protocol,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the gateway has no upstream connection to spare",
-                );
-                r.headers_mut()
-                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                (r, Outcome::UpstreamBusy)
-            }
-            Err(e) if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
-                let (status, outcome, detail) = match e.body_error() {
-                    Some(BodyError::TooLarge(_)) => (
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        Outcome::BodyTooLarge,
-                        "the request body is larger than this route accepts",
-                    ),
-                    Some(BodyError::Stalled(_)) => (
-                        StatusCode::REQUEST_TIMEOUT,
-                        Outcome::BodyTimeout,
-                        "the request body stalled",
-                    ),
-                    None => (
-                        StatusCode::BAD_REQUEST,
-                        Outcome::BodyFailed,
-                        "the request body could not be read",
-                    ),
-                };
-                match outcome {
-                    Outcome::BodyTooLarge => {
-                        route.metrics.body_too_large[protocol as usize].increment(1)
-                    }
-                    Outcome::BodyTimeout => {
-                        route.metrics.body_timeout[protocol as usize].increment(1)
-                    }
-                    _ => {}
-                }
-                let mut r = refusal(protocol, status, detail);
-                r.headers_mut()
-                    .insert(CONNECTION, HeaderValue::from_static("close"));
-                (r, outcome)
-            }
             Err(e) => {
-                if e.is_connect() {
-                    route.metrics.refused[protocol as usize].increment(1);
-                } else {
-                    route.metrics.other[protocol as usize].increment(1);
-                }
-                if e.is_tls() {
-                    // A certificate the route does not trust is a configuration problem
-                    // someone must see, not noise.
-                    tracing::warn!(error = %e, upstream = %route.upstream(), route = route.path_prefix(), "upstream TLS failed");
-                } else {
-                    tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
-                }
-                let r = refusal(
-                    protocol,
-                    StatusCode::BAD_GATEWAY,
-                    "the upstream refused the connection or failed",
-                );
-                (r, Outcome::UpstreamRefused)
+                let (response, outcome) = failure(route, protocol, &e);
+                (response.map(Body::from), outcome)
             }
         };
-        let mut response = response;
         headers::insert(
             response.headers_mut(),
-            policy_header,
+            policy_header.as_ref(),
             route.policy_list(),
             &admission.verdicts,
         );
@@ -487,6 +316,260 @@ impl Gateway {
             route: Some(route),
             client_ip,
             outcome,
+        }
+    }
+
+    /// Everything before forwarding: the method (an extended `CONNECT` becomes the
+    /// WebSocket's `GET`), the canonical path, the route, the declared body size, and the
+    /// route's policies. `request` leaves with its canonical URI and, unless its peer is a
+    /// trusted proxy, without `Forwarded`.
+    pub(crate) async fn decide<B>(
+        &self,
+        request: &mut Request<B>,
+        peer: SocketAddr,
+        protocol: Protocol,
+    ) -> Decided<'_> {
+        let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
+        let answer = |response, route, outcome| {
+            Decided::Answer(Answer {
+                response,
+                route,
+                client_ip,
+                outcome,
+            })
+        };
+        if request.method() == Method::CONNECT {
+            // The gateway is no forward proxy: it tunnels WebSocket only (RFC 8441), which it
+            // routes and forwards as the HTTP/1.1 upgrade's GET.
+            let (status, detail) = match Connect::of(request) {
+                Connect::WebSocket => {
+                    *request.method_mut() = Method::GET;
+                    (StatusCode::OK, "")
+                }
+                Connect::OtherProtocol => (
+                    StatusCode::NOT_IMPLEMENTED,
+                    "extended CONNECT is supported for the websocket protocol only",
+                ),
+                Connect::Plain => (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "CONNECT is not allowed: this is a reverse proxy",
+                ),
+            };
+            if status != StatusCode::OK {
+                return answer(
+                    refusal(protocol, status, detail),
+                    None,
+                    Outcome::MethodNotAllowed,
+                );
+            }
+        }
+        // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
+        match canonical_uri(request.uri()) {
+            Ok(None) => {}
+            Ok(Some(uri)) => *request.uri_mut() = uri,
+            Err(e) => {
+                return answer(
+                    refusal(protocol, StatusCode::BAD_REQUEST, &e.to_string()),
+                    None,
+                    Outcome::AmbiguousPath,
+                )
+            }
+        }
+        let route: &Route = match self.routes.find(request.method(), request.uri().path()) {
+            Lookup::Found(route) => route,
+            Lookup::NotFound => {
+                return answer(
+                    refusal(
+                        protocol,
+                        StatusCode::NOT_FOUND,
+                        "no route matches this path",
+                    ),
+                    None,
+                    Outcome::NoRoute,
+                )
+            }
+            Lookup::MethodNotAllowed => {
+                return answer(
+                    refusal(
+                        protocol,
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "no route for this path allows this method",
+                    ),
+                    None,
+                    Outcome::MethodNotAllowed,
+                )
+            }
+        };
+        let max_body = route.body_limit();
+        if declared_length(request.headers()).is_some_and(|len| len > max_body) {
+            route.metrics.body_too_large[protocol as usize].increment(1);
+            return answer(
+                too_large(protocol, max_body),
+                Some(route),
+                Outcome::BodyTooLarge,
+            );
+        }
+        let ask = Ask {
+            headers: request.headers(),
+            uri: request.uri(),
+            client_ip: Some(client_ip),
+            cost: 1,
+            may_wait: body_may_wait(request.headers(), route.max_queued_body()),
+            from_trusted_proxy: self.trusted.contains(peer.ip()),
+        };
+        // A policy with plans or per-key quotas shows the quota that decides this request.
+        let policy_header = headers::policy_header_for(route.policy_list(), &ask)
+            .or_else(|| route.policy_header().cloned());
+        let admission = match admit_as(route.policy_list(), &ask, protocol).await {
+            Ok(admission) => admission,
+            Err(denial) => {
+                let policies = route.policy_list();
+                let outcome = Outcome::Denied {
+                    policy: denial.policy(policies).name(),
+                    reason: denial.reason,
+                };
+                let response = if protocol == Protocol::Grpc {
+                    grpc::denied(&denial, policies, policy_header.as_ref())
+                } else {
+                    headers::denied(&denial, policies, policy_header.as_ref())
+                };
+                return answer(response, Some(route), outcome);
+            }
+        };
+        if !self.trusted.contains(peer.ip()) {
+            // Only a trusted proxy's `Forwarded` is passed on: a client's could make the
+            // upstream believe any address.
+            request.headers_mut().remove(&FORWARDED);
+        }
+        Decided::Forward(Admitted {
+            route,
+            client_ip,
+            admission,
+            policy_header,
+        })
+    }
+}
+
+/// What [`Gateway::decide`] made of a request.
+// Decided once per request and taken apart at once.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Decided<'a> {
+    /// The gateway answers it itself (no route, denied, ...).
+    Answer(Answer<'a>),
+    /// Every policy admitted it: forward it.
+    Forward(Admitted<'a>),
+}
+
+/// An answer the gateway writes itself.
+pub(crate) struct Answer<'a> {
+    pub(crate) response: Response<Full<Bytes>>,
+    pub(crate) route: Option<&'a Route>,
+    pub(crate) client_ip: IpAddr,
+    pub(crate) outcome: Outcome<'a>,
+}
+
+/// A request every policy of its route admitted.
+pub(crate) struct Admitted<'a> {
+    pub(crate) route: &'a Route,
+    pub(crate) client_ip: IpAddr,
+    pub(crate) admission: Admission,
+    /// The `RateLimit-Policy` value of the answer.
+    pub(crate) policy_header: Option<HeaderValue>,
+}
+
+/// The outcome of an upstream answer with `status`, counted in the route's metrics.
+pub(crate) fn answered<'a>(
+    route: &'a Route,
+    shadow_denied: &[(usize, Reason)],
+    status: StatusCode,
+    protocol: Protocol,
+) -> Outcome<'a> {
+    route.metrics.status(status, protocol);
+    match shadow_denied.first() {
+        None => Outcome::Admitted,
+        Some(&(i, reason)) => Outcome::ShadowDenied {
+            policy: route.policy_list()[i].name(),
+            reason,
+        },
+    }
+}
+
+/// The gateway's answer to a request it could not forward, counted in the route's metrics.
+pub(crate) fn failure(
+    route: &Route,
+    protocol: Protocol,
+    e: &ProxyError,
+) -> (Response<Full<Bytes>>, Outcome<'static>) {
+    match e {
+        ProxyError::Timeout(_) | ProxyError::ConnectTimeout(_) => {
+            route.metrics.timeout[protocol as usize].increment(1);
+            let r = refusal(
+                protocol,
+                StatusCode::GATEWAY_TIMEOUT,
+                "the upstream did not answer in time",
+            );
+            (r, Outcome::UpstreamTimeout)
+        }
+        ProxyError::Budget(why) => {
+            tracing::debug!(route = route.path_prefix(), "{why}");
+            let mut r = refusal(
+                protocol,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the gateway has no upstream connection to spare",
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            (r, Outcome::UpstreamBusy)
+        }
+        e if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
+            let (status, outcome, detail) = match e.body_error() {
+                Some(BodyError::TooLarge(_)) => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Outcome::BodyTooLarge,
+                    "the request body is larger than this route accepts",
+                ),
+                Some(BodyError::Stalled(_)) => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    Outcome::BodyTimeout,
+                    "the request body stalled",
+                ),
+                None => (
+                    StatusCode::BAD_REQUEST,
+                    Outcome::BodyFailed,
+                    "the request body could not be read",
+                ),
+            };
+            match outcome {
+                Outcome::BodyTooLarge => {
+                    route.metrics.body_too_large[protocol as usize].increment(1)
+                }
+                Outcome::BodyTimeout => route.metrics.body_timeout[protocol as usize].increment(1),
+                _ => {}
+            }
+            let mut r = refusal(protocol, status, detail);
+            r.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            (r, outcome)
+        }
+        e => {
+            if e.is_connect() {
+                route.metrics.refused[protocol as usize].increment(1);
+            } else {
+                route.metrics.other[protocol as usize].increment(1);
+            }
+            if e.is_tls() {
+                // A certificate the route does not trust is a configuration problem
+                // someone must see, not noise.
+                tracing::warn!(error = %e, upstream = %route.upstream(), route = route.path_prefix(), "upstream TLS failed");
+            } else {
+                tracing::debug!(error = %e, route = route.path_prefix(), "upstream failed");
+            }
+            let r = refusal(
+                protocol,
+                StatusCode::BAD_GATEWAY,
+                "the upstream refused the connection or failed",
+            );
+            (r, Outcome::UpstreamRefused)
         }
     }
 }
@@ -585,16 +668,16 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
 
 /// The gateway's own answer of `status`: a problem body, or for gRPC a Trailers-Only
 /// response with the matching `grpc-status` ([`grpc::problem`]).
-fn refusal<B>(protocol: Protocol, status: StatusCode, detail: &str) -> Response<Body<B>> {
+fn refusal(protocol: Protocol, status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
     if protocol == Protocol::Grpc {
-        grpc::problem(status, detail).map(Body::from)
+        grpc::problem(status, detail)
     } else {
-        headers::problem(status, detail).map(Body::from)
+        headers::problem(status, detail)
     }
 }
 
 /// 413 for a body larger than `max_body`; the connection closes, since the body is not read.
-fn too_large<B>(protocol: Protocol, max_body: u64) -> Response<Body<B>> {
+fn too_large(protocol: Protocol, max_body: u64) -> Response<Full<Bytes>> {
     let mut r = refusal(
         protocol,
         StatusCode::PAYLOAD_TOO_LARGE,

@@ -44,6 +44,7 @@ pub mod client_ip;
 pub mod cost;
 pub mod gateway;
 pub mod grpc;
+pub mod h1;
 pub mod headers;
 pub mod key;
 pub mod key_hash;

@@ -54,6 +54,15 @@ fn every_import_in_the_gateway_runs_downward() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    // The modules of `serve/`, each file but `mod.rs`.
+    let listener_rooms: Vec<String> = std::fs::read_dir(src.join("serve"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            let module = name.strip_suffix(".rs")?.to_owned();
+            (module != "mod").then_some(module)
+        })
+        .collect();
     let mut against = Vec::new();
     let mut checked = 0;
     for file in &files {
@@ -77,11 +86,7 @@ fn every_import_in_the_gateway_runs_downward() {
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                         .collect();
-                    if [
-                        "admin", "conn", "demo", "explain", "gateway", "keys", "policies", "stall",
-                    ]
-                    .contains(&next.as_str())
-                    {
+                    if listener_rooms.contains(&next) {
                         "serve".to_owned()
                     } else {
                         "serve/mod.rs".to_owned()

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt as _;
-use http::header::{HOST, TE};
+use http::header::{CONTENT_LENGTH, HOST, TE, TRANSFER_ENCODING};
 use http::uri::Authority;
 use http::{HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
@@ -72,6 +72,11 @@ pub enum ProxyError {
     /// connection's shares stayed taken for the connect timeout (503).
     #[error("no upstream connection to spare: {0}")]
     Budget(String),
+    /// The upstream connection failed, or the upstream answered what is no HTTP/1.1
+    /// response, before a complete response head (502; the byte path's
+    /// [`ProxyError::Upstream`]).
+    #[error("upstream failed: {0}")]
+    Io(#[source] std::io::Error),
 }
 
 impl ProxyError {
@@ -104,6 +109,9 @@ pub struct Proxy<B = RequestBody<Incoming>> {
 /// A pooled connection and when it went idle.
 type Idle<B> = (SendRequest<B>, Instant);
 
+/// A pooled byte-path connection and when it went idle.
+type IdleRaw = (RawConn, Instant);
+
 /// Which connections a pooled one may stand in for: the same authority, over plain TCP
 /// (`0`) or over TLS with the same client config ([`Upstream::pool_id`]).
 type Key = (Authority, usize);
@@ -114,6 +122,9 @@ struct Pool<B> {
     idle: Mutex<Vec<(Key, Vec<Idle<B>>)>>,
     /// The HTTP/2 connection of each `h2c://` upstream, shared by its requests.
     multiplexed: Mutex<Vec<(Authority, http2::SendRequest<B>)>>,
+    /// Idle connections of the byte path ([`crate::h1`]) by `http://` upstream, the oldest
+    /// first.
+    raw: Mutex<Vec<(Authority, Vec<IdleRaw>)>>,
     /// Timeouts in milliseconds, changed by [`Proxy::set_timeouts`] without a lock.
     connect_ms: AtomicU64,
     idle_ms: AtomicU64,
@@ -128,7 +139,11 @@ impl<B> Pool<B> {
 impl<B> std::fmt::Debug for Proxy<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let idle: usize = self.pool.idle.lock().iter().map(|(_, v)| v.len()).sum();
-        f.debug_struct("Proxy").field("idle", &idle).finish()
+        let raw: usize = self.pool.raw.lock().iter().map(|(_, v)| v.len()).sum();
+        f.debug_struct("Proxy")
+            .field("idle", &idle)
+            .field("raw", &raw)
+            .finish()
     }
 }
 
@@ -215,6 +230,7 @@ where
             pool: Arc::new(Pool {
                 idle: Mutex::new(Vec::new()),
                 multiplexed: Mutex::new(Vec::new()),
+                raw: Mutex::new(Vec::new()),
                 connect_ms: AtomicU64::new(millis(DEFAULT_CONNECT_TIMEOUT)),
                 idle_ms: AtomicU64::new(millis(DEFAULT_IDLE_TIMEOUT)),
             }),
@@ -240,12 +256,15 @@ where
     /// many stay pooled. Call it now and then (the gateway: every second per worker).
     pub fn close_idle(&self) -> usize {
         let oldest = Instant::now().checked_sub(self.pool.idle_timeout());
-        let mut idle = self.pool.idle.lock();
         let mut kept = 0;
-        for (_, list) in idle.iter_mut() {
+        for (_, list) in self.pool.idle.lock().iter_mut() {
             list.retain(|(sender, since)| {
                 !sender.is_closed() && oldest.is_none_or(|o| *since >= o)
             });
+            kept += list.len();
+        }
+        for (_, list) in self.pool.raw.lock().iter_mut() {
+            list.retain(|(_, since)| oldest.is_none_or(|o| *since >= o));
             kept += list.len();
         }
         kept
@@ -277,24 +296,8 @@ where
         let (mut parts, body) = request.into_parts();
         // A policy that settles on a trailer needs the upstream to send it: a chunked
         // HTTP/1.1 answer carries trailers only to a client that said `TE: trailers`.
-        remove_hop_by_hop(&mut parts.headers);
-        if route.reads_trailers() {
-            parts
-                .headers
-                .insert(TE, HeaderValue::from_static("trailers"));
-        }
-        append_forwarded_for(&mut parts.headers, peer);
+        h1_upstream_headers(&mut parts.headers, &parts.uri, route, peer);
         let authority = upstream.authority();
-        if !parts.headers.contains_key(HOST) {
-            // An HTTP/2 client names the host in `:authority` (the URI) rather than `Host`.
-            let host = match parts.uri.authority() {
-                Some(a) => HeaderValue::from_str(a.as_str()),
-                None => HeaderValue::from_str(authority.as_str()),
-            };
-            if let Ok(host) = host {
-                parts.headers.insert(HOST, host);
-            }
-        }
         // Origin form on the wire: `GET /path?query HTTP/1.1`.
         parts.uri = Uri::from(upstream.path_for(parts.uri.path_and_query()));
         parts.version = Version::HTTP_11;
@@ -363,6 +366,21 @@ where
         };
         if closed.is_some() {
             return Ok(Socket::instead_of_closing());
+        }
+        let closed = {
+            let mut raw = self.pool.raw.lock();
+            let oldest = raw
+                .iter_mut()
+                .filter(|(_, list)| !list.is_empty())
+                .min_by_key(|(_, list)| list[0].1);
+            oldest.map(|(_, list)| list.remove(0))
+        };
+        if let Some((conn, _)) = closed {
+            // Its socket of the budget goes back as it closes, here: take one in its place.
+            drop(conn);
+            if let Some(socket) = Socket::take() {
+                return Ok(socket);
+            }
         }
         budget::refused("total");
         Err(ProxyError::Budget(
@@ -572,6 +590,80 @@ where
     }
 }
 
+/// An upstream connection of the byte path ([`crate::h1`]) and the bytes read from it that
+/// no response has used yet.
+#[derive(Debug)]
+pub(crate) struct RawConn {
+    pub(crate) stream: Budgeted<TcpStream>,
+    pub(crate) buf: bytes::BytesMut,
+}
+
+impl<B> Proxy<B>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    /// An idle byte-path connection to `authority` that has not been idle for longer than
+    /// the idle timeout, if any (the most recently used first).
+    pub(crate) fn checkout_raw(&self, authority: &Authority) -> Option<RawConn> {
+        let mut raw = self.pool.raw.lock();
+        let (_, list) = raw.iter_mut().find(|(a, _)| same(a, authority))?;
+        let (conn, since) = list.pop()?;
+        if Instant::now().saturating_duration_since(since) > self.pool.idle_timeout() {
+            // Idle too long: the upstream (or a firewall) may have dropped it silently, and
+            // every older one with it.
+            list.clear();
+            return None;
+        }
+        Some(conn)
+    }
+
+    /// Pools a byte-path connection whose last exchange ended cleanly.
+    pub(crate) fn checkin_raw(&self, authority: &Authority, conn: RawConn) {
+        let now = Instant::now();
+        let mut raw = self.pool.raw.lock();
+        match raw.iter_mut().find(|(a, _)| same(a, authority)) {
+            Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push((conn, now)),
+            Some(_) => {}
+            None => raw.push((authority.clone(), vec![(conn, now)])),
+        }
+    }
+
+    /// A new byte-path connection to an `http://` upstream.
+    pub(crate) async fn connect_raw(&self, upstream: &Upstream) -> Result<RawConn, ProxyError> {
+        Ok(RawConn {
+            stream: self.connect_tcp(upstream).await?,
+            buf: bytes::BytesMut::new(),
+        })
+    }
+}
+
+/// The headers of a request going to an HTTP/1.1 upstream: without the hop-by-hop ones, with
+/// `TE: trailers` when a policy of the route settles on a trailer, the peer at the end of
+/// `X-Forwarded-For`, and a `Host` (the URI's authority, else the upstream's) when it had none.
+pub(crate) fn h1_upstream_headers(
+    headers: &mut http::HeaderMap,
+    uri: &Uri,
+    route: &Route,
+    peer: IpAddr,
+) {
+    remove_hop_by_hop(headers);
+    if route.reads_trailers() {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+    append_forwarded_for(headers, peer);
+    if !headers.contains_key(HOST) {
+        // An HTTP/2 client names the host in `:authority` (the URI) rather than `Host`.
+        let host = match uri.authority() {
+            Some(a) => HeaderValue::from_str(a.as_str()),
+            None => HeaderValue::from_str(route.upstream().authority().as_str()),
+        };
+        if let Ok(host) = host {
+            headers.insert(HOST, host);
+        }
+    }
+}
+
 /// The upstream's answer to `exchange` if it came within `timeout`, without its hop-by-hop
 /// headers.
 async fn within<B>(
@@ -582,7 +674,14 @@ async fn within<B>(
 ) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok((mut response, lease))) => {
-            remove_hop_by_hop(response.headers_mut());
+            let headers = response.headers_mut();
+            // A length beside a transfer coding is stale (RFC 9112 §6.3): hyper reads the
+            // body by the coding, and the answer goes on without the length (kept, it would
+            // promise the client a body of another size).
+            if headers.contains_key(TRANSFER_ENCODING) {
+                headers.remove(CONTENT_LENGTH);
+            }
+            remove_hop_by_hop(headers);
             Ok((response, lease))
         }
         Ok(Err(e)) => Err(e),

@@ -26,6 +26,7 @@ mod tls;
 mod upgrade;
 
 pub use budget::{describe_metrics, set_upstream_budget, upstream_open, UpstreamShare};
+pub(crate) use client::{h1_upstream_headers, RawConn};
 pub use client::{Lease, Proxy, ProxyError};
 pub use forward::{append_forwarded_for, remove_hop_by_hop};
 pub use tls::{client_config, pem_certificates, provider, TlsError};

@@ -69,6 +69,9 @@ pub struct ServerConfig {
     pub tls: Option<ServerTls>,
     /// Plain-text HTTP/2 with prior knowledge beside HTTP/1.1 on a listener without TLS.
     pub h2c: bool,
+    /// HTTP/1.1 requests without a body, on routes that allow it, are forwarded as bytes
+    /// (`sluice_http::h1`) rather than through hyper.
+    pub byte_path: bool,
     /// `rls_listen`: Envoy's rate limit service (gRPC, h2c), off when `None`.
     pub rls_listen: Option<SocketAddr>,
 }
@@ -335,6 +338,7 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         errors,
     );
     let h2c = boolean(&mut f, "h2c", true, errors);
+    let byte_path = boolean(&mut f, "byte_path", true, errors);
     let tls = f
         .table("tls", errors)
         .and_then(|(t, at)| server_tls(t, at, errors));
@@ -354,6 +358,7 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         admin_token,
         tls,
         h2c,
+        byte_path,
         max_body,
         client_body_timeout,
         listen,

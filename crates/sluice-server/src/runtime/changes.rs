@@ -80,6 +80,7 @@ pub fn describe(old: &Config, new: &Config) -> String {
             admin_token,
             client_body_timeout,
             h2c,
+            byte_path,
         ]
     );
     // A certificate re-read from the same files counts when its chain changed.

@@ -154,6 +154,11 @@ impl Exchange {
         }
     }
 
+    /// Whether the connection is to close gracefully (after the response in flight).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
     /// Resolves when the connection is to close gracefully.
     pub async fn drained(&self) {
         self.drain.notified().await;
@@ -466,6 +471,11 @@ pub struct Ongoing {
 }
 
 impl Ongoing {
+    /// A response was written for the request: its end is no cancellation.
+    pub fn answered(&mut self) {
+        self.answered = true;
+    }
+
     /// The connection switches protocols after this request's response: no more request
     /// heads ([`Exchange::tunnel`]).
     pub fn tunnel(&self) {

@@ -8,14 +8,15 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use http::header::HeaderValue;
-use http::{HeaderName, Method, Request, Response, StatusCode, Version};
+use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -23,17 +24,18 @@ use hyper_util::server::conn::auto;
 use sluice_http::body::Body;
 use sluice_http::gateway::Outcome;
 use sluice_http::proxy::{Proxy, UpstreamShare};
+use sluice_http::route::Route;
 use sluice_http::tunnel::Hold;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::runtime::state::Shared;
+use crate::serve::byte_path::{self, Connection, Left, Prefixed};
 use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
 use crate::serve::stall::{self, EdgeExecutor};
 
-/// `X-Request-Id`.
-pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub use sluice_http::h1::X_REQUEST_ID;
 
 /// Open client connections on the main listener, across every worker.
 static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
@@ -321,7 +323,16 @@ async fn accept_loop(
             }
         };
         // New connections follow the limits of the configuration in force.
-        let (current, max_connections, upstream, timeouts, listening, max_requests, shares) = {
+        let (
+            current,
+            max_connections,
+            upstream,
+            timeouts,
+            listening,
+            max_requests,
+            shares,
+            byte_path,
+        ) = {
             let runtime = shared.current();
             let server = &runtime.config.server;
             let listening = match &server.tls {
@@ -345,6 +356,7 @@ async fn accept_loop(
                 listening,
                 server.max_requests_per_connection,
                 server.max_upstream_per_connection,
+                server.byte_path,
             )
         };
         if upstream != upstream_timeouts {
@@ -417,6 +429,29 @@ async fn accept_loop(
         match listening {
             Listening::Plain { h2c } => {
                 tokio::spawn(async move {
+                    let (mut io, mut stop) = (io, stop);
+                    // Plain HTTP/1.1 requests first, as bytes; hyper takes over from the
+                    // first request that is not one, reading first what was read here.
+                    let read = if byte_path {
+                        let conn = Connection {
+                            peer,
+                            shared,
+                            proxy,
+                            exchange: &for_task,
+                            stop: &mut stop,
+                            max_head: current,
+                        };
+                        match byte_path::serve(&mut io, conn).await {
+                            Left::Closed => {
+                                drop((counted, alive));
+                                return;
+                            }
+                            Left::Handover(read) => read,
+                        }
+                    } else {
+                        BytesMut::new()
+                    };
+                    let io = Prefixed::new(read, io);
                     // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
                     // capable builder detects HTTP/2 whatever it was told, so the connections
                     // that must speak HTTP/1.1 only refuse the preface themselves (`Http1Only`).
@@ -450,14 +485,35 @@ async fn accept_loop(
                             return;
                         }
                     };
+                    let mut stop = stop;
                     let served = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                         let connection = protocols
                             .http2
                             .serve_connection(TokioIo::new(stream), service);
                         drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
                     } else {
+                        let mut stream = stream;
+                        let read = if byte_path {
+                            let conn = Connection {
+                                peer,
+                                shared,
+                                proxy,
+                                exchange: &for_task,
+                                stop: &mut stop,
+                                max_head: current,
+                            };
+                            match byte_path::serve(&mut stream, conn).await {
+                                Left::Closed => {
+                                    drop((counted, alive));
+                                    return;
+                                }
+                                Left::Handover(read) => read,
+                            }
+                        } else {
+                            BytesMut::new()
+                        };
                         let connection = protocols.http1.serve_connection_with_upgrades(
-                            TokioIo::new(Http1Only::new(stream)),
+                            TokioIo::new(Http1Only::new(Prefixed::new(read, stream))),
                             service,
                         );
                         drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
@@ -531,34 +587,60 @@ pub async fn handle(
             .insert(X_REQUEST_ID.clone(), id.clone());
     }
     if let Some((method, path, trace)) = head {
-        let (policy, reason) = match &handled.outcome {
-            Outcome::Denied { policy, reason } | Outcome::ShadowDenied { policy, reason } => {
-                (Some(*policy), Some(reason.as_str()))
-            }
-            _ => (None, None),
-        };
-        tracing::info!(
-            target: "sluice::access",
-            request_id = id.as_ref().and_then(|id| id.to_str().ok()).unwrap_or(""),
-            client = %handled.client_ip,
-            method = %method,
-            path = %path,
-            route = handled.route.map(|r| r.path_prefix()),
-            status = response.status().as_u16(),
-            decision = %handled.outcome,
-            policy,
-            reason,
-            trace_id = trace.as_ref().and_then(|t| t.to_str().ok()),
-            ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
+        access_log(
+            id.as_ref(),
+            handled.client_ip,
+            &method,
+            &path,
+            handled.route,
+            response.status(),
+            &handled.outcome,
+            trace.as_ref(),
+            started,
         );
     }
     response
 }
 
+/// The `sluice::access` line of one request on the main listener.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn access_log(
+    id: Option<&HeaderValue>,
+    client: IpAddr,
+    method: &Method,
+    path: &str,
+    route: Option<&Route>,
+    status: StatusCode,
+    outcome: &Outcome<'_>,
+    trace: Option<&HeaderValue>,
+    started: Instant,
+) {
+    let (policy, reason) = match outcome {
+        Outcome::Denied { policy, reason } | Outcome::ShadowDenied { policy, reason } => {
+            (Some(*policy), Some(reason.as_str()))
+        }
+        _ => (None, None),
+    };
+    tracing::info!(
+        target: "sluice::access",
+        request_id = id.and_then(|id| id.to_str().ok()).unwrap_or(""),
+        client = %client,
+        method = %method,
+        path = %path,
+        route = route.map(|r| r.path_prefix()),
+        status = status.as_u16(),
+        decision = %outcome,
+        policy,
+        reason,
+        trace_id = trace.and_then(|t| t.to_str().ok()),
+        ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
+    );
+}
+
 /// The trace id of a well-formed W3C `traceparent` (`VERSION-TRACEID-PARENTID-FLAGS`, the
 /// trace id 32 lowercase hex digits, not all zero), for the access log; `None` without one.
 /// The header itself (and `tracestate`) goes upstream untouched either way.
-fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
+pub(super) fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
     let value = headers.get("traceparent")?.as_bytes();
     let id = value.get(3..35)?;
     let well_formed = value.len() >= 55
@@ -571,7 +653,7 @@ fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
 
 /// The request's id: a well-formed incoming `X-Request-Id` (visible ASCII, at most 64
 /// bytes) is kept, anything else replaced; forwarded upstream and echoed in the response.
-fn request_id(shared: &Shared, req: &mut Request<Incoming>) -> HeaderValue {
+pub(super) fn request_id<B>(shared: &Shared, req: &mut Request<B>) -> HeaderValue {
     if let Some(v) = req.headers().get(&X_REQUEST_ID) {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 64 && b.iter().all(u8::is_ascii_graphic) {

@@ -23,6 +23,7 @@
 //! it.
 
 pub mod admin;
+mod byte_path;
 pub mod conn;
 pub mod demo;
 pub mod explain;
@@ -84,6 +85,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     crate::browser::telemetry::describe();
     gateway::describe_metrics();
     conn::describe_metrics();
+    byte_path::describe_metrics();
     crate::rls::describe_metrics();
     metrics::describe_counter!(
         "sluice_reloads_total",

@@ -1,0 +1,288 @@
+//! The main listener's HTTP/1.1 byte path (`server.byte_path`, on by default).
+//!
+//! A connection starts here. Each request head is read with `sluice_http::wire`; a plain
+//! HTTP/1.1 request without a body whose route allows it ([`Gateway::takes_bytes`]) is
+//! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
+//! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
+//! anything else (a body, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
+//! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream or with a
+//! settled cost, any request while `[telemetry]` traces) ends the loop: hyper serves the rest
+//! of the connection, reading first the bytes read here ([`Prefixed`]).
+//!
+//! The connection's timeouts are the socket's ([`EdgeIo`](super::conn::EdgeIo)) whichever
+//! serves it. A shutdown or `max_requests_per_connection` closes the connection as hyper
+//! would: at once when it is idle, after the answer in flight (which says
+//! `Connection: close`) otherwise.
+//!
+//! [`Gateway::takes_bytes`]: sluice_http::Gateway::takes_bytes
+//! [`Gateway::serve_bytes`]: sluice_http::Gateway::serve_bytes
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use sluice_http::h1::{self, Client, Finish};
+use sluice_http::protocol::Protocol;
+use sluice_http::proxy::Proxy;
+use sluice_http::wire::{self, Framing};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::sync::watch;
+
+use crate::runtime::state::Shared;
+use crate::serve::conn::Exchange;
+use crate::serve::gateway::{access_log, request_id, trace_id, X_REQUEST_ID};
+
+/// Gives the byte path's metrics their help text.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "sluice_byte_path_requests_total",
+        metrics::Unit::Count,
+        "HTTP/1.1 requests of the main listener forwarded or answered on the byte path (server.byte_path)."
+    );
+    metrics::describe_counter!(
+        "sluice_byte_path_handovers_total",
+        metrics::Unit::Count,
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a body, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream, or with a settled cost), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+    );
+}
+
+/// Counts a connection handed to hyper.
+fn handed_over(reason: &'static str) {
+    metrics::counter!("sluice_byte_path_handovers_total", "reason" => reason).increment(1);
+}
+
+/// How a connection left the byte path.
+pub(super) enum Left {
+    /// It is over: closed by either side, by a timeout, or by a shutdown.
+    Closed,
+    /// hyper serves the rest; these bytes were read from it and not used.
+    Handover(BytesMut),
+}
+
+/// The client's connection and where it stands, for [`serve`].
+pub(super) struct Connection<'a> {
+    pub(super) peer: SocketAddr,
+    pub(super) shared: &'static Shared,
+    pub(super) proxy: &'static Proxy,
+    pub(super) exchange: &'a Arc<Exchange>,
+    pub(super) stop: &'a mut watch::Receiver<bool>,
+    /// `server.max_header_bytes` when the connection was accepted.
+    pub(super) max_head: usize,
+}
+
+/// Serves the connection's requests as long as they are plain ones.
+pub(super) async fn serve<C>(io: &mut C, conn: Connection<'_>) -> Left
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let Connection {
+        peer,
+        shared,
+        proxy,
+        exchange,
+        stop,
+        max_head,
+    } = conn;
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let requests = metrics::counter!("sluice_byte_path_requests_total");
+    loop {
+        let head = loop {
+            if !buf.is_empty() {
+                match wire::Request::parse(&buf, max_head) {
+                    wire::Request::Plain(head)
+                        if !head.http10
+                            && matches!(head.framing, Framing::Empty | Framing::Length(0)) =>
+                    {
+                        break head
+                    }
+                    wire::Request::Partial => {}
+                    _ => {
+                        handed_over("head");
+                        return Left::Handover(buf);
+                    }
+                }
+            } else if *stop.borrow() || exchange.is_draining() {
+                return Left::Closed;
+            }
+            buf.reserve(8 * 1024);
+            let idle = buf.is_empty();
+            let read = tokio::select! {
+                biased;
+                read = io.read_buf(&mut buf) => read,
+                // An idle connection closes at once; a head under way is read to its end.
+                _ = stop.wait_for(|s| *s), if idle => return Left::Closed,
+            };
+            match read {
+                Ok(0) | Err(_) => return Left::Closed,
+                Ok(_) => {}
+            }
+        };
+        let bytes = buf.split_to(head.len).freeze();
+        let Some(mut request) = h1::request(&bytes, &head) else {
+            handed_over("head");
+            return handover(&bytes, buf);
+        };
+        let runtime = shared.current();
+        let browser = runtime
+            .browser
+            .as_ref()
+            .is_some_and(|b| b.owns(request.uri().path()));
+        if browser || shared.spans.is_some() || Protocol::of(&request) != Protocol::Http1 {
+            handed_over("other");
+            return handover(&bytes, buf);
+        }
+        if !runtime.gateway.takes_bytes(&request) {
+            handed_over("route");
+            return handover(&bytes, buf);
+        }
+        let mut ongoing = exchange.start();
+        requests.increment(1);
+        let ids = runtime.config.server.request_id;
+        let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
+        let started = Instant::now();
+        // As on the hyper path: with `request_id = false` a client's id is passed on
+        // untouched (and logged), and none is made up or echoed.
+        let id = if ids {
+            Some(request_id(shared, &mut request))
+        } else if log {
+            request.headers().get(&X_REQUEST_ID).cloned()
+        } else {
+            None
+        };
+        let logged = log.then(|| {
+            (
+                request.method().clone(),
+                request.uri().path().to_owned(),
+                trace_id(request.headers()),
+            )
+        });
+        let keep_alive = head.keep_alive;
+        let stopping: &watch::Receiver<bool> = stop;
+        let closing = || !keep_alive || *stopping.borrow() || exchange.is_draining();
+        let client = Client {
+            io: &mut *io,
+            buf: &mut buf,
+            out: &mut out,
+        };
+        let finish = Finish {
+            request_id: if ids { id.as_ref() } else { None },
+            closing: &closing,
+        };
+        let answered = runtime
+            .gateway
+            .serve_bytes(proxy, request, peer, client, finish)
+            .await;
+        let Ok(served) = answered else {
+            // The client went away, or an answer was cut short: nothing more can be sent.
+            return Left::Closed;
+        };
+        ongoing.answered();
+        if let Some((method, path, trace)) = logged {
+            access_log(
+                id.as_ref(),
+                served.client_ip,
+                &method,
+                &path,
+                served.route,
+                served.status,
+                &served.outcome,
+                trace.as_ref(),
+                started,
+            );
+        }
+        drop(ongoing);
+        if served.close {
+            let _ = io.shutdown().await;
+            return Left::Closed;
+        }
+    }
+}
+
+/// Gives hyper the connection from the request whose head is `head`, with what was read after it.
+fn handover(head: &Bytes, rest: BytesMut) -> Left {
+    let mut read = BytesMut::with_capacity(head.len() + rest.len());
+    read.extend_from_slice(head);
+    read.extend_from_slice(&rest);
+    Left::Handover(read)
+}
+
+/// A connection whose first bytes were already read: they are read again first.
+pub(super) struct Prefixed<T> {
+    read: BytesMut,
+    io: T,
+}
+
+impl<T> Prefixed<T> {
+    /// `io`, read from `read` first.
+    pub(super) fn new(read: BytesMut, io: T) -> Prefixed<T> {
+        Prefixed { read, io }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.read.is_empty() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let n = buf.remaining().min(this.read.len());
+        buf.put_slice(&this.read[..n]);
+        this.read.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn what_was_read_is_read_again_first() {
+        let (mut tx, rx) = tokio::io::duplex(64);
+        tx.write_all(b" world").await.unwrap();
+        drop(tx);
+        let mut io = Prefixed::new(BytesMut::from(&b"hello"[..]), rx);
+        let mut all = String::new();
+        io.read_to_string(&mut all).await.unwrap();
+        assert_eq!(all, "hello world");
+    }
+}

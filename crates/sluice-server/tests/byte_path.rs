@@ -1,0 +1,731 @@
+//! The byte path beside hyper's: the same bytes sent to a gateway with `byte_path = true` and
+//! to one with `byte_path = false`, in front of one scripted upstream that answers each path
+//! with raw bytes of its own (lengths, chunks with extensions and trailers, a body read to the
+//! close, `1xx`, `204`, `304`, hop-by-hop fields, odd reason phrases, broken framings).
+//!
+//! For every case, what the upstream received (each request's head and body) and what the
+//! client received (status lines, fields, bodies decoded, and whether the connection closed)
+//! must be the same on both. The byte-path gateway's `sluice_byte_path_requests_total` shows
+//! which of them it served itself: the comparison would prove nothing for requests it handed
+//! to hyper. `cargo test -p sluice-server --test byte_path -- --nocapture` prints the table.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{metric, Gateway};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the upstream received: each request's head and body, in arrival order.
+type Seen = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// The fixed date of the scripted answers.
+const DATE: &str = "date: Thu, 01 Jan 2026 00:00:00 GMT\r\n";
+
+/// The raw answer to a request for `/api/r/NAME` (and `HEAD`): `None` closes the connection
+/// without one. The connection closes after answers framed by the close.
+fn script(path: &str, head: bool) -> Option<Vec<u8>> {
+    let name = path
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .split('?')
+        .next()
+        .unwrap_or("");
+    let text: String = match name {
+        _ if head => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 5\r\n\r\n"),
+        "chunked" => format!("HTTP/1.1 200 OK\r\n{DATE}transfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n"),
+        "close" => format!("HTTP/1.1 200 OK\r\n{DATE}\r\nuntil the close"),
+        "nocontent" => format!("HTTP/1.1 204 No Content\r\n{DATE}x-a: 1\r\n\r\n"),
+        "notmodified" => format!("HTTP/1.1 304 Not Modified\r\n{DATE}etag: \"v1\"\r\n\r\n"),
+        "continue" => format!("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\n\r\nok"),
+        "hop" => format!("HTTP/1.1 200 OK\r\n{DATE}connection: x-up-secret, keep-alive\r\nx-up-secret: 1\r\nkeep-alive: timeout=5\r\nproxy-authenticate: basic\r\ntrailer: x-t\r\nx-kept: yes\r\ncontent-length: 2\r\n\r\nok"),
+        "reason" => format!("HTTP/1.1 200 Fine By Me\r\n{DATE}content-length: 2\r\n\r\nok"),
+        "unknown" => format!("HTTP/1.1 599 Custom\r\n{DATE}content-length: 0\r\n\r\n"),
+        "ratelimit" => format!("HTTP/1.1 200 OK\r\n{DATE}ratelimit: \"up\";r=1;t=1\r\nratelimit-policy: \"up\";q=2;w=1\r\nx-request-id: up-id\r\ncontent-length: 2\r\n\r\nok"),
+        "garbage" => "NOT HTTP AT ALL\r\n\r\n".to_owned(),
+        "drop" => return None,
+        "dupcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 2\r\n\r\nok"),
+        "badcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 3\r\n\r\nok!"),
+        "clte" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
+        "badchunk" => format!("HTTP/1.1 200 OK\r\n{DATE}transfer-encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n"),
+        "big" => {
+            let body = "b".repeat(100_000);
+            format!("HTTP/1.1 200 OK\r\n{DATE}content-length: {}\r\n\r\n{body}", body.len())
+        }
+        "bigchunked" => {
+            let chunk = "c".repeat(40_000);
+            format!("HTTP/1.1 200 OK\r\n{DATE}transfer-encoding: chunked\r\n\r\n9c40\r\n{chunk}\r\n9c40\r\n{chunk}\r\n9c40\r\n{chunk}\r\n0\r\n\r\n")
+        }
+        _ => format!("HTTP/1.1 200 OK\r\n{DATE}content-type: text/plain\r\ncontent-length: 5\r\n\r\nhello"),
+    };
+    Some(text.into_bytes())
+}
+
+/// The scripted upstream.
+async fn upstream(seen: Seen) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(serve_upstream(stream, Arc::clone(&seen)));
+        }
+    });
+    port
+}
+
+async fn serve_upstream(mut stream: TcpStream, seen: Seen) {
+    let mut buf = Vec::new();
+    loop {
+        let Some((head, body)) = read_request(&mut stream, &mut buf).await else {
+            return;
+        };
+        let request_line = head.lines().next().unwrap_or("").to_owned();
+        let is_head = request_line.starts_with("HEAD ");
+        let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
+        seen.lock().unwrap().push((head, body));
+        let Some(answer) = script(&path, is_head) else {
+            return;
+        };
+        if stream.write_all(&answer).await.is_err() {
+            return;
+        }
+        if path.ends_with("/close") {
+            return;
+        }
+    }
+}
+
+/// One request: its head as text and its body (by `Content-Length`, or chunked).
+async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    let end = loop {
+        if let Some(at) = find(buf, b"\r\n\r\n") {
+            break at + 4;
+        }
+        fill(stream, buf).await?;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    buf.drain(..end);
+    let lower = head.to_ascii_lowercase();
+    let mut body = Vec::new();
+    if lower.contains("\r\ntransfer-encoding: chunked") {
+        loop {
+            let line = loop {
+                if let Some(at) = find(buf, b"\r\n") {
+                    break at;
+                }
+                fill(stream, buf).await?;
+            };
+            let size = usize::from_str_radix(
+                std::str::from_utf8(&buf[..line])
+                    .ok()?
+                    .split(';')
+                    .next()?
+                    .trim(),
+                16,
+            )
+            .ok()?;
+            buf.drain(..line + 2);
+            while buf.len() < size + 2 {
+                fill(stream, buf).await?;
+            }
+            body.extend_from_slice(&buf[..size]);
+            buf.drain(..size + 2);
+            if size == 0 {
+                break;
+            }
+        }
+    } else if let Some(len) = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        while buf.len() < len {
+            fill(stream, buf).await?;
+        }
+        body = buf.drain(..len).collect();
+    }
+    Some((head, body))
+}
+
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut chunk = [0u8; 16 * 1024];
+    match stream.read(&mut chunk).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Some(())
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One response as the client read it: the status line, the fields (lowercase, sorted, the
+/// `date` left out: its value is the clock's), and the body, decoded.
+#[derive(Debug, PartialEq, Eq)]
+struct Read {
+    status: String,
+    fields: Vec<String>,
+    body: Vec<u8>,
+    dated: bool,
+}
+
+/// Reads the client's side after `request`: `answers` responses, or up to the close. Also
+/// whether the connection closed.
+async fn exchange(port: u16, request: &[u8], answers: usize, head: bool) -> (Vec<Read>, bool) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut raw = Vec::new();
+    let mut closed = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let reads = loop {
+        let reads = parse_responses(&raw, head, closed);
+        if closed || reads.len() >= answers {
+            break reads;
+        }
+        let mut chunk = [0u8; 64 * 1024];
+        match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => closed = true,
+            Ok(Ok(n)) => raw.extend_from_slice(&chunk[..n]),
+            Err(_) => panic!(
+                "no complete answer within 10 s: {:?}",
+                String::from_utf8_lossy(&raw)
+            ),
+        }
+    };
+    if !closed {
+        // A close that follows the last answer at once.
+        let mut byte = [0u8; 1];
+        closed = matches!(
+            tokio::time::timeout(Duration::from_millis(150), stream.read(&mut byte)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        );
+    }
+    (reads, closed)
+}
+
+/// The complete responses at the start of `raw`.
+fn parse_responses(raw: &[u8], head: bool, closed: bool) -> Vec<Read> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(end) = find(&raw[at..], b"\r\n\r\n") {
+        let text = String::from_utf8_lossy(&raw[at..at + end]).into_owned();
+        let mut lines = text.split("\r\n");
+        let status = lines.next().unwrap_or("").to_owned();
+        let code: u16 = status
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let mut fields: Vec<String> = lines
+            .map(|l| {
+                let (name, value) = l.split_once(':').unwrap_or((l, ""));
+                format!("{}: {}", name.to_ascii_lowercase(), value.trim())
+            })
+            .collect();
+        let dated = fields.iter().any(|f| f.starts_with("date: "));
+        fields.retain(|f| !f.starts_with("date: "));
+        fields.sort();
+        let mut pos = at + end + 4;
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find_map(|f| f.strip_prefix(name))
+                .map(str::to_owned)
+        };
+        let body = if head || code < 200 || code == 204 || code == 304 {
+            Vec::new()
+        } else if field("transfer-encoding: ").is_some_and(|v| v.contains("chunked")) {
+            let mut body = Vec::new();
+            loop {
+                let Some(line) = find(&raw[pos..], b"\r\n") else {
+                    return out;
+                };
+                let size_text = String::from_utf8_lossy(&raw[pos..pos + line]).into_owned();
+                let Ok(size) =
+                    usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+                else {
+                    return out;
+                };
+                pos += line + 2;
+                if size == 0 {
+                    // No trailers (the blank line at once), or trailers up to a blank line.
+                    if raw[pos..].starts_with(b"\r\n") {
+                        pos += 2;
+                    } else if let Some(end) = find(&raw[pos..], b"\r\n\r\n") {
+                        pos += end + 4;
+                    } else {
+                        return out;
+                    }
+                    break body;
+                }
+                if raw.len() < pos + size + 2 {
+                    return out;
+                }
+                body.extend_from_slice(&raw[pos..pos + size]);
+                pos += size + 2;
+            }
+        } else if let Some(len) = field("content-length: ").and_then(|v| v.parse::<usize>().ok()) {
+            if raw.len() < pos + len {
+                return out;
+            }
+            pos += len;
+            raw[pos - len..pos].to_vec()
+        } else if closed {
+            let body = raw[pos..].to_vec();
+            pos = raw.len();
+            body
+        } else {
+            return out;
+        };
+        out.push(Read {
+            status,
+            fields,
+            body,
+            dated,
+        });
+        at = pos;
+    }
+    out
+}
+
+/// What differs between the two gateways by their clocks and not by their paths reads the
+/// same: made-up request ids (`<made>`), and the seconds and milliseconds until a bucket
+/// refills (`RateLimit`'s `t`, `Retry-After`, `retry_after_ms`).
+fn mask(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.split_once(": ") {
+            Some((name, value))
+                if name.eq_ignore_ascii_case("x-request-id")
+                    && !["client-id-1", "up-id"].contains(&value) =>
+            {
+                format!("{name}: <made>")
+            }
+            Some((name, _)) if name.eq_ignore_ascii_case("retry-after") => {
+                format!("{name}: <s>")
+            }
+            _ => mask_numbers(l, &[";t=", "\"retry_after_ms\":"]),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `text` with the digits after each of `after` replaced by `N`.
+fn mask_numbers(text: &str, after: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for marker in after {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(marker) {
+            let start = from + at + marker.len();
+            let digits = out[start..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .count();
+            out.replace_range(start..start + digits, "N");
+            from = start + 1;
+        }
+    }
+    out
+}
+
+struct Case {
+    name: &'static str,
+    request: Vec<u8>,
+    /// Answers the client gets.
+    answers: usize,
+    /// Requests the byte path serves itself.
+    bytes: u32,
+    /// Whether the request is a `HEAD` (its answers have no body).
+    head: bool,
+    /// Whether what the upstream receives may differ: the byte path sends an idempotent
+    /// request again when a pooled connection closes before any answer, as nginx does;
+    /// hyper's client does not.
+    resent: bool,
+}
+
+fn get(path: &str, extra: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: example.test\r\nUser-Agent: diff/1\r\n{extra}\r\n")
+        .into_bytes()
+}
+
+fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Case {
+    Case {
+        name,
+        request,
+        answers,
+        bytes,
+        head: false,
+        resent: false,
+    }
+}
+
+fn corpus() -> Vec<Case> {
+    let mut cases = Vec::new();
+    // The upstream's framings and fields, through an ordinary GET.
+    for name in [
+        "plain",
+        "chunked",
+        "close",
+        "nocontent",
+        "notmodified",
+        "continue",
+        "hop",
+        "reason",
+        "unknown",
+        "ratelimit",
+        "garbage",
+        "dupcl",
+        "badcl",
+        "clte",
+        "badchunk",
+        "big",
+        "bigchunked",
+    ] {
+        let path = format!("/api/r/{name}");
+        // A broken chunk fails the answer before the client can read it whole.
+        let answers = usize::from(name != "badchunk");
+        cases.push(case(name, get(&path, ""), answers, 1));
+    }
+    cases.push(Case {
+        resent: true,
+        ..case("drop", get("/api/r/drop", ""), 1, 1)
+    });
+    cases.push(Case {
+        head: true,
+        ..case(
+            "HEAD",
+            b"HEAD /api/r/x HTTP/1.1\r\nHost: example.test\r\n\r\n".to_vec(),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        head: true,
+        ..case(
+            "HEAD denied",
+            b"HEAD /limited/h HTTP/1.1\r\nHost: example.test\r\n\r\nHEAD /limited/h HTTP/1.1\r\nHost: example.test\r\n\r\n".to_vec(),
+            2,
+            2,
+        )
+    });
+    // What the client sends.
+    cases.push(case(
+        "connection close",
+        get("/api/r/x", "Connection: close\r\n"),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "hop-by-hop fields",
+        get(
+            "/api/r/x",
+            "Connection: keep-alive, X-Secret\r\nX-Secret: s\r\nKeep-Alive: 5\r\nTE: trailers\r\nTrailer: x\r\nProxy-Authorization: basic\r\nProxy-Connection: keep-alive\r\nX-Kept: k\r\n",
+        ),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "x-forwarded-for lines",
+        get(
+            "/api/r/x",
+            "X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: , 10.0.0.2 \r\n",
+        ),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "forwarded",
+        get("/api/r/x", "Forwarded: for=1.2.3.4\r\n"),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "request id kept",
+        get("/api/r/x", "X-Request-Id: client-id-1\r\n"),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "request id replaced",
+        get("/api/r/x", "X-Request-Id: has space\r\n"),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "no host",
+        b"GET /api/r/x HTTP/1.1\r\nAccept: */*\r\n\r\n".to_vec(),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "repeated and mixed-case fields",
+        get(
+            "/api/r/x",
+            "x-many: 1\r\nX-Many: 2\r\nACCEPT: a\r\naccept: b\r\n",
+        ),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "obs-text value",
+        get("/api/r/x", "X-Name: caf\u{e9}\r\n"),
+        1,
+        1,
+    ));
+    cases.push(case("query", get("/api/r/x?a=1&b=%20&c", ""), 1, 1));
+    cases.push(case("dot segments", get("/free/../api/r/x", ""), 1, 1));
+    cases.push(case("ambiguous path", get("/api/a%2fb", ""), 1, 1));
+    cases.push(case("no route", get("/nowhere", ""), 1, 1));
+    cases.push(case(
+        "method not allowed",
+        b"DELETE /only-get/x HTTP/1.1\r\nHost: example.test\r\n\r\n".to_vec(),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "denied",
+        [get("/limited/a", ""), get("/limited/a", "")].concat(),
+        2,
+        2,
+    ));
+    cases.push(case(
+        "content-length 0",
+        get("/api/r/x", "Content-Length: 0\r\n"),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "pipelined",
+        [
+            get("/api/r/x", ""),
+            get("/api/r/chunked", ""),
+            get("/api/r/y", ""),
+        ]
+        .concat(),
+        3,
+        3,
+    ));
+    cases.push(case(
+        "pipelined, then a body",
+        [
+            get("/api/r/x", ""),
+            b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nContent-Length: 3\r\n\r\nabc"
+                .to_vec(),
+            get("/api/r/z", ""),
+        ]
+        .concat(),
+        3,
+        1,
+    ));
+    // Left to hyper: the comparison checks the hand-over replays what was read.
+    cases.push(case(
+        "body",
+        b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "chunked request",
+        b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec(),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "HTTP/1.0",
+        b"GET /api/r/x HTTP/1.0\r\nHost: example.test\r\n\r\n".to_vec(),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "absolute form",
+        b"GET http://example.test/api/r/x HTTP/1.1\r\nHost: example.test\r\n\r\n".to_vec(),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "asterisk",
+        b"OPTIONS * HTTP/1.1\r\nHost: example.test\r\n\r\n".to_vec(),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "upgrade",
+        get("/api/r/x", "Upgrade: websocket\r\nConnection: upgrade\r\n"),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "expect",
+        b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+        2,
+        0,
+    ));
+    // hyper (and so `wire`) reads a head with bare LF line ends.
+    cases.push(case(
+        "bare LF",
+        b"GET /api/r/x HTTP/1.1\nHost: example.test\n\n".to_vec(),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "obs-fold",
+        get("/api/r/x", "X-Folded: a\r\n b\r\n"),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "head over max_header_bytes",
+        get("/api/r/x", &format!("X-Big: {}\r\n", "h".repeat(17_000))),
+        1,
+        0,
+    ));
+    cases.push(case(
+        "grpc-web",
+        get("/api/r/x", "Content-Type: application/grpc-web\r\n"),
+        1,
+        0,
+    ));
+    cases
+}
+
+fn config(up: u16) -> String {
+    format!(
+        r#"
+[[policy]]
+name = "open"
+capacity = 100000
+rate = "1/h"
+key = "ip"
+
+[[policy]]
+name = "shut"
+capacity = 1
+rate = "1/h"
+key = "ip"
+
+[[route]]
+path_prefix = "/api/"
+policies = ["open"]
+upstream = "http://127.0.0.1:{up}"
+
+[[route]]
+path_prefix = "/limited/"
+policies = ["shut"]
+upstream = "http://127.0.0.1:{up}"
+
+[[route]]
+path_prefix = "/only-get/"
+methods = ["GET"]
+upstream = "http://127.0.0.1:{up}"
+
+[[route]]
+path_prefix = "/free/"
+upstream = "http://127.0.0.1:{up}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_path_forwards_and_answers_what_hyper_does() {
+    let seen: Seen = Arc::default();
+    let up = upstream(Arc::clone(&seen)).await;
+    let bytes = Gateway::start("workers = 1\nbyte_path = true", &config(up)).await;
+    let hyper = Gateway::start("workers = 1\nbyte_path = false", &config(up)).await;
+    let mut differ = Vec::new();
+    println!("| case | served as bytes | answers | same upstream view | same client view |");
+    println!("|---|---|---|---|---|");
+    for case in corpus() {
+        let before = metric(&bytes, "sluice_byte_path_requests_total").await;
+        seen.lock().unwrap().clear();
+        let (answers_b, closed_b) =
+            exchange(bytes.port, &case.request, case.answers, case.head).await;
+        let upstream_b = std::mem::take(&mut *seen.lock().unwrap());
+        let served = metric(&bytes, "sluice_byte_path_requests_total").await - before;
+        let (answers_h, closed_h) =
+            exchange(hyper.port, &case.request, case.answers, case.head).await;
+        let upstream_h = std::mem::take(&mut *seen.lock().unwrap());
+        let view = |seen: &[(String, Vec<u8>)]| -> Vec<(String, Vec<u8>)> {
+            seen.iter()
+                .map(|(head, body)| (mask(head), body.clone()))
+                .collect()
+        };
+        let masked = |reads: &[Read]| -> Vec<Read> {
+            reads
+                .iter()
+                .map(|r| Read {
+                    status: r.status.clone(),
+                    fields: r.fields.iter().map(|f| mask(f)).collect(),
+                    body: mask(&String::from_utf8_lossy(&r.body)).into_bytes(),
+                    dated: r.dated,
+                })
+                .collect()
+        };
+        let same_upstream = case.resent || view(&upstream_b) == view(&upstream_h);
+        let same_client = masked(&answers_b) == masked(&answers_h) && closed_b == closed_h;
+        println!(
+            "| {} | {served} | {} | {} | {} |",
+            case.name,
+            answers_b.len(),
+            if case.resent {
+                "not compared (resent)"
+            } else if same_upstream {
+                "yes"
+            } else {
+                "NO"
+            },
+            if same_client { "yes" } else { "NO" },
+        );
+        if !same_upstream {
+            differ.push(format!(
+                "{}: the upstream received\n  byte path: {:?}\n  hyper:     {:?}",
+                case.name,
+                view(&upstream_b),
+                view(&upstream_h)
+            ));
+        }
+        if !same_client {
+            differ.push(format!(
+                "{}: the client received\n  byte path (closed {closed_b}): {:?}\n  hyper     (closed {closed_h}): {:?}",
+                case.name, answers_b, answers_h
+            ));
+        }
+        if served != f64::from(case.bytes) {
+            differ.push(format!(
+                "{}: the byte path served {served} requests, not {}",
+                case.name, case.bytes
+            ));
+        }
+        for (path, answers) in [("byte path", &answers_b), ("hyper", &answers_h)] {
+            if answers.len() != case.answers {
+                differ.push(format!(
+                    "{}: {} answers on the {path}, not {}: {answers:?}",
+                    case.name,
+                    answers.len(),
+                    case.answers
+                ));
+            }
+        }
+        // Interim answers (`100 Continue`) carry no date.
+        let interim = |r: &Read| {
+            r.status
+                .split(' ')
+                .nth(1)
+                .is_some_and(|c| c.starts_with('1'))
+        };
+        if answers_b.iter().any(|r| !r.dated && !interim(r)) {
+            differ.push(format!("{}: an answer without a date", case.name));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n\n"));
+    for gw in [&bytes, &hyper] {
+        assert!(!gw.log_text().contains("panicked"), "{}", gw.log_text());
+    }
+}
