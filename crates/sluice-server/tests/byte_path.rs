@@ -729,3 +729,63 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
         assert!(!gw.log_text().contains("panicked"), "{}", gw.log_text());
     }
 }
+
+/// Polls `series` on the gateway's metrics until it reads `want`, for at most 3 s.
+async fn metric_reaches(gw: &Gateway, series: &str, want: f64) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        if metric(gw, series).await == want {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A client that closes its connection while its request waits in a queue leaves the queue at
+/// once, and its place goes to the next request, on either path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_while_queued_leaves_the_queue() {
+    let up = upstream(Arc::default()).await;
+    let config = format!(
+        r#"
+[[policy]]
+name = "q"
+capacity = 1
+rate = "1/h"
+key = "global"
+queue = {{ depth = 1, max_wait = "2h" }}
+
+[[route]]
+path_prefix = "/q/"
+policies = ["q"]
+upstream = "http://127.0.0.1:{up}"
+"#
+    );
+    for byte_path in [true, false] {
+        let gw = Gateway::start(&format!("workers = 1\nbyte_path = {byte_path}"), &config).await;
+        let (answers, _) = exchange(gw.port, &get("/q/first", ""), 1, false).await;
+        assert!(answers[0].status.contains(" 200 "), "{answers:?}");
+        // The next one waits for the token an hour away.
+        let mut waiting = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        waiting.write_all(&get("/q/second", "")).await.unwrap();
+        assert!(
+            metric_reaches(&gw, "sluice_policy_waiting", 1.0).await,
+            "byte_path = {byte_path}: the request never queued"
+        );
+        drop(waiting);
+        assert!(
+            metric_reaches(&gw, "sluice_policy_waiting", 0.0).await,
+            "byte_path = {byte_path}: a request whose client has gone still waits"
+        );
+        // Its place is free: the next request waits rather than finding the queue full.
+        let mut next = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        next.write_all(&get("/q/third", "")).await.unwrap();
+        assert!(
+            metric_reaches(&gw, "sluice_policy_waiting", 1.0).await,
+            "byte_path = {byte_path}: the queue stayed full"
+        );
+    }
+}
