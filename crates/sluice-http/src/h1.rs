@@ -216,34 +216,13 @@ impl Gateway {
         let sent = watching(io, buf, exchange).await.ok_or_else(gone)?;
         let (mut conn, answer) = match sent {
             Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => {
-                return refused(
-                    io,
-                    out,
-                    route,
-                    client_ip,
-                    &admission,
-                    policy_header,
-                    e,
-                    head_request,
-                    &finish,
-                )
-                .await
-            }
-            Err(_) => {
-                let e = ProxyError::Timeout(timeout);
-                return refused(
-                    io,
-                    out,
-                    route,
-                    client_ip,
-                    &admission,
-                    policy_header,
-                    e,
-                    head_request,
-                    &finish,
-                )
-                .await;
+            failed => {
+                let e = match failed {
+                    Ok(Err(e)) => e,
+                    _ => ProxyError::Timeout(timeout),
+                };
+                let answer = (client_ip, &admission, policy_header);
+                return refused(io, out, route, answer, e, head_request, &finish).await;
             }
         };
         let head = conn.buf.split_to(answer.len).freeze();
@@ -309,19 +288,18 @@ fn gone() -> io::Error {
     )
 }
 
-/// The gateway's answer to an admitted request it could not forward.
-#[allow(clippy::too_many_arguments)]
+/// The gateway's answer to an admitted request it could not forward (the client's address,
+/// the admission and the `RateLimit-Policy` value in `admitted`).
 async fn refused<'a, C: AsyncWrite + Unpin>(
     io: &mut C,
     out: &mut Vec<u8>,
     route: &'a Route,
-    client_ip: IpAddr,
-    admission: &crate::Admission,
-    policy_header: Option<HeaderValue>,
+    admitted: (IpAddr, &crate::Admission, Option<HeaderValue>),
     e: ProxyError,
     head_request: bool,
     finish: &Finish<'_>,
 ) -> io::Result<Served<'a>> {
+    let (client_ip, admission, policy_header) = admitted;
     let (mut response, outcome) = failure(route, Protocol::Http1, &e);
     headers::insert(
         response.headers_mut(),

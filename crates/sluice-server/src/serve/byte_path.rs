@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use crate::runtime::state::Shared;
 use crate::serve::conn::Exchange;
-use crate::serve::gateway::{access_log, request_id, trace_id, X_REQUEST_ID};
+use crate::serve::gateway::{access_log, identify};
 
 /// Gives the byte path's metrics their help text.
 pub fn describe_metrics() {
@@ -145,22 +145,7 @@ where
         let ids = runtime.config.server.request_id;
         let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
         let started = Instant::now();
-        // As on the hyper path: with `request_id = false` a client's id is passed on
-        // untouched (and logged), and none is made up or echoed.
-        let id = if ids {
-            Some(request_id(shared, &mut request))
-        } else if log {
-            request.headers().get(&X_REQUEST_ID).cloned()
-        } else {
-            None
-        };
-        let logged = log.then(|| {
-            (
-                request.method().clone(),
-                request.uri().path().to_owned(),
-                trace_id(request.headers()),
-            )
-        });
+        let (id, logged) = identify(shared, &mut request, ids, log);
         let keep_alive = head.keep_alive;
         let stopping: &watch::Receiver<bool> = stop;
         let closing = || !keep_alive || *stopping.borrow() || exchange.is_draining();

@@ -430,26 +430,17 @@ async fn accept_loop(
             Listening::Plain { h2c } => {
                 tokio::spawn(async move {
                     let (mut io, mut stop) = (io, stop);
-                    // Plain HTTP/1.1 requests first, as bytes; hyper takes over from the
-                    // first request that is not one, reading first what was read here.
-                    let read = if byte_path {
-                        let conn = Connection {
-                            peer,
-                            shared,
-                            proxy,
-                            exchange: &for_task,
-                            stop: &mut stop,
-                            max_head: current,
-                        };
-                        match byte_path::serve(&mut io, conn).await {
-                            Left::Closed => {
-                                drop((counted, alive));
-                                return;
-                            }
-                            Left::Handover(read) => read,
-                        }
-                    } else {
-                        BytesMut::new()
+                    let conn = Connection {
+                        peer,
+                        shared,
+                        proxy,
+                        exchange: &for_task,
+                        stop: &mut stop,
+                        max_head: current,
+                    };
+                    let Some(read) = bytes_first(byte_path, &mut io, conn).await else {
+                        drop((counted, alive));
+                        return;
                     };
                     let io = Prefixed::new(read, io);
                     // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
@@ -493,24 +484,17 @@ async fn accept_loop(
                         drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
                     } else {
                         let mut stream = stream;
-                        let read = if byte_path {
-                            let conn = Connection {
-                                peer,
-                                shared,
-                                proxy,
-                                exchange: &for_task,
-                                stop: &mut stop,
-                                max_head: current,
-                            };
-                            match byte_path::serve(&mut stream, conn).await {
-                                Left::Closed => {
-                                    drop((counted, alive));
-                                    return;
-                                }
-                                Left::Handover(read) => read,
-                            }
-                        } else {
-                            BytesMut::new()
+                        let conn = Connection {
+                            peer,
+                            shared,
+                            proxy,
+                            exchange: &for_task,
+                            stop: &mut stop,
+                            max_head: current,
+                        };
+                        let Some(read) = bytes_first(byte_path, &mut stream, conn).await else {
+                            drop((counted, alive));
+                            return;
                         };
                         let connection = protocols.http1.serve_connection_with_upgrades(
                             TokioIo::new(Http1Only::new(Prefixed::new(read, stream))),
@@ -528,6 +512,21 @@ async fn accept_loop(
     }
     drop(listener);
     alive
+}
+
+/// Serves an HTTP/1.1 connection's plain requests on the byte path when `on`; then what
+/// hyper must read first when it takes over, or `None` when the connection is over.
+async fn bytes_first<C>(on: bool, io: &mut C, conn: Connection<'_>) -> Option<BytesMut>
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if !on {
+        return Some(BytesMut::new());
+    }
+    match byte_path::serve(io, conn).await {
+        Left::Closed => None,
+        Left::Handover(read) => Some(read),
+    }
 }
 
 /// One request on the main listener.
@@ -548,22 +547,7 @@ pub async fn handle(
             return browser.handle(req, peer, id, started).await;
         }
     }
-    // With `request_id = false` a client's id is passed on untouched (and logged), and
-    // none is made up or echoed.
-    let id = if ids {
-        Some(request_id(shared, &mut req))
-    } else if log {
-        req.headers().get(&X_REQUEST_ID).cloned()
-    } else {
-        None
-    };
-    let head = log.then(|| {
-        (
-            req.method().clone(),
-            req.uri().path().to_owned(),
-            trace_id(req.headers()),
-        )
-    });
+    let (id, head) = identify(shared, &mut req, ids, log);
     // `[telemetry]`: one check per request; nothing is built without it.
     let span = shared.spans.as_ref().map(|spans| {
         (
@@ -600,6 +584,36 @@ pub async fn handle(
         );
     }
     response
+}
+
+/// What the access log line of a request names from its head: method, path, trace id.
+pub(super) type Logged = (Method, String, Option<HeaderValue>);
+
+/// The request's id (see [`request_id`]) when the server makes or echoes ids (`ids`),
+/// otherwise the client's own when the access log wants it; and, when it does (`log`), what
+/// its line names from the head. With `request_id = false` a client's id is passed on
+/// untouched (and logged), and none is made up or echoed.
+pub(super) fn identify<B>(
+    shared: &Shared,
+    req: &mut Request<B>,
+    ids: bool,
+    log: bool,
+) -> (Option<HeaderValue>, Option<Logged>) {
+    let id = if ids {
+        Some(request_id(shared, req))
+    } else if log {
+        req.headers().get(&X_REQUEST_ID).cloned()
+    } else {
+        None
+    };
+    let logged = log.then(|| {
+        (
+            req.method().clone(),
+            req.uri().path().to_owned(),
+            trace_id(req.headers()),
+        )
+    });
+    (id, logged)
 }
 
 /// The `sluice::access` line of one request on the main listener.
@@ -640,7 +654,7 @@ pub(super) fn access_log(
 /// The trace id of a well-formed W3C `traceparent` (`VERSION-TRACEID-PARENTID-FLAGS`, the
 /// trace id 32 lowercase hex digits, not all zero), for the access log; `None` without one.
 /// The header itself (and `tracestate`) goes upstream untouched either way.
-pub(super) fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
+fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
     let value = headers.get("traceparent")?.as_bytes();
     let id = value.get(3..35)?;
     let well_formed = value.len() >= 55
@@ -653,7 +667,7 @@ pub(super) fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
 
 /// The request's id: a well-formed incoming `X-Request-Id` (visible ASCII, at most 64
 /// bytes) is kept, anything else replaced; forwarded upstream and echoed in the response.
-pub(super) fn request_id<B>(shared: &Shared, req: &mut Request<B>) -> HeaderValue {
+fn request_id<B>(shared: &Shared, req: &mut Request<B>) -> HeaderValue {
     if let Some(v) = req.headers().get(&X_REQUEST_ID) {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 64 && b.iter().all(u8::is_ascii_graphic) {
