@@ -33,7 +33,7 @@ use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
 use crate::path::canonical_uri;
 use crate::protocol::Protocol;
-use crate::proxy::{h1_upstream_headers, remove_hop_by_hop, Proxy, ProxyError, RawConn};
+use crate::proxy::{h1_upstream_headers, is_hop_by_hop_bytes, Proxy, ProxyError, RawConn};
 use crate::route::{Lookup, Route, Upstream};
 use crate::wire::{self, Chunks, Framing, Step};
 
@@ -50,11 +50,18 @@ const READ: usize = 8 * 1024;
 const FLUSH_AT: usize = 16 * 1024;
 
 /// The request of a plain head. `bytes` is the head, whole and frozen: the target and the
-/// field values share it. `None` for what `http` does not take (hyper answers it 400).
-pub fn request(bytes: &Bytes, head: &wire::RequestHead) -> Option<Request<()>> {
+/// field values share it. Its fields go into `headers` (emptied first): a map kept from the
+/// connection's last request ([`Client::spare`]) has room for them already. `None` for what
+/// `http` does not take (hyper answers it 400).
+pub fn request(
+    bytes: &Bytes,
+    head: &wire::RequestHead,
+    mut headers: HeaderMap,
+) -> Option<Request<()>> {
     let method = Method::from_bytes(&bytes[head.method.clone()]).ok()?;
     let uri = Uri::from_maybe_shared(bytes.slice(head.target.clone())).ok()?;
-    let mut headers = HeaderMap::with_capacity(head.fields.len());
+    headers.clear();
+    headers.reserve(head.fields.len());
     for field in &head.fields {
         let name = HeaderName::from_bytes(&bytes[field.name.clone()]).ok()?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(field.value.clone())).ok()?;
@@ -90,6 +97,8 @@ pub struct Client<'c, C> {
     pub buf: &'c mut BytesMut,
     /// Room for what is written, kept from one request to the next.
     pub out: &'c mut Vec<u8>,
+    /// The request's header map, emptied, for the connection's next request.
+    pub spare: &'c mut HeaderMap,
 }
 
 /// How the server finishes each answer.
@@ -154,13 +163,19 @@ impl Gateway {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
         C: AsyncRead + AsyncWrite + Unpin,
     {
-        let Client { io, buf, out } = client;
+        let Client {
+            io,
+            buf,
+            out,
+            spare,
+        } = client;
         let head_request = request.method() == Method::HEAD;
         let decided = watching(io, buf, self.decide(&mut request, peer, Protocol::Http1))
             .await
             .ok_or_else(gone)?;
         let admitted = match decided {
             Decided::Answer(answer) => {
+                *spare = emptied(request.into_parts().0.headers);
                 let (status, close) =
                     write_answer(io, out, answer.response, head_request, &finish).await?;
                 return Ok(Served {
@@ -208,6 +223,7 @@ impl Gateway {
         out.extend_from_slice(b" HTTP/1.1\r\n");
         write_fields(out, &fields);
         out.extend_from_slice(b"\r\n");
+        *spare = emptied(fields);
         let timeout = route.timeout();
         let exchange = tokio::time::timeout(
             timeout,
@@ -228,29 +244,6 @@ impl Gateway {
         let head = conn.buf.split_to(answer.len).freeze();
         let status = StatusCode::from_u16(answer.status).map_err(io::Error::other)?;
         let outcome = answered(route, &admission.shadow_denied, status, Protocol::Http1);
-        let mut fields = response_fields(&head, &answer)?;
-        match answer.framing {
-            // Several equal lengths are one (as hyper's client reads them).
-            Framing::Length(n) if fields.get_all(CONTENT_LENGTH).iter().nth(1).is_some() => {
-                fields.insert(CONTENT_LENGTH, HeaderValue::from(n));
-            }
-            // A length beside a transfer coding is stale (RFC 9112 §6.3): the body is passed
-            // on chunked, without it.
-            Framing::Chunked | Framing::UntilClose => {
-                fields.remove(CONTENT_LENGTH);
-            }
-            Framing::Length(_) | Framing::Empty => {}
-        }
-        remove_hop_by_hop(&mut fields);
-        headers::insert(
-            &mut fields,
-            policy_header.as_ref(),
-            route.policy_list(),
-            &admission.verdicts,
-        );
-        if let Some(id) = finish.request_id {
-            fields.insert(X_REQUEST_ID.clone(), id.clone());
-        }
         let close = (finish.closing)();
         out.clear();
         out.extend_from_slice(b"HTTP/1.1 ");
@@ -258,12 +251,17 @@ impl Gateway {
         out.push(b' ');
         out.extend_from_slice(reason(&head));
         out.extend_from_slice(b"\r\n");
-        write_fields(out, &fields);
+        let own = Own {
+            policy: policy_header.as_ref(),
+            ratelimit: headers::ratelimit_header(route.policy_list(), &admission.verdicts),
+            request_id: finish.request_id,
+        };
+        let dated = write_answer_fields(out, &head, &answer, &own);
         if matches!(answer.framing, Framing::Chunked | Framing::UntilClose) {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
-        end_head(out, &fields, close);
-        drop((head, fields));
+        end_head(out, dated, close);
+        drop(head);
         let reusable = relay(&mut conn, answer.framing, io, out).await?;
         // The concurrency slots are held until the answer is through, as on the hyper path.
         drop(admission);
@@ -278,6 +276,12 @@ impl Gateway {
             close,
         })
     }
+}
+
+/// `map` without its entries, its room kept.
+fn emptied(mut map: HeaderMap) -> HeaderMap {
+    map.clear();
+    map
 }
 
 /// The client closed its connection while its request waited.
@@ -417,16 +421,73 @@ fn still_open(conn: &RawConn) -> bool {
     )
 }
 
-/// The fields of an upstream answer's head, sharing its bytes.
-fn response_fields(head: &Bytes, answer: &wire::ResponseHead) -> io::Result<HeaderMap> {
-    let mut fields = HeaderMap::with_capacity(answer.fields.len() + 3);
+/// The fields the gateway writes into an upstream answer's head, replacing the upstream's own
+/// of the same names.
+struct Own<'a> {
+    /// `RateLimit-Policy`.
+    policy: Option<&'a HeaderValue>,
+    /// `RateLimit`.
+    ratelimit: Option<HeaderValue>,
+    /// `X-Request-Id`.
+    request_id: Option<&'a HeaderValue>,
+}
+
+/// Writes the fields of an upstream answer as hyper's client and the gateway would leave
+/// them: names in lowercase, without the hop-by-hop fields, one `Content-Length` for several
+/// equal ones and none beside a transfer coding (RFC 9112 §6.3), the upstream's fields of the
+/// names in `own` replaced by the gateway's. Returns whether the answer has a `Date`.
+fn write_answer_fields(
+    out: &mut Vec<u8>,
+    head: &[u8],
+    answer: &wire::ResponseHead,
+    own: &Own<'_>,
+) -> bool {
+    let named =
+        |field: &wire::Field, name: &[u8]| head[field.name.clone()].eq_ignore_ascii_case(name);
+    let listed: smallvec::SmallVec<[&[u8]; 2]> = answer
+        .fields
+        .iter()
+        .filter(|f| named(f, b"connection"))
+        .map(|f| &head[f.value.clone()])
+        .collect();
+    let mut length = false;
+    let mut dated = false;
     for field in &answer.fields {
-        let name = HeaderName::from_bytes(&head[field.name.clone()]).map_err(io::Error::other)?;
-        let value = HeaderValue::from_maybe_shared(head.slice(field.value.clone()))
-            .map_err(io::Error::other)?;
-        fields.append(name, value);
+        let name = &head[field.name.clone()];
+        if is_hop_by_hop_bytes(name, &listed)
+            || (own.policy.is_some() && named(field, b"ratelimit-policy"))
+            || (own.ratelimit.is_some() && named(field, b"ratelimit"))
+            || (own.request_id.is_some() && named(field, b"x-request-id"))
+        {
+            continue;
+        }
+        if named(field, b"content-length") {
+            let chunked = matches!(answer.framing, Framing::Chunked | Framing::UntilClose);
+            if chunked || length {
+                continue;
+            }
+            length = true;
+        }
+        dated |= named(field, b"date");
+        out.extend(name.iter().map(u8::to_ascii_lowercase));
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&head[field.value.clone()]);
+        out.extend_from_slice(b"\r\n");
     }
-    Ok(fields)
+    let lines = [
+        (&headers::RATELIMIT_POLICY, own.policy),
+        (&headers::RATELIMIT, own.ratelimit.as_ref()),
+        (&X_REQUEST_ID, own.request_id),
+    ];
+    for (name, value) in lines {
+        if let Some(value) = value {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    dated
 }
 
 /// The reason phrase of the status line at the start of `head`, as the upstream wrote it.
@@ -447,15 +508,15 @@ fn write_fields(out: &mut Vec<u8>, fields: &HeaderMap) {
     }
 }
 
-/// Ends a response head: `Date` when the answer has none (as hyper's server adds it),
-/// `Connection: close` when the connection closes after it and the answer does not say so.
-fn end_head(out: &mut Vec<u8>, fields: &HeaderMap, close: bool) {
-    if !fields.contains_key(DATE) {
+/// Ends a response head: `Date` when the answer has none (`dated`; as hyper's server adds
+/// it), `Connection: close` when the connection closes after it (`close`).
+fn end_head(out: &mut Vec<u8>, dated: bool, close: bool) {
+    if !dated {
         out.extend_from_slice(b"date: ");
         date::write(out);
         out.extend_from_slice(b"\r\n");
     }
-    if close && !says_close(fields) {
+    if close {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
@@ -488,7 +549,8 @@ async fn write_answer<C: AsyncWrite + Unpin>(
         Some(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
         _ => Bytes::new(),
     };
-    let close = says_close(&parts.headers) || (finish.closing)();
+    let says_close = says_close(&parts.headers);
+    let close = says_close || (finish.closing)();
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(parts.status.as_str().as_bytes());
@@ -500,7 +562,7 @@ async fn write_answer<C: AsyncWrite + Unpin>(
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
-    end_head(out, &parts.headers, close);
+    end_head(out, parts.headers.contains_key(DATE), close && !says_close);
     if !head_request {
         out.extend_from_slice(&body);
     }
@@ -675,7 +737,7 @@ mod tests {
         let wire::Request::Plain(head) = wire::Request::parse(&text, 1024) else {
             panic!("plain");
         };
-        let request = request(&text, &head).unwrap();
+        let request = request(&text, &head, HeaderMap::new()).unwrap();
         assert_eq!(request.method(), Method::GET);
         assert_eq!(request.uri(), "/a?b=1");
         assert_eq!(request.headers()["host"], "x");

@@ -91,6 +91,35 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || name.as_str().starts_with("proxy-")
 }
 
+/// Whether a field named `name` (as it came on the wire, in any case) is hop-by-hop: one of
+/// [`remove_hop_by_hop`]'s names, or one that a `Connection` value of its message lists
+/// (`listed`: those values; one with bytes other than visible ASCII lists nothing, as
+/// `HeaderValue::to_str` reads it).
+pub(crate) fn is_hop_by_hop_bytes(name: &[u8], listed: &[&[u8]]) -> bool {
+    const NAMES: [&[u8]; 8] = [
+        b"connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"keep-alive",
+    ];
+    NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
+        || name
+            .get(..6)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"proxy-"))
+        || listed.iter().any(|value| {
+            value
+                .iter()
+                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+                && value
+                    .split(|&b| b == b',')
+                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(name))
+        })
+}
+
 /// Appends `peer` to `X-Forwarded-For`, joining several header lines into one.
 ///
 /// # Examples
@@ -179,6 +208,29 @@ mod tests {
         h.insert("proxyish", "1".parse().unwrap());
         remove_hop_by_hop(&mut h);
         assert_eq!(names(&h), ["proxyish", "x-kept"]);
+    }
+
+    #[test]
+    fn hop_by_hop_names_as_bytes_match_the_header_map_rule() {
+        let listed: [&[u8]; 2] = [b"keep-alive, X-Secret", b"caf\xc3\xa9, x-other"];
+        for name in [
+            &b"Connection"[..],
+            b"TE",
+            b"trailer",
+            b"Transfer-Encoding",
+            b"upgrade",
+            b"Proxy-Authenticate",
+            b"proxy-authorization",
+            b"Keep-Alive",
+            b"Proxy-Connection",
+            b"x-secret",
+        ] {
+            assert!(is_hop_by_hop_bytes(name, &listed), "{name:?}");
+        }
+        // A value that is not visible ASCII lists nothing.
+        for name in [&b"x-other"[..], b"proxyish", b"x-kept", b"proxy"] {
+            assert!(!is_hop_by_hop_bytes(name, &listed), "{name:?}");
+        }
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod upgrade;
 pub use budget::{describe_metrics, set_upstream_budget, upstream_open, UpstreamShare};
 pub(crate) use client::{h1_upstream_headers, RawConn};
 pub use client::{Lease, Proxy, ProxyError};
+pub(crate) use forward::is_hop_by_hop_bytes;
 pub use forward::{append_forwarded_for, remove_hop_by_hop};
 pub use tls::{client_config, pem_certificates, provider, TlsError};
 pub use upgrade::forward_upgrade;

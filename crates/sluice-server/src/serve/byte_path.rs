@@ -89,6 +89,7 @@ where
     } = conn;
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
+    let mut spare = http::HeaderMap::new();
     let requests = metrics::counter!("sluice_byte_path_requests_total");
     loop {
         let head = loop {
@@ -123,7 +124,7 @@ where
             }
         };
         let bytes = buf.split_to(head.len).freeze();
-        let Some(mut request) = h1::request(&bytes, &head) else {
+        let Some(mut request) = h1::request(&bytes, &head, std::mem::take(&mut spare)) else {
             handed_over("head");
             return handover(&bytes, buf);
         };
@@ -153,6 +154,7 @@ where
             io: &mut *io,
             buf: &mut buf,
             out: &mut out,
+            spare: &mut spare,
         };
         let finish = Finish {
             request_id: if ids { id.as_ref() } else { None },
