@@ -343,9 +343,13 @@ where
     }
 }
 
-/// Reads what is there into `buf`, with room for [`READ`] bytes.
+/// Reads what is there into `buf`, making room for [`READ`] bytes when less than a quarter
+/// of that is left: while the head read before shares `buf`'s allocation, asking for more
+/// room than is left would copy `buf` into a new one.
 async fn read_more<R: AsyncRead + Unpin>(from: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
-    buf.reserve(READ);
+    if buf.capacity() - buf.len() < READ / 4 {
+        buf.reserve(READ);
+    }
     from.read_buf(buf).await
 }
 

@@ -17,6 +17,7 @@
 //! the close when there is neither a transfer coding nor a length. The differential tests
 //! (`tests/wire_differential.rs`) and the `wire` fuzz target hold this module to hyper.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use smallvec::SmallVec;
@@ -114,9 +115,10 @@ impl Request {
     /// Reads the request head at the start of `buf`, which may hold at most `max_head` bytes
     /// of head (hyper's `max_buf_size`).
     pub fn parse(buf: &[u8], max_head: usize) -> Request {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        let len = match req.parse(buf) {
+        // Left uninitialised, as hyper leaves them: httparse writes the ones it reads.
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let len = match req.parse_with_uninit_headers(buf, &mut headers) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() >= max_head => {
                 return Request::Other(Other::TooLarge)
@@ -239,9 +241,14 @@ impl Response {
     /// Reads the response head at the start of `buf` to a request whose method was `HEAD` or
     /// not, allowing at most `max_head` bytes of head.
     pub fn parse(buf: &[u8], head_request: bool, max_head: usize) -> Response {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut res = httparse::Response::new(&mut headers);
-        let len = match res.parse(buf) {
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut res,
+            buf,
+            &mut headers,
+        );
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) if len <= max_head => len,
             Ok(httparse::Status::Partial) if buf.len() < max_head => return Response::Partial,
             _ => return Response::Refused,
