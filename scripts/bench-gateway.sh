@@ -5,7 +5,8 @@
 #
 # Runs (wrk, --latency, 2 threads):
 #   direct     wrk -> upstream (nginx `return 200`)
-#   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy
+#   sluice     wrk -> sluice serve (release) -> upstream, effectively unlimited policy; its
+#              plain HTTP/1.1 requests take the byte path (server.byte_path, the default)
 #   nginx      wrk -> nginx limit_req (rate 1e6r/s, huge burst) -> upstream
 #   haproxy    wrk -> HAProxy (nbthread 2, a stick table tracking http_req_rate per source
 #              address, a deny rule it never meets, option forwardfor) -> upstream, keep-alive
