@@ -28,7 +28,8 @@
 #   bytes-429  the same prototype denying every request (429 problem answer)
 #   pingora    bench/pingora-proto: the same limit on Cloudflare's pingora 0.9 (2 threads);
 #              PINGORA=0 leaves it out (its first build takes about five minutes)
-# Then, with IDLE (default 5000) idle keep-alive connections held open to each of sluice, nginx,
+# Then, with IDLE (default 5000) idle keep-alive connections held open to each of sluice (as
+# sluice-noid: request_id = false, the work nginx and HAProxy do), nginx,
 # HAProxy and the bytes prototype by a separate process (each connection sends one request at the start and one every
 # 30 s, so neither server's keep-alive timeout closes it), sluice-idle and nginx-idle: the
 # proxying runs again, ROUNDS interleaved rounds (sluice-idle, nginx-idle, haproxy-idle, bytes-idle).
@@ -351,13 +352,14 @@ async def main():
     await asyncio.gather(*tasks)
 asyncio.run(main())
 PY
-python3 "$WORK/idle.py" "$SL,$NG,$HA,$BY" "$IDLE" > "$WORK/idle.log" 2>&1 &
+python3 "$WORK/idle.py" "$SLNOID,$NG,$HA,$BY" "$IDLE" > "$WORK/idle.log" 2>&1 &
 IDLE_PID=$!
 PIDS+=($!)
 for _ in $(seq 600); do grep -q "idle connections open" "$WORK/idle.log" && break; sleep 0.1; done
 IDLE_OPEN=$(cat "$WORK/idle.log")
 echo "$IDLE_OPEN" >&2
-IDLE_RUNS=("sluice-idle:$SL:open" "nginx-idle:$NG:proxy" "haproxy-idle:$HA:haproxy" "bytes-idle:$BY:bytes")
+# sluice as sluice-noid: the work of plain nginx `limit_req` and of HAProxy (no request ids).
+IDLE_RUNS=("sluice-idle:$SLNOID:noid" "nginx-idle:$NG:proxy" "haproxy-idle:$HA:haproxy" "bytes-idle:$BY:bytes")
 run_rounds "${IDLE_RUNS[@]}"
 RUNS+=("${IDLE_RUNS[@]}")
 
