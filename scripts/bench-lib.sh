@@ -1,8 +1,26 @@
 # Shell helpers the benchmark scripts source (scripts/bench-gateway.sh, scripts/bench-rls.sh).
 
-# A free TCP port on 127.0.0.1.
+# A free TCP port on 127.0.0.1, below the kernel's ephemeral range: a port from that range,
+# free when picked, can be taken by an outgoing connection (wrk's, the idle clients' 20,000)
+# before the server meant for it binds it.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    port = random.randint(max(1024, low - 12000), low - 1)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit("no free port below the ephemeral range")
+'
 }
 
 # Waits up to 10 s for 127.0.0.1:$1 to accept connections; exits the script if it never does.
