@@ -515,7 +515,7 @@ fn text(value: &[u8]) -> Option<&str> {
 }
 
 /// Whether the comma-separated `value` has `token` (case-insensitive).
-fn has_token(value: &[u8], token: &str) -> bool {
+pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
     text(value).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 

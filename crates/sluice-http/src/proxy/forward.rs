@@ -110,13 +110,10 @@ pub(crate) fn is_hop_by_hop_bytes(name: &[u8], listed: &[&[u8]]) -> bool {
         || name
             .get(..6)
             .is_some_and(|p| p.eq_ignore_ascii_case(b"proxy-"))
-        || listed.iter().any(|value| {
-            value
+        || std::str::from_utf8(name).is_ok_and(|name| {
+            listed
                 .iter()
-                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-                && value
-                    .split(|&b| b == b',')
-                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(name))
+                .any(|value| crate::wire::has_token(value, name))
         })
 }
 

@@ -22,20 +22,22 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::{Buf as _, Bytes, BytesMut};
-use futures_util::FutureExt as _;
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt as _, Full};
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+
+mod write;
+
+use write::{end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own};
 
 use crate::cost::settle::{settle_all, Observed};
 use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
 use crate::path::canonical_uri;
 use crate::protocol::Protocol;
-use crate::proxy::{h1_upstream_headers, is_hop_by_hop_bytes, Proxy, ProxyError, RawConn};
+use crate::proxy::{h1_upstream_headers, Proxy, ProxyError, RawConn};
 use crate::route::{Lookup, Route, Upstream};
-use crate::wire::{self, Chunks, Framing, Step};
+use crate::wire::{self, Framing};
 
 /// `X-Request-Id`.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -425,314 +427,9 @@ fn still_open(conn: &RawConn) -> bool {
     )
 }
 
-/// The fields the gateway writes into an upstream answer's head, replacing the upstream's own
-/// of the same names.
-struct Own<'a> {
-    /// `RateLimit-Policy`.
-    policy: Option<&'a HeaderValue>,
-    /// `RateLimit`.
-    ratelimit: Option<HeaderValue>,
-    /// `X-Request-Id`.
-    request_id: Option<&'a HeaderValue>,
-}
-
-/// Writes the fields of an upstream answer as hyper's client and the gateway would leave
-/// them: names in lowercase, without the hop-by-hop fields, one `Content-Length` for several
-/// equal ones and none beside a transfer coding (RFC 9112 §6.3), the upstream's fields of the
-/// names in `own` replaced by the gateway's. Returns whether the answer has a `Date`.
-fn write_answer_fields(
-    out: &mut Vec<u8>,
-    head: &[u8],
-    answer: &wire::ResponseHead,
-    own: &Own<'_>,
-) -> bool {
-    let named =
-        |field: &wire::Field, name: &[u8]| head[field.name.clone()].eq_ignore_ascii_case(name);
-    let listed: smallvec::SmallVec<[&[u8]; 2]> = answer
-        .fields
-        .iter()
-        .filter(|f| named(f, b"connection"))
-        .map(|f| &head[f.value.clone()])
-        .collect();
-    let mut length = false;
-    let mut dated = false;
-    for field in &answer.fields {
-        let name = &head[field.name.clone()];
-        if is_hop_by_hop_bytes(name, &listed)
-            || (own.policy.is_some() && named(field, b"ratelimit-policy"))
-            || (own.ratelimit.is_some() && named(field, b"ratelimit"))
-            || (own.request_id.is_some() && named(field, b"x-request-id"))
-        {
-            continue;
-        }
-        if named(field, b"content-length") {
-            let chunked = matches!(answer.framing, Framing::Chunked | Framing::UntilClose);
-            if chunked || length {
-                continue;
-            }
-            length = true;
-        }
-        dated |= named(field, b"date");
-        out.extend(name.iter().map(u8::to_ascii_lowercase));
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(&head[field.value.clone()]);
-        out.extend_from_slice(b"\r\n");
-    }
-    let lines = [
-        (&headers::RATELIMIT_POLICY, own.policy),
-        (&headers::RATELIMIT, own.ratelimit.as_ref()),
-        (&X_REQUEST_ID, own.request_id),
-    ];
-    for (name, value) in lines {
-        if let Some(value) = value {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    dated
-}
-
-/// The reason phrase of the status line at the start of `head`, as the upstream wrote it.
-fn reason(head: &[u8]) -> &[u8] {
-    let line = memchr::memchr(b'\n', head).map_or(head, |end| &head[..end]);
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    // `HTTP/1.x NNN`, then a space and the phrase.
-    line.get(13..).unwrap_or_default()
-}
-
-/// Appends `name: value` lines.
-fn write_fields(out: &mut Vec<u8>, fields: &HeaderMap) {
-    for (name, value) in fields {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Ends a response head: `Date` when the answer has none (`dated`; as hyper's server adds
-/// it), `Connection: close` when the connection closes after it (`close`).
-fn end_head(out: &mut Vec<u8>, dated: bool, close: bool) {
-    if !dated {
-        out.extend_from_slice(b"date: ");
-        date::write(out);
-        out.extend_from_slice(b"\r\n");
-    }
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Whether `Connection` has the token `close`.
-fn says_close(fields: &HeaderMap) -> bool {
-    fields.get_all(CONNECTION).iter().any(|v| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-    })
-}
-
-/// Writes an answer the gateway made itself, with its length (and without its body when it
-/// answers `HEAD`). Returns its status, and whether the connection closes after it.
-async fn write_answer<C: AsyncWrite + Unpin>(
-    io: &mut C,
-    out: &mut Vec<u8>,
-    response: Response<Full<Bytes>>,
-    head_request: bool,
-    finish: &Finish<'_>,
-) -> io::Result<(StatusCode, bool)> {
-    let (mut parts, mut body) = response.into_parts();
-    if let Some(id) = finish.request_id {
-        parts.headers.insert(X_REQUEST_ID.clone(), id.clone());
-    }
-    // A whole body: its one frame is ready at once.
-    let body = match body.frame().now_or_never() {
-        Some(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
-        _ => Bytes::new(),
-    };
-    let says_close = says_close(&parts.headers);
-    let close = says_close || (finish.closing)();
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(parts.status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    parts.headers.remove(CONTENT_LENGTH);
-    write_fields(out, &parts.headers);
-    out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    end_head(out, parts.headers.contains_key(DATE), close && !says_close);
-    if !head_request {
-        out.extend_from_slice(&body);
-    }
-    io.write_all(out).await?;
-    Ok((parts.status, close))
-}
-
-/// Passes the upstream's body on after the head already in `out`, in the framing hyper's
-/// server would give it. Returns whether the upstream connection may serve another request.
-///
-/// # Errors
-///
-/// The client's connection failed, or the upstream's body was cut short (the client cannot
-/// tell otherwise: its connection must close).
-async fn relay<C: AsyncWrite + Unpin>(
-    conn: &mut RawConn,
-    framing: Framing,
-    io: &mut C,
-    out: &mut Vec<u8>,
-) -> io::Result<bool> {
-    let cut = || {
-        io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the upstream's body was cut short",
-        )
-    };
-    match framing {
-        Framing::Empty => {}
-        Framing::Length(mut left) => loop {
-            let n = conn
-                .buf
-                .len()
-                .min(usize::try_from(left).unwrap_or(usize::MAX));
-            out.extend_from_slice(&conn.buf[..n]);
-            conn.buf.advance(n);
-            left -= n as u64;
-            if left == 0 {
-                break;
-            }
-            if out.len() >= FLUSH_AT || conn.buf.is_empty() {
-                io.write_all(out).await?;
-                out.clear();
-            }
-            if read_more(&mut conn.stream, &mut conn.buf).await? == 0 {
-                return Err(cut());
-            }
-        },
-        Framing::Chunked => {
-            let mut chunks = Chunks::Size;
-            let mut hex = [0u8; 16];
-            loop {
-                let before = chunks;
-                match chunks.advance(&conn.buf) {
-                    Step::Take(n) => {
-                        match (before, chunks) {
-                            // A size line, written again without its extensions.
-                            (Chunks::Size, Chunks::Data(size)) => {
-                                out.extend_from_slice(hex_size(size, &mut hex));
-                                out.extend_from_slice(b"\r\n");
-                            }
-                            (Chunks::Size, _) => out.extend_from_slice(b"0\r\n"),
-                            // The trailers hyper would not pass on: the blank line only.
-                            (Chunks::Trailers, _) => out.extend_from_slice(b"\r\n"),
-                            _ => out.extend_from_slice(&conn.buf[..n]),
-                        }
-                        conn.buf.advance(n);
-                        if chunks == Chunks::Done {
-                            break;
-                        }
-                    }
-                    Step::More => {
-                        if out.len() >= FLUSH_AT || !out.is_empty() && conn.buf.is_empty() {
-                            io.write_all(out).await?;
-                            out.clear();
-                        }
-                        if read_more(&mut conn.stream, &mut conn.buf).await? == 0 {
-                            return Err(cut());
-                        }
-                    }
-                    Step::Broken => return Err(cut()),
-                }
-            }
-        }
-        Framing::UntilClose => {
-            let mut hex = [0u8; 16];
-            loop {
-                if !conn.buf.is_empty() {
-                    out.extend_from_slice(hex_size(conn.buf.len() as u64, &mut hex));
-                    out.extend_from_slice(b"\r\n");
-                    out.extend_from_slice(&conn.buf);
-                    out.extend_from_slice(b"\r\n");
-                    conn.buf.clear();
-                }
-                io.write_all(out).await?;
-                out.clear();
-                if read_more(&mut conn.stream, &mut conn.buf).await? == 0 {
-                    break;
-                }
-            }
-            out.extend_from_slice(b"0\r\n\r\n");
-            io.write_all(out).await?;
-            out.clear();
-            return Ok(false);
-        }
-    }
-    io.write_all(out).await?;
-    out.clear();
-    Ok(true)
-}
-
-/// `n` in lowercase hex digits.
-fn hex_size(mut n: u64, buf: &mut [u8; 16]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b"0123456789abcdef"[(n & 0xf) as usize];
-        n >>= 4;
-        if n == 0 {
-            return &buf[at..];
-        }
-    }
-}
-
-/// The `Date` value, formatted once a second per thread.
-mod date {
-    use std::cell::RefCell;
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    thread_local! {
-        static NOW: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
-    }
-
-    /// Appends the current date in the IMF-fixdate form.
-    pub(super) fn write(out: &mut Vec<u8>) {
-        let now = SystemTime::now();
-        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        NOW.with(|cell| {
-            let mut cached = cell.borrow_mut();
-            if cached.0 != secs {
-                *cached = (secs, httpdate::fmt_http_date(now));
-            }
-            out.extend_from_slice(cached.1.as_bytes());
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_in_hex() {
-        let mut buf = [0u8; 16];
-        assert_eq!(hex_size(0, &mut buf), b"0");
-        assert_eq!(hex_size(255, &mut buf), b"ff");
-        assert_eq!(hex_size(4096, &mut buf), b"1000");
-        assert_eq!(hex_size(u64::MAX, &mut buf), b"ffffffffffffffff");
-    }
-
-    #[test]
-    fn reasons_as_written() {
-        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nx: y\r\n\r\n"), b"OK");
-        assert_eq!(reason(b"HTTP/1.1 200 Fine by me\r\n\r\n"), b"Fine by me");
-        assert_eq!(reason(b"HTTP/1.1 204\r\n\r\n"), b"");
-        assert_eq!(reason(b"HTTP/1.1 204 \r\n\r\n"), b"");
-    }
 
     #[test]
     fn a_head_becomes_a_request_sharing_its_bytes() {
@@ -746,13 +443,5 @@ mod tests {
         assert_eq!(request.uri(), "/a?b=1");
         assert_eq!(request.headers()["host"], "x");
         assert_eq!(request.headers().get_all("x-many").iter().count(), 2);
-    }
-
-    #[test]
-    fn the_date_is_an_imf_fixdate() {
-        let mut out = Vec::new();
-        date::write(&mut out);
-        assert_eq!(out.len(), 29, "{:?}", String::from_utf8_lossy(&out));
-        assert!(out.ends_with(b" GMT"));
     }
 }
