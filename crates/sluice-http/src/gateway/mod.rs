@@ -121,6 +121,9 @@ pub struct Handled<'a, B = hyper::body::Incoming> {
 #[derive(Debug, Clone)]
 pub struct Gateway {
     routes: RouteTable,
+    /// Every route's requests may take the byte path ([`Route::takes_bytes`]): then a
+    /// request needs no route lookup to know it (its decision does one).
+    pub(crate) all_take_bytes: bool,
     trusted: TrustedProxies,
     body_timeout: Option<Duration>,
     tunnel_idle: Option<Duration>,
@@ -135,6 +138,7 @@ impl Gateway {
     /// the gaps in a request body.
     pub fn new(routes: RouteTable, trusted: TrustedProxies) -> Gateway {
         Gateway {
+            all_take_bytes: routes.routes().iter().all(|r| r.takes_bytes()),
             routes,
             trusted,
             body_timeout: None,

@@ -126,6 +126,9 @@ impl Gateway {
     /// ([`Route::takes_bytes`]), or the gateway answers it without an upstream (no route, a
     /// method the route does not allow, an ambiguous path).
     pub fn takes_bytes(&self, request: &Request<()>) -> bool {
+        if self.all_take_bytes {
+            return true;
+        }
         let canonical;
         let path = match canonical_uri(request.uri()) {
             Ok(None) => request.uri().path(),
