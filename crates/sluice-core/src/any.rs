@@ -50,6 +50,24 @@ pub enum AnyState {
 }
 
 impl AnyAlgorithm {
+    /// What a key whose check or query answered `decision` owes beyond an empty bucket, in
+    /// nanoseconds of refill: the debt a settled charge left (see [`Algorithm::charge`]),
+    /// paid when this much time has passed. Zero for a key not in debt, and for the window
+    /// algorithms, which carry no debt.
+    pub fn debt_ns(&self, decision: &Decision) -> u64 {
+        match self.kind() {
+            Kind::TokenBucket | Kind::Gcra | Kind::LeakyBucket => decision
+                .reset_after_ns
+                .saturating_sub(self.quota().window_ns()),
+            _ => 0,
+        }
+    }
+
+    /// [`AnyAlgorithm::debt_ns`] in whole tokens, rounded up.
+    pub fn debt_tokens(&self, decision: &Decision) -> u64 {
+        self.debt_ns(decision).div_ceil(self.quota().interval_ns())
+    }
+
     /// The algorithm `kind` over `quota`.
     pub const fn new(kind: Kind, quota: Quota) -> AnyAlgorithm {
         match kind {
@@ -162,6 +180,11 @@ impl Algorithm for AnyAlgorithm {
 
     fn refund(&self, state: &mut AnyState, admitted_at: u64, now: u64, cost: u64) {
         dispatch!(self, state, |a, s| a.refund(s, admitted_at, now, cost), ())
+    }
+
+    fn charge(&self, state: &mut AnyState, now: u64, cost: u64, max_debt: u64) -> u64 {
+        // A mismatched state cannot be charged: the whole cost is forgiven.
+        dispatch!(self, state, |a, s| a.charge(s, now, cost, max_debt), cost)
     }
 
     fn idle_at(&self, state: &AnyState) -> u64 {

@@ -622,13 +622,13 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3_000, ..ProptestConfig::default() })]
 
-    /// A charge takes what is left, up to its cost, and forgives the rest: afterwards the key
-    /// has `max(0, left - cost)` tokens, exactly what a check of that many would leave; and
-    /// checks and charges together (each charge counted for what it took) keep the
-    /// algorithm's guarantee.
+    /// On a window algorithm a charge takes what is left, up to its cost, and forgives the
+    /// rest: afterwards the key has `max(0, left - cost)` tokens, exactly what a check of that
+    /// many would leave; and checks and charges together (each charge counted for what it
+    /// took) keep the algorithm's guarantee.
     #[test]
-    fn a_charge_takes_what_is_left_and_keeps_the_bound(
-        (kind, q, steps) in (kind(), small_quota()).prop_flat_map(|(kind, q)| {
+    fn a_charge_on_a_window_takes_what_is_left_and_keeps_the_bound(
+        (kind, q, steps) in (window_kind(), small_quota()).prop_flat_map(|(kind, q)| {
             let (n, w) = (q.capacity(), q.window_ns());
             (Just(kind), Just(q), prop::collection::vec(
                 (0..=w / 2, 1..=n, any::<bool>(), 0..=3 * n), 1..40))
@@ -646,7 +646,7 @@ proptest! {
                 continue;
             }
             let left = check(&alg, &mut state.clone(), now, 0)?.remaining;
-            let forgiven = alg.charge(&mut state, now, charged);
+            let forgiven = alg.charge(&mut state, now, charged, u64::MAX);
             prop_assert_eq!(forgiven, charged.saturating_sub(left), "{} step {}", kind, i);
             let after = check(&alg, &mut state.clone(), now, 0)?.remaining;
             prop_assert_eq!(after, left.saturating_sub(charged), "{} step {}", kind, i);
@@ -656,6 +656,108 @@ proptest! {
         }
         guarantee(kind, q, &admitted)?;
     }
+
+    /// On a bucket a charge is taken whole, down to `max_debt` tokens beyond empty: the part
+    /// beyond that cap, and nothing else, is forgiven; the key is refused until the refill
+    /// has paid the debt (its `retry_after` covers it); and over every window `[t1, t2]` the
+    /// cost admitted and charged is at most `capacity + rate × (t2 - t1)` plus the debt still
+    /// owed at `t2`. Refunds, saves and restores in between keep all of it (a restore keeps
+    /// the debt: no key gains tokens across a restart).
+    #[test]
+    fn a_charge_on_a_bucket_carries_its_debt_and_keeps_the_bound(
+        (kind, q, max_debt, steps) in (bucket_kind(), small_quota()).prop_flat_map(|(kind, q)| {
+            let (n, w) = (q.capacity(), q.window_ns());
+            (Just(kind), Just(q),
+             prop_oneof![Just(u64::MAX), 0..=3 * n],
+             prop::collection::vec((0..=w, 1..=n, 0u8..4, 0..=5 * n), 1..40))
+        })
+    ) {
+        let alg = AnyAlgorithm::new(kind, q);
+        let (interval, tau) = (q.interval_ns(), q.window_ns());
+        let owed_beyond = |state: &AnyState, now: u64| match alg.save(state, now) {
+            SavedState::Debt { debt_ns } => debt_ns.saturating_sub(tau),
+            other => panic!("{kind}: a bucket saved as {other:?}"),
+        };
+        let mut state = alg.initial_state();
+        // (time, cost taken) of each admission and charge, and the debt owed after each.
+        let (mut now, mut taken, mut debts) = (0u64, Vec::new(), Vec::new());
+        for (i, &(gap, cost, op, amount)) in steps.iter().enumerate() {
+            now += gap;
+            match op {
+                0 | 1 => {
+                    let d = check(&alg, &mut state, now, cost)?;
+                    let in_debt = owed_beyond(&state, now);
+                    if d.allowed {
+                        prop_assert_eq!(in_debt, 0, "{} step {}: admitted in debt", kind, i);
+                        taken.push((now, cost));
+                    } else {
+                        // The wait covers the debt and the cost asked.
+                        prop_assert!(
+                            d.retry_after_ns >= in_debt,
+                            "{} step {}: waits {} with {} owed", kind, i, d.retry_after_ns, in_debt
+                        );
+                        let mut later = state.clone();
+                        prop_assert!(check(&alg, &mut later, now + d.retry_after_ns, cost)?.allowed,
+                            "{} step {}: still refused after its retry_after", kind, i);
+                    }
+                }
+                2 => {
+                    let left = check(&alg, &mut state.clone(), now, 0)?.remaining;
+                    let debt_before = owed_beyond(&state, now);
+                    let forgiven = alg.charge(&mut state, now, amount, max_debt);
+                    let debt_after = owed_beyond(&state, now);
+                    prop_assert!(debt_after <= max_debt.saturating_mul(interval),
+                        "{} step {}: owes {} ns beyond a cap of {} tokens", kind, i, debt_after, max_debt);
+                    if debt_before == 0 {
+                        prop_assert_eq!(forgiven, amount.saturating_sub(left.saturating_add(max_debt)),
+                            "{} step {}: charge {} with {} left", kind, i, amount, left);
+                    }
+                    if max_debt == u64::MAX {
+                        prop_assert_eq!(forgiven, 0, "{} step {}: forgave with no cap", kind, i);
+                    }
+                    taken.push((now, amount - forgiven));
+                }
+                _ => {
+                    // Save and restore a moment later, as a restart of the file store does.
+                    let saved = alg.save(&state, now);
+                    now += gap / 2;
+                    state = alg.restore(&saved, now, gap / 2).unwrap();
+                }
+            }
+            debts.push((now, owed_beyond(&state, now)));
+        }
+        // The bound over every window that starts and ends at an event, in ns of refill.
+        for i in 0..taken.len() {
+            let mut sum = 0u128;
+            for j in i..taken.len() {
+                sum += u128::from(taken[j].1);
+                let (t1, t2) = (taken[i].0, taken[j].0);
+                let owed = debts.iter().rev().find(|&&(t, _)| t <= t2).map_or(0, |&(_, d)| d);
+                let bound = u128::from(tau) + u128::from(t2 - t1) + u128::from(owed);
+                prop_assert!(sum * u128::from(interval) < bound + u128::from(interval),
+                    "{}: {} taken in [{}, {}], bound {} tokens", kind, sum, t1, t2,
+                    bound / u128::from(interval));
+            }
+        }
+    }
+}
+
+/// The kinds that carry a debt.
+fn bucket_kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::TokenBucket),
+        Just(Kind::Gcra),
+        Just(Kind::LeakyBucket)
+    ]
+}
+
+/// The kinds that count per window and forgive a charge beyond a full window.
+fn window_kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::FixedWindow),
+        Just(Kind::SlidingWindow),
+        Just(Kind::SlidingLog)
+    ]
 }
 
 // === Quotas ===
@@ -874,7 +976,9 @@ proptest! {
 
     /// The token bucket's check (written as debt, for speed) is the textbook step — refill by
     /// the elapsed time, cap at the capacity, take the cost — on any state a caller can build,
-    /// including levels above the capacity and times past `MAX_TIME_NS`.
+    /// including levels above the capacity and times past `MAX_TIME_NS`. A clock behind the
+    /// last check (a key in debt keeps its last check in the future) counts as no time
+    /// passing, and its waits count from the last check; a key in debt refuses even a query.
     #[test]
     fn token_bucket_check_is_refill_then_take_on_any_state(
         q in any_quota(),
@@ -889,16 +993,24 @@ proptest! {
         let mut state = TokenBucketState { level_ns: level, last_ns: last };
         let got = tb.check(&mut state, now, cost).unwrap();
 
+        let behind = last.saturating_sub(now.min(MAX_TIME_NS));
         let now = now.min(MAX_TIME_NS).max(last);
         let level = level.saturating_add(now - last).min(tau);
         let need = cost * interval;
-        let (allowed, left) = if level >= need { (true, level - need) } else { (false, level) };
+        // In debt (what is owed before the last check and after it exceeds the window), even
+        // a query is refused.
+        let in_debt = behind.saturating_add(tau - level) > tau;
+        let (allowed, left) = if level >= need && !(cost == 0 && in_debt) {
+            (true, level - need)
+        } else {
+            (false, level)
+        };
         let want = Decision {
             allowed,
             limit: n,
             remaining: left / interval,
-            retry_after_ns: if allowed { 0 } else { need - level },
-            reset_after_ns: tau - left,
+            retry_after_ns: if allowed { 0 } else { behind.saturating_add(tau - level) - (tau - need) },
+            reset_after_ns: behind.saturating_add(tau - left),
         };
         prop_assert_eq!(got, want);
         prop_assert_eq!(state, TokenBucketState { level_ns: left, last_ns: now });

@@ -123,11 +123,11 @@ impl Store for Backend {
         }
     }
 
-    async fn charge(&self, key: &str, cost: u64) -> u64 {
+    async fn charge(&self, key: &str, cost: u64, max_debt: u64) -> u64 {
         match self {
-            Backend::Memory(s) => s.charge(key, cost).await,
-            Backend::Redis(s) => s.charge(key, cost).await,
-            Backend::File(s) => s.charge(key, cost).await,
+            Backend::Memory(s) => s.charge(key, cost, max_debt).await,
+            Backend::Redis(s) => s.charge(key, cost, max_debt).await,
+            Backend::File(s) => s.charge(key, cost, max_debt).await,
         }
     }
 

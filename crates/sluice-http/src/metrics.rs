@@ -8,7 +8,7 @@
 //! | `sluice_policy_waiting` | gauge | `policy`: requests waiting in its queues now |
 //! | `sluice_shadow_denied_total` | counter | `policy`: requests a `shadow` policy would have denied |
 //! | `sluice_settled_total` | counter | `policy`, `source`: settled requests, with the cost the response `reported` or, without a report, the `estimate` kept |
-//! | `sluice_settled_cost_total` | counter | `policy`, `direction`: tokens settlements `refunded`, `charged`, and `forgiven` (a charge beyond an empty bucket) |
+//! | `sluice_settled_cost_total` | counter | `policy`, `direction`: tokens settlements `refunded`, `charged`, and `forgiven` (a charge beyond `cost.max_debt`, or beyond what a window had left) |
 //! | `sluice_policy_unknown_plan_total` | counter | `policy`: requests naming a plan the policy does not list |
 //! | `sluice_upstream_responses_total` | counter | `route`, `status` (`1xx` .. `5xx`), `protocol` |
 //! | `sluice_upstream_errors_total` | counter | `route`, `error` (`refused`, `timeout`, `other`), `protocol` |
@@ -161,8 +161,8 @@ pub fn describe() {
         "sluice_settled_cost_total",
         Unit::Count,
         "Tokens settlements moved, by `policy` and `direction`: `refunded` (a request cost less \
-         than reserved), `charged` (it cost more), `forgiven` (what a charge could not take from \
-         an empty bucket)."
+         than reserved), `charged` (it cost more), `forgiven` (what a charge could not take: \
+         beyond the policy's `cost.max_debt`, or beyond what a window had left)."
     );
     describe_gauge!(
         "sluice_policy_waiting",

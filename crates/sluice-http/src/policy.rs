@@ -352,11 +352,19 @@ impl Policy {
         p.backend.refund(&p.stored_key(key), cost, ago).await;
     }
 
-    /// Takes `cost` from `key`'s bucket whatever is left, for a cost learnt after the
-    /// request ran (see [`Store::charge`]); returns the part forgiven.
+    /// Takes `cost` from `key`'s bucket without asking, for a cost learnt after the request
+    /// ran (see [`Store::charge`]): a bucket goes into debt, down to the policy's
+    /// `cost.max_debt` (no cap without one). Returns the part forgiven.
     pub async fn charge(&self, key: &str, cost: u64) -> u64 {
+        let max_debt = self.max_debt();
         let (p, key) = self.target(key);
-        p.backend.charge(&p.stored_key(key), cost).await
+        p.backend.charge(&p.stored_key(key), cost, max_debt).await
+    }
+
+    /// The most a key of this policy may owe beyond empty after a charge, in tokens
+    /// (`u64::MAX`: no cap).
+    pub fn max_debt(&self) -> u64 {
+        self.cost.as_ref().map_or(u64::MAX, |c| c.max_debt)
     }
 
     /// `key`'s bucket now, consuming nothing.

@@ -334,7 +334,8 @@ on_stream_done = true
         .iter()
         .map(|a| a["statuses"][0]["remaining"].as_u64().unwrap())
         .collect();
-    // 1000 - 1, - 700, - 1, then 900 charged of the 298 left (the rest forgiven): empty.
+    // 1000 - 1, - 700, - 1, then 900 charged with 298 left: 602 owed beyond empty, so the
+    // next request is over the limit.
     assert_eq!(remaining, [999, 299, 298, 0, 0]);
 }
 

@@ -300,13 +300,24 @@ async fn each_source_settles(store: &str, tag: &str) {
         settles_to(&gw, policy, &key, CAPACITY - charged).await;
         println!("{tag}: {path}: reported {reported}, charged {charged}");
     }
-    // A report beyond what is left empties the bucket, the rest is forgiven, and the key's
-    // next request waits for the refill.
+    // A report beyond what is left is charged whole: the key owes 2,000 tokens beyond empty,
+    // and its next request waits for the refill that pays them and its own reserve.
     let key = format!("{tag}-heavy");
     call(&gw, "/v1/chat?kind=json&tokens=12000", &key).await;
     settles_to(&gw, "llm", &key, 0).await;
     let refused = call(&gw, "/v1/chat?kind=json&tokens=1", &key).await;
     assert_eq!(refused.status, 429, "a key in debt waits for the refill");
+    // 10,000 a day: a token every 8.64 s, so 3,000 tokens (the debt and the reserve) take
+    // 25,920 s.
+    let retry: u64 = refused.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (25_919..=25_921).contains(&retry),
+        "Retry-After {retry} s covers the debt of 2,000 tokens and the reserve of 1,000"
+    );
     let series = |labels: &str| format!("sluice_settled{labels}");
     let forgiven = common::metric(
         &gw,
@@ -318,7 +329,7 @@ async fn each_source_settles(store: &str, tag: &str) {
     println!(
         "{tag}: settled with a report {reported}, with the estimate {estimate}, forgiven {forgiven}"
     );
-    assert_eq!((reported, estimate, forgiven), (6.0, 1.0, 2000.0));
+    assert_eq!((reported, estimate, forgiven), (6.0, 1.0, 0.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -535,16 +546,24 @@ async fn the_decision_api_settles_after_a_check() {
         ),
         (&750.into(), &0.into(), &0.into(), &(CAPACITY - 250).into())
     );
+    // 20,000 reported against a reserve of 1 with 9,750 left: all of it is charged, and the
+    // key owes 10,249 tokens beyond empty, paid in 10,249 × 8.64 s.
     let charged = settle(r#"{"policy":"llm","key":"api","reserved":1,"actual":20000}"#).await;
     let json = charged.json();
     println!("{json}");
     assert_eq!(
-        (&json["charged"], &json["forgiven"], &json["remaining"]),
         (
-            &(CAPACITY - 250).into(),
-            &(20000 - 1 - (CAPACITY - 250)).into(),
-            &0.into()
-        )
+            &json["charged"],
+            &json["forgiven"],
+            &json["owed"],
+            &json["remaining"]
+        ),
+        (&19_999.into(), &0.into(), &10_249.into(), &0.into())
+    );
+    let paid_in = json["paid_in_ms"].as_u64().unwrap();
+    assert!(
+        paid_in.abs_diff(10_249 * 8_640) <= 9,
+        "paid in {paid_in} ms"
     );
     let unknown = settle(r#"{"policy":"nope","key":"k","actual":1}"#).await;
     assert_eq!(unknown.status, 404);

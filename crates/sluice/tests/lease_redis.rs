@@ -467,8 +467,9 @@ fn leases_on_a_redis_cluster_keep_each_keys_bound() {
 }
 
 /// A charge on a leased key (a cost settled after the request ran) is taken from the slice
-/// this gateway holds first, the rest in Redis whatever is free, the part beyond forgiven; once
-/// the slice is given back, a gateway that leases nothing sees every token of it spent.
+/// this gateway holds first, the rest in Redis, into debt down to the cap, the part beyond
+/// forgiven; once the slice is given back, a gateway that leases nothing sees every token of
+/// it spent and the debt owed.
 #[test]
 fn a_charge_on_a_leased_key_is_spent_from_the_slice_then_in_redis() {
     let Some(server) = server() else { return };
@@ -501,18 +502,33 @@ fn a_charge_on_a_leased_key_is_spent_from_the_slice_then_in_redis() {
             assert!(leased.check("k", 1).await.unwrap().allowed);
         }
         assert_eq!(
-            leased.charge("k", 30).await,
+            leased.charge("k", 30, u64::MAX).await,
             0,
             "30 of 96 free: nothing forgiven"
         );
         assert_eq!(
-            leased.charge("k", 100).await,
-            34,
-            "66 were left (the slice's and Redis's): the rest is forgiven"
+            leased.charge("k", 100, 20).await,
+            14,
+            "66 were left (the slice's and Redis's) and 20 may be owed: the rest is forgiven"
         );
         leased.give_back_leases().await;
-        let seen = plain.peek("k").await.unwrap();
+        // A key in debt refuses even a query, until the debt is paid.
+        let seen = match plain.peek("k").await {
+            Err(sluice::Error::Limited { decision, .. }) => decision,
+            other => panic!("a key in debt answered a query with {other:?}"),
+        };
         assert_eq!(seen.remaining, 0, "every token spent: {seen:?}");
+        assert!(
+            seen.retry_after_ns > 19_000_000_000 && seen.retry_after_ns <= 20_000_000_000,
+            "the debt of 20 tokens is paid in {} ns",
+            seen.retry_after_ns
+        );
+        // 100 tokens of window and 20 owed beyond it, at a token a second.
+        let owed = Duration::from_nanos(seen.reset_after_ns);
+        assert!(
+            owed > Duration::from_secs(119) && owed <= Duration::from_secs(120),
+            "full again in {owed:?}: the debt is kept"
+        );
         assert!(
             !plain
                 .check("k", 1)

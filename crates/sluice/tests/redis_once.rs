@@ -359,7 +359,7 @@ async fn a_charge_whose_reply_is_cut_is_taken_once_and_reported_forgiven() {
     let proxy = CutProxy::start(server.port()).await;
     let store = store_with(RedisConfig::new(proxy.url()), OnError::Deny).await;
     assert_eq!(store.check("k", 1).await.unwrap().remaining, 9);
-    let (forgiven, sent) = cut("charge", &proxy, &server, store.charge("k", 3)).await;
+    let (forgiven, sent) = cut("charge", &proxy, &server, store.charge("k", 3, u64::MAX)).await;
     assert_eq!(sent, ONCE, "the cut charge reached Redis once");
     // Unanswered: the whole cost is reported forgiven (`Store::charge`).
     assert_eq!(forgiven, 3);
@@ -410,7 +410,13 @@ async fn decisions_at_a_given_time_whose_replies_are_cut_run_once() {
     let (answer, sent) = cut("check_at", &proxy, &server, store.check_at("k", 1, now)).await;
     assert_eq!(sent, ONCE);
     assert!(unavailable(&answer), "{answer:?}");
-    let (answer, sent) = cut("charge_at", &proxy, &server, store.charge_at("k", 2, now)).await;
+    let (answer, sent) = cut(
+        "charge_at",
+        &proxy,
+        &server,
+        store.charge_at("k", 2, u64::MAX, now),
+    )
+    .await;
     assert_eq!(sent, ONCE);
     assert!(unavailable(&answer), "{answer:?}");
     let refund = store.refund_at("k", 1, Duration::ZERO, now);

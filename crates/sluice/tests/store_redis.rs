@@ -79,15 +79,20 @@ async fn conformance(store: &RedisStore, kind: Kind, capacity: u64, rate: &str, 
             let ago = Duration::from_nanos(now - at);
             store.refund_at(&key, taken, ago, now).await.unwrap();
         }
-        // Now and then, charge a cost learnt after the fact (up to twice the capacity):
-        // both take what is left and forgive the same rest.
+        // Now and then, charge a cost learnt after the fact (up to five times the capacity,
+        // into debt up to a cap or none): both take the same and forgive the same rest.
         if rng.random_range(0..8) == 0 {
-            let charged = rng.random_range(0..=2 * capacity);
-            let want = alg.charge(&mut state, now, charged);
-            let got = store.charge_at(&key, charged, now).await.unwrap();
+            let charged = rng.random_range(0..=5 * capacity);
+            let max_debt = match rng.random_range(0..3) {
+                0 => u64::MAX,
+                1 => 0,
+                _ => rng.random_range(0..=3 * capacity),
+            };
+            let want = alg.charge(&mut state, now, charged, max_debt);
+            let got = store.charge_at(&key, charged, max_debt, now).await.unwrap();
             assert_eq!(
                 got, want,
-                "{kind} capacity {capacity} at {rate}, seed {seed}, step {step}: charge {charged} at {now}"
+                "{kind} capacity {capacity} at {rate}, seed {seed}, step {step}: charge {charged} (max debt {max_debt}) at {now}"
             );
         }
         let want = alg.check(&mut state, now, cost).unwrap();

@@ -1,7 +1,7 @@
 //! The fixed window counter: at most N per window, windows back to back.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{clamp_time, ensure_cost, Algorithm, SavedState};
+use crate::algorithm::step::{charge_within, clamp_time, ensure_cost, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -125,6 +125,10 @@ impl Algorithm for FixedWindow {
         {
             state.count = state.count.saturating_sub(cost);
         }
+    }
+
+    fn charge(&self, state: &mut FixedWindowState, now: u64, cost: u64, _max_debt: u64) -> u64 {
+        charge_within(self, state, now, cost)
     }
 
     fn idle_at(&self, state: &FixedWindowState) -> u64 {

@@ -1,7 +1,9 @@
 //! GCRA, the generic cell rate algorithm: the token bucket with one `u64` of state.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
+use crate::algorithm::step::{
+    charge_tat, clamp_time, ensure_cost, restore_debt, Algorithm, SavedState,
+};
 use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::{CheckError, SnapshotError};
@@ -162,18 +164,26 @@ impl Algorithm for Gcra {
             .max(clamp_time(now).min(*state));
     }
 
+    fn charge(&self, state: &mut u64, now: u64, cost: u64, max_debt: u64) -> u64 {
+        let (tat, forgiven) = charge_tat(*state, now, cost, self.interval, self.tau, max_debt);
+        *state = tat;
+        forgiven
+    }
+
     fn idle_at(&self, state: &u64) -> u64 {
         *state
     }
 
     fn save(&self, state: &u64, now: u64) -> SavedState {
         SavedState::Debt {
-            debt_ns: state.saturating_sub(clamp_time(now)).min(self.tau),
+            debt_ns: state
+                .saturating_sub(clamp_time(now))
+                .min(crate::algorithm::step::MAX_DEBT_NS),
         }
     }
 
     fn restore(&self, saved: &SavedState, now: u64, elapsed_ns: u64) -> Result<u64, SnapshotError> {
-        let debt = restore_debt(&self.quota, saved, "gcra", elapsed_ns)?;
+        let debt = restore_debt(saved, "gcra", elapsed_ns)?;
         Ok(if debt == 0 {
             0
         } else {

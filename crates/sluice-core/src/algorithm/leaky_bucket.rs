@@ -1,7 +1,9 @@
 //! The leaky bucket as a meter: water drains at a constant rate, each request pours its cost in.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{clamp_time, ensure_cost, restore_debt, Algorithm, SavedState};
+use crate::algorithm::step::{
+    clamp_time, ensure_cost, restore_debt, Algorithm, SavedState, MAX_DEBT_NS,
+};
 use crate::decision::Decision;
 use crate::divisor::Divisor;
 use crate::error::{CheckError, SnapshotError};
@@ -60,6 +62,14 @@ impl LeakyBucket {
         }
     }
 
+    /// How far `now` is behind the last check: a key whose bucket was restored or
+    /// remembered as spent at a later time (an evicted key in debt) keeps its last check in
+    /// the future, and what it owes counts from there.
+    #[inline]
+    fn behind(state: &LeakyBucketState, now: u64) -> u64 {
+        state.last_ns.saturating_sub(clamp_time(now))
+    }
+
     #[inline]
     fn drain(&self, state: &LeakyBucketState, now: u64) -> (u64, u64) {
         let now = clamp_time(now).max(state.last_ns);
@@ -97,6 +107,7 @@ impl Algorithm for LeakyBucket {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         ensure_cost(&self.quota, cost)?;
+        let behind = Self::behind(state, now);
         let (water, now) = self.drain(state, now);
         let pour = cost * self.interval;
         let limit = self.quota.capacity();
@@ -108,7 +119,7 @@ impl Algorithm for LeakyBucket {
                 limit,
                 remaining: self.per_token.div(self.tau - filled),
                 retry_after_ns: 0,
-                reset_after_ns: filled,
+                reset_after_ns: behind.saturating_add(filled),
             }
         } else {
             state.water_ns = water;
@@ -118,8 +129,8 @@ impl Algorithm for LeakyBucket {
                 // Water beyond this bucket (a state held under a larger quota, as a key's
                 // own, read by its queue's plan under the table's) leaves nothing.
                 remaining: self.per_token.div(self.tau.saturating_sub(water)),
-                retry_after_ns: filled - self.tau,
-                reset_after_ns: water,
+                retry_after_ns: behind.saturating_add(filled - self.tau),
+                reset_after_ns: behind.saturating_add(water),
             }
         };
         state.last_ns = now;
@@ -133,6 +144,19 @@ impl Algorithm for LeakyBucket {
         state.last_ns = now;
     }
 
+    fn charge(&self, state: &mut LeakyBucketState, now: u64, cost: u64, max_debt: u64) -> u64 {
+        let (water, now) = self.drain(state, now);
+        // Water beyond the bucket is the debt: the refill drains it before anything fits.
+        let most = self
+            .tau
+            .saturating_add(max_debt.saturating_mul(self.interval))
+            .min(MAX_DEBT_NS);
+        let taken = cost.min(most.saturating_sub(water) / self.interval);
+        state.water_ns = water + taken * self.interval;
+        state.last_ns = now;
+        cost - taken
+    }
+
     fn idle_at(&self, state: &LeakyBucketState) -> u64 {
         if state.water_ns == 0 {
             0
@@ -142,8 +166,11 @@ impl Algorithm for LeakyBucket {
     }
 
     fn save(&self, state: &LeakyBucketState, now: u64) -> SavedState {
+        let behind = Self::behind(state, now);
         let (water, _) = self.drain(state, now);
-        SavedState::Debt { debt_ns: water }
+        SavedState::Debt {
+            debt_ns: water.saturating_add(behind).min(MAX_DEBT_NS),
+        }
     }
 
     fn restore(
@@ -152,7 +179,7 @@ impl Algorithm for LeakyBucket {
         now: u64,
         elapsed_ns: u64,
     ) -> Result<LeakyBucketState, SnapshotError> {
-        let water = restore_debt(&self.quota, saved, "leaky_bucket", elapsed_ns)?;
+        let water = restore_debt(saved, "leaky_bucket", elapsed_ns)?;
         Ok(LeakyBucketState {
             water_ns: water,
             last_ns: clamp_time(now),

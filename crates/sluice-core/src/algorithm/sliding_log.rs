@@ -3,7 +3,7 @@
 use alloc::collections::VecDeque;
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{clamp_time, ensure_cost, Algorithm, SavedState};
+use crate::algorithm::step::{charge_within, clamp_time, ensure_cost, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -185,6 +185,10 @@ impl Algorithm for SlidingLog {
             state.total -= taken;
         }
         state.entries.retain(|&(_, c)| c > 0);
+    }
+
+    fn charge(&self, state: &mut SlidingLogState, now: u64, cost: u64, _max_debt: u64) -> u64 {
+        charge_within(self, state, now, cost)
     }
 
     fn idle_at(&self, state: &SlidingLogState) -> u64 {

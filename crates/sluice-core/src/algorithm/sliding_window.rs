@@ -1,7 +1,7 @@
 //! The sliding window counter: two fixed windows blended by time, O(1) memory, approximate.
 
 use crate::algorithm::kind::Kind;
-use crate::algorithm::step::{clamp_time, ensure_cost, Algorithm, SavedState};
+use crate::algorithm::step::{charge_within, clamp_time, ensure_cost, Algorithm, SavedState};
 use crate::decision::Decision;
 use crate::error::{CheckError, SnapshotError};
 use crate::quota::Quota;
@@ -182,6 +182,10 @@ impl Algorithm for SlidingWindow {
         } else if admitted_at >= start.saturating_sub(self.window) && admitted_at < start {
             state.previous = state.previous.saturating_sub(cost);
         }
+    }
+
+    fn charge(&self, state: &mut SlidingWindowState, now: u64, cost: u64, _max_debt: u64) -> u64 {
+        charge_within(self, state, now, cost)
     }
 
     fn idle_at(&self, state: &SlidingWindowState) -> u64 {

@@ -24,6 +24,11 @@ pub(crate) fn clamp_time(now: u64) -> u64 {
     }
 }
 
+/// The most refill time a bucket may owe, its debt included (2^62 ns, about 146 years),
+/// whatever `max_debt` allows: it keeps every time a bucket stores representable, and every
+/// saved state readable.
+pub const MAX_DEBT_NS: u64 = MAX_SPAN_NS;
+
 /// `if condition { a } else { b }`, asking the compiler for a conditional move
 /// (`core::hint::select_unpredictable`, the reason the minimum Rust version is 1.88).
 ///
@@ -90,27 +95,21 @@ pub trait Algorithm {
 
     /// Takes `cost` at `now` without asking: for a cost learnt only once the work was done
     /// (the tokens an LLM answer used, the bytes a download sent), which must be paid
-    /// whatever is left. The state takes as much of it as it has (down to an empty bucket, a
-    /// full window), so the key's next requests wait for the refill that pays it; returns the
-    /// part it could not hold, which is forgiven (0 when all of it was taken).
+    /// whatever is left.
     ///
-    /// It is a check of whatever is left, capped at `cost`: a charge never makes a state that
-    /// a sequence of checks could not have made, so every bound and every conversion of the
-    /// algorithm holds after it unchanged.
-    fn charge(&self, state: &mut Self::State, now: u64, cost: u64) -> u64 {
-        let left = match self.check(state, now, 0) {
-            Ok(d) => d.remaining,
-            Err(_) => 0,
-        };
-        let take = cost.min(left).min(self.quota().capacity());
-        if take == 0 {
-            return cost;
-        }
-        match self.check(state, now, take) {
-            Ok(d) if d.allowed => cost - take,
-            _ => cost,
-        }
-    }
+    /// The bucket algorithms (token bucket, GCRA, leaky bucket) take all of it: what the key
+    /// has left, then up to `max_debt` tokens beyond empty. A key in debt is refused (its
+    /// `retry_after` covers the debt) until the refill has paid the debt and refilled the cost
+    /// asked, so over any window of length T a key is charged at most `capacity + rate × T`
+    /// plus what it still owes at the window's end. `u64::MAX` sets no cap beyond what the
+    /// state can count ([`MAX_DEBT_NS`] of refill in all).
+    ///
+    /// The window algorithms (fixed window, sliding window, sliding log) count admissions
+    /// per window and cannot carry a debt into the next one: they take what is left, up to
+    /// `cost`, and ignore `max_debt`.
+    ///
+    /// Returns the part of `cost` that was not taken, which is forgiven (0 when all was).
+    fn charge(&self, state: &mut Self::State, now: u64, cost: u64, max_debt: u64) -> u64;
 
     /// The earliest time at which `state` is equivalent to [`Algorithm::initial_state`], so an
     /// idle key can be dropped and a store entry can expire. Zero if it already is.
@@ -192,9 +191,54 @@ pub(crate) fn ensure_cost(quota: &Quota, cost: u64) -> Result<(), CheckError> {
     }
 }
 
+/// A charge on a bucket held as the time it is full again (GCRA's TAT): `cost` is taken in
+/// whole tokens, down to `max_debt` tokens beyond empty at `now`. Returns the new TAT and the
+/// tokens forgiven.
+#[inline]
+pub(crate) fn charge_tat(
+    tat: u64,
+    now: u64,
+    cost: u64,
+    interval: u64,
+    tau: u64,
+    max_debt: u64,
+) -> (u64, u64) {
+    let now = clamp_time(now);
+    let base = tat.max(now);
+    // now ≤ MAX_TIME_NS = u64::MAX − 2^63 and the span ≤ 2^62: no overflow.
+    let floor = now
+        + tau
+            .saturating_add(max_debt.saturating_mul(interval))
+            .min(MAX_DEBT_NS);
+    let room = floor.saturating_sub(base) / interval;
+    let taken = cost.min(room);
+    (base + taken * interval, cost - taken)
+}
+
+/// A charge on a window algorithm: what is left, up to `cost`, taken as a check takes it.
+/// Returns the part not taken.
+pub(crate) fn charge_within<A: Algorithm + ?Sized>(
+    algorithm: &A,
+    state: &mut A::State,
+    now: u64,
+    cost: u64,
+) -> u64 {
+    let left = match algorithm.check(state, now, 0) {
+        Ok(d) => d.remaining,
+        Err(_) => 0,
+    };
+    let take = cost.min(left).min(algorithm.quota().capacity());
+    if take == 0 {
+        return cost;
+    }
+    match algorithm.check(state, now, take) {
+        Ok(d) if d.allowed => cost - take,
+        _ => cost,
+    }
+}
+
 /// Restores a debt-shaped state: validates it, then subtracts the time that passed.
 pub(crate) fn restore_debt(
-    quota: &Quota,
     saved: &SavedState,
     expected: &'static str,
     elapsed_ns: u64,
@@ -207,7 +251,9 @@ pub(crate) fn restore_debt(
                     value: *debt_ns,
                 });
             }
-            Ok((*debt_ns).min(quota.window_ns()).saturating_sub(elapsed_ns))
+            // A debt beyond the window (a settled charge, see `Algorithm::charge`) is kept:
+            // forgiving it on a restart would give the key tokens.
+            Ok((*debt_ns).saturating_sub(elapsed_ns))
         }
         other => Err(SnapshotError::AlgorithmMismatch {
             found: other.form(),

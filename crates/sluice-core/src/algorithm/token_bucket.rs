@@ -2,7 +2,8 @@
 
 use crate::algorithm::kind::Kind;
 use crate::algorithm::step::{
-    clamp_time, ensure_cost, restore_debt, select_unpredictable, Algorithm, SavedState, MAX_TIME_NS,
+    charge_tat, clamp_time, ensure_cost, restore_debt, select_unpredictable, Algorithm, SavedState,
+    MAX_DEBT_NS, MAX_TIME_NS,
 };
 use crate::decision::Decision;
 use crate::divisor::Divisor;
@@ -59,27 +60,76 @@ impl TokenBucket {
         }
     }
 
-    /// The level at `now`, refilled and capped; a backward clock counts as no time passing.
+    /// The time the bucket is full again (GCRA's TAT): `last + (tau − level)`. A level at or
+    /// above the capacity is full at `last`.
     #[inline]
-    fn refill(&self, state: &TokenBucketState, now: u64) -> (u64, u64) {
-        let now = clamp_time(now).max(state.last_ns);
-        let level = state
-            .level_ns
-            .saturating_add(now - state.last_ns)
-            .min(self.tau);
-        (level, now)
+    fn full_at(&self, state: &TokenBucketState) -> u64 {
+        state
+            .last_ns
+            .saturating_add(self.tau.saturating_sub(state.level_ns))
     }
-}
 
-/// `(elapsed, now)` for a time past MAX_TIME_NS or behind the last check.
-#[cold]
-#[inline(never)]
-fn unusual_clock(now: u64, last: u64) -> (u64, u64) {
-    let now = clamp_time(now);
-    if now >= last {
-        (now - last, now)
-    } else {
-        (0, last)
+    /// The state that is full again at `full_at`, as of `now` (clamped). A bucket owing more
+    /// than its capacity (a debt, see [`Algorithm::charge`]) is empty until `full_at − tau`:
+    /// its `last_ns` is then in the future, and no refill counts before it.
+    #[inline]
+    fn state_full_at(&self, full_at: u64, now: u64) -> TokenBucketState {
+        let ahead = full_at.saturating_sub(now);
+        if ahead <= self.tau {
+            TokenBucketState {
+                level_ns: self.tau - ahead,
+                last_ns: now,
+            }
+        } else {
+            TokenBucketState {
+                level_ns: 0,
+                last_ns: full_at - self.tau,
+            }
+        }
+    }
+
+    /// The check for a time past [`MAX_TIME_NS`] (the clock stops there) or behind the last
+    /// check. Behind the last check no time passes, as for a clock that went backwards; a key
+    /// in debt keeps its last check in the future, so its waits count from there (`behind`),
+    /// and it refuses even a query (cost 0) until the debt is paid, as GCRA does.
+    #[cold]
+    #[inline(never)]
+    fn check_unusual(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Decision {
+        let now = clamp_time(now);
+        let last = state.last_ns;
+        let (elapsed, now, behind) = if now >= last {
+            (now - last, now, 0)
+        } else {
+            (0, last, last - now)
+        };
+        let owed = self.tau.saturating_sub(state.level_ns);
+        let debt = owed.saturating_sub(elapsed);
+        let need = cost * self.interval;
+        let room = self.tau - need;
+        let limit = self.quota.capacity();
+        // Beyond empty: what is owed before `last`, and the bucket's own refill after it.
+        let in_debt = behind.saturating_add(debt) > self.tau;
+        state.last_ns = now;
+        if debt <= room && !(cost == 0 && in_debt) {
+            let level = room - debt;
+            state.level_ns = level;
+            Decision {
+                allowed: true,
+                limit,
+                remaining: self.per_token.div(level),
+                retry_after_ns: 0,
+                reset_after_ns: behind.saturating_add(debt + need),
+            }
+        } else {
+            state.level_ns = self.tau - debt;
+            Decision {
+                allowed: false,
+                limit,
+                remaining: self.per_token.div(self.tau - debt),
+                retry_after_ns: behind.saturating_add(debt) - room,
+                reset_after_ns: behind.saturating_add(debt),
+            }
+        }
     }
 }
 
@@ -118,13 +168,13 @@ impl Algorithm for TokenBucket {
         ensure_cost(&self.quota, cost)?;
         let last = state.last_ns;
         // The clock stops at MAX_TIME_NS (see `Algorithm`), and a clock behind the last check
-        // counts as no time passing. A cold call for those rare cases, rather than conditional
-        // moves, keeps them off the path from the clock read.
-        let (elapsed, now) = if last <= now && now <= MAX_TIME_NS {
-            (now - last, now)
-        } else {
-            unusual_clock(now, last)
-        };
+        // counts as no time passing (a key in debt keeps its last check in the future, and
+        // its waits count from there). A cold call for those rare cases, rather than
+        // conditional moves, keeps them off the path from the clock read.
+        if !(last <= now && now <= MAX_TIME_NS) {
+            return Ok(self.check_unusual(state, now, cost));
+        }
+        let elapsed = now - last;
         // Refill and cap as GCRA does them: the bucket was `owed` short of full at `last`, so
         // it is full again at `full_at = last + owed` (GCRA's TAT), and the debt left now is
         // `max(full_at, now) - now`, i.e. `owed - elapsed` or nothing. A level above the
@@ -163,25 +213,41 @@ impl Algorithm for TokenBucket {
     }
 
     fn refund(&self, state: &mut TokenBucketState, _admitted_at: u64, now: u64, cost: u64) {
-        let (level, now) = self.refill(state, now);
+        let now = clamp_time(now);
+        let full_at = self.full_at(state);
         let give_back = cost.min(self.quota.capacity()) * self.interval;
-        state.level_ns = level.saturating_add(give_back).min(self.tau);
-        state.last_ns = now;
+        // A debt shrinks first; a refund never fills the bucket beyond full.
+        let full_at = full_at.saturating_sub(give_back).max(now.min(full_at));
+        *state = self.state_full_at(full_at, now);
+    }
+
+    fn charge(&self, state: &mut TokenBucketState, now: u64, cost: u64, max_debt: u64) -> u64 {
+        let (full_at, forgiven) = charge_tat(
+            self.full_at(state),
+            now,
+            cost,
+            self.interval,
+            self.tau,
+            max_debt,
+        );
+        *state = self.state_full_at(full_at, clamp_time(now));
+        forgiven
     }
 
     fn idle_at(&self, state: &TokenBucketState) -> u64 {
-        let missing = self.tau.saturating_sub(state.level_ns);
-        if missing == 0 {
+        if state.level_ns >= self.tau {
             0
         } else {
-            state.last_ns.saturating_add(missing)
+            self.full_at(state)
         }
     }
 
     fn save(&self, state: &TokenBucketState, now: u64) -> SavedState {
-        let (level, _) = self.refill(state, now);
         SavedState::Debt {
-            debt_ns: self.tau - level,
+            debt_ns: self
+                .full_at(state)
+                .saturating_sub(clamp_time(now))
+                .min(MAX_DEBT_NS),
         }
     }
 
@@ -191,10 +257,8 @@ impl Algorithm for TokenBucket {
         now: u64,
         elapsed_ns: u64,
     ) -> Result<TokenBucketState, SnapshotError> {
-        let debt = restore_debt(&self.quota, saved, "token_bucket", elapsed_ns)?;
-        Ok(TokenBucketState {
-            level_ns: self.tau - debt,
-            last_ns: clamp_time(now),
-        })
+        let debt = restore_debt(saved, "token_bucket", elapsed_ns)?;
+        let now = clamp_time(now);
+        Ok(self.state_full_at(now.saturating_add(debt), now))
     }
 }

@@ -340,6 +340,9 @@ mod tests {
         fn refund(&self, state: &mut u64, admitted_at: u64, now: u64, cost: u64) {
             self.gcra.refund(state, admitted_at, now, cost)
         }
+        fn charge(&self, state: &mut u64, now: u64, cost: u64, max_debt: u64) -> u64 {
+            self.gcra.charge(state, now, cost, max_debt)
+        }
         fn idle_at(&self, state: &u64) -> u64 {
             self.gcra.idle_at(state)
         }

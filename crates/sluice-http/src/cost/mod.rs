@@ -146,6 +146,10 @@ pub struct CostSpec {
     pub request: Option<RequestCost>,
     /// Where the real cost is read when the response ends.
     pub settle: Option<Settle>,
+    /// The most a key may owe beyond empty after a settled charge, in tokens: what a charge
+    /// would take beyond it is forgiven. `u64::MAX` (the default) sets no cap, which is what
+    /// the bound `capacity + rate × T` needs.
+    pub max_debt: u64,
 }
 
 /// What a request takes from a policy before it is forwarded, and whether that is final.
@@ -216,6 +220,7 @@ mod tests {
             reserve: 7,
             request: Some(RequestCost::Header(HeaderName::from_static("x-cost"))),
             settle: None,
+            max_debt: u64::MAX,
         };
         let mut headers = HeaderMap::new();
         assert_eq!(spec.reserve_for(&headers, true).cost, 7);
@@ -234,6 +239,7 @@ mod tests {
             reserve: 1000,
             request: Some(RequestCost::BodyBytes),
             settle: None,
+            max_debt: u64::MAX,
         };
         let mut headers = HeaderMap::new();
         let chunked = bytes.reserve_for(&headers, false);

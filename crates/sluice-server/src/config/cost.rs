@@ -1,14 +1,15 @@
-//! `[[policy]] cost = { reserve = 1000, request = "body_bytes", settle = "openai" }`: what a
-//! request costs the policy, and where its real cost is read when the response ends (see
+//! `[[policy]] cost = { reserve = 1000, request = "body_bytes", settle = "openai",
+//! max_debt = "50%" }`: what a request costs the policy, where its real cost is read when the
+//! response ends, and how far a settled charge may take a key beyond empty (see
 //! `sluice_http::cost`).
 //!
 //! Owns the parsing and checks of the `cost` table; the policy checks it against its
 //! capacity.
 
 use sluice_http::cost::{CostSpec, RequestCost, Settle};
-use toml::de::DeTable;
+use toml::de::{DeTable, DeValue};
 
-use crate::config::walk::{Errors, Fields};
+use crate::config::walk::{uint_value, Errors, Fields};
 
 /// Reads the `cost` table of a policy whose capacity is `capacity` (when known).
 pub(crate) fn cost(
@@ -51,6 +52,7 @@ pub(crate) fn cost(
             .map_err(|e| errors.at(at, &f.path("settle"), e))
             .ok()
     });
+    let max_debt = max_debt(&mut f, capacity, errors);
     if t.is_empty() {
         errors.at(
             at,
@@ -63,7 +65,39 @@ pub(crate) fn cost(
         reserve,
         request,
         settle,
+        max_debt: max_debt.unwrap_or(u64::MAX),
     })
+}
+
+/// `max_debt`: a whole number of tokens, or a share of the policy's capacity as `"150%"`.
+/// Absent, a key may owe any amount (`u64::MAX`).
+fn max_debt(f: &mut Fields<'_, '_>, capacity: Option<u64>, errors: &mut Errors<'_>) -> Option<u64> {
+    let value = f.get("max_debt")?;
+    let field = f.path("max_debt");
+    match value.get_ref() {
+        DeValue::String(text) => {
+            let share = text
+                .strip_suffix('%')
+                .and_then(|n| n.trim().parse::<u64>().ok());
+            match (share, capacity) {
+                (Some(percent), Some(capacity)) => Some(
+                    u64::try_from(u128::from(capacity) * u128::from(percent) / 100)
+                        .unwrap_or(u64::MAX),
+                ),
+                // The capacity is reported wrong where it is read.
+                (Some(_), None) => None,
+                (None, _) => {
+                    errors.value(
+                        value,
+                        &field,
+                        format!("`{text}` is not a share of the capacity: write tokens (max_debt = 50000) or a percentage (max_debt = \"150%\")"),
+                    );
+                    None
+                }
+            }
+        }
+        _ => uint_value(value, &field, errors),
+    }
 }
 
 #[cfg(test)]
@@ -92,7 +126,28 @@ mod tests {
         assert_eq!(spec.reserve, 500);
         assert_eq!(spec.request.unwrap().to_string(), "body_bytes");
         assert_eq!(spec.settle.unwrap().to_string(), "openai:completion_tokens");
+        assert_eq!(spec.max_debt, u64::MAX, "no cap unless one is set");
+        for (cost, max_debt) in [
+            ("{ settle = \"openai\", max_debt = 2500 }", 2500),
+            ("{ settle = \"openai\", max_debt = \"150%\" }", 1500),
+            ("{ settle = \"openai\", max_debt = 0 }", 0),
+        ] {
+            let c = crate::config::parse(&policy(cost), "t.toml").unwrap();
+            assert_eq!(
+                c.policies[0].cost.clone().unwrap().max_debt,
+                max_debt,
+                "{cost}"
+            );
+        }
         for (cost, expected) in [
+            (
+                "{ settle = \"openai\", max_debt = \"lots\" }",
+                "`lots` is not a share of the capacity",
+            ),
+            (
+                "{ settle = \"openai\", max_debt = -5 }",
+                "must not be negative",
+            ),
             ("{ reserve = 0 }", "policy[0].cost.reserve"),
             ("{ reserve = 1001 }", "above the policy's capacity 1000"),
             ("{ settle = \"usage\" }", "`usage`: use header:NAME"),

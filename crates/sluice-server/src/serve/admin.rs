@@ -3,7 +3,7 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `POST /v1/check` | `{"policy","key","cost"}` → 200 (allowed) or 429 (denied) with `{"allowed","limit","remaining","retry_after_ms","reset_after_ms"}`; 400 malformed JSON, 404 unknown policy, 413 body over 64 KiB, 422 a cost above the capacity, 503 store unavailable |
-//! | `POST /v1/settle` | `{"policy","key","reserved","actual","elapsed_ms"}` (`reserved` defaults to 1, `elapsed_ms` to 0) → 200 `{"refunded","charged","forgiven","limit","remaining","reset_after_ms"}`: the real cost of a request `/v1/check` admitted; the difference is given back or charged (never refused); 400 malformed JSON, 404 unknown policy |
+//! | `POST /v1/settle` | `{"policy","key","reserved","actual","elapsed_ms"}` (`reserved` defaults to 1, `elapsed_ms` to 0) → 200 `{"refunded","charged","forgiven","owed","paid_in_ms","limit","remaining","reset_after_ms"}`: the real cost of a request `/v1/check` admitted; the difference is given back or charged (never refused), a bucket going into debt (`owed` tokens, paid in `paid_in_ms`); 400 malformed JSON, 404 unknown policy |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | 200 `ok` |
 //! | `GET /dashboard`, `GET /v1/stats` | the dashboard and its data |
@@ -326,8 +326,9 @@ struct SettleRequest {
 }
 
 /// `POST /v1/settle`: the real cost of a request that `/v1/check` admitted with `reserved`
-/// `elapsed_ms` ago. The difference is given back, or charged whatever the key has left
-/// (what an empty bucket cannot hold is forgiven and reported).
+/// `elapsed_ms` ago. The difference is given back, or charged without asking: a bucket goes
+/// into debt (down to the policy's `cost.max_debt`; what lies beyond is forgiven and
+/// reported), and the answer says what the key owes and when the refill has paid it.
 async fn settle(State(shared): State<&'static Shared>, body: Bytes) -> Response {
     let request: SettleRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -350,12 +351,22 @@ async fn settle(State(shared): State<&'static Shared>, body: Bytes) -> Response 
         counts_request_body: false,
     };
     let settled = settle_one(&owed, Some(request.actual)).await;
-    let state = policy.peek(&key).await.ok();
+    // A key in debt refuses even a query: its refusal carries the state all the same.
+    let state = match policy.peek(&key).await {
+        Ok(d) | Err(sluice::Error::Limited { decision: d, .. }) => Some(d),
+        Err(_) => None,
+    };
+    let (owed, paid_in_ns) = state.map_or((0, 0), |d| {
+        let algorithm = policy.algorithm();
+        (algorithm.debt_tokens(&d), algorithm.debt_ns(&d))
+    });
     let body = format!(
-        "{{\"refunded\":{},\"charged\":{},\"forgiven\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{}}}\n",
+        "{{\"refunded\":{},\"charged\":{},\"forgiven\":{},\"owed\":{},\"paid_in_ms\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{}}}\n",
         settled.refunded,
         settled.charged,
         settled.forgiven,
+        owed,
+        paid_in_ns.div_ceil(1_000_000),
         policy.quota().capacity(),
         state.map_or(0, |d| d.remaining),
         state.map_or(0, |d| d.reset_after_ms_ceil()),

@@ -55,6 +55,10 @@ impl<A: Algorithm> Algorithm for Follow<A> {
         self.current.read().refund(state, admitted_at, now, cost);
     }
 
+    fn charge(&self, state: &mut A::State, now: u64, cost: u64, max_debt: u64) -> u64 {
+        self.current.read().charge(state, now, cost, max_debt)
+    }
+
     fn idle_at(&self, state: &A::State) -> u64 {
         self.current.read().idle_at(state)
     }

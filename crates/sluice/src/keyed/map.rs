@@ -301,10 +301,11 @@ where
         }
     }
 
-    /// Takes `cost` from `key` now whatever is left, down to empty (see
-    /// [`sluice_core::Algorithm::charge`]); returns the part forgiven. A key with waiters is
-    /// charged in the same state its queue reads, so they wait for the refill that pays it.
-    pub fn charge<Q>(&self, key: &Q, cost: u64) -> u64
+    /// Takes `cost` from `key` now without asking, a bucket down to `max_debt` tokens beyond
+    /// empty (see [`sluice_core::Algorithm::charge`]); returns the part forgiven. A key with
+    /// waiters is charged in the same state its queue reads, so they wait for the refill that
+    /// pays it.
+    pub fn charge<Q>(&self, key: &Q, cost: u64, max_debt: u64) -> u64
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -316,7 +317,7 @@ where
         let hash = s.hasher.hash_one(key);
         let now = s.clock.now_ns();
         s.with_state(&key.to_owned(), hash, now, |algorithm, state| {
-            algorithm.charge(state, now, cost)
+            algorithm.charge(state, now, cost, max_debt)
         })
     }
 

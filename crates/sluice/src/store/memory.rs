@@ -120,8 +120,8 @@ impl Store for MemoryStore {
         self.keyed.refund(key, cost, ago);
     }
 
-    async fn charge(&self, key: &str, cost: u64) -> u64 {
-        self.keyed.charge(key, cost)
+    async fn charge(&self, key: &str, cost: u64, max_debt: u64) -> u64 {
+        self.keyed.charge(key, cost, max_debt)
     }
 
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {

@@ -57,12 +57,13 @@ pub trait Store: Send + Sync + 'static {
     /// remote store that does not answer keeps the tokens, erring on the side of the limit.
     fn refund(&self, key: &str, cost: u64, ago: Duration) -> impl Future<Output = ()> + Send;
 
-    /// Takes `cost` for `key` now whatever is left, down to an empty bucket, without asking:
-    /// for a cost learnt after the request ran (see [`sluice_core::Algorithm::charge`]). The
-    /// key's next requests wait for the refill that pays it. Returns the part that could not
-    /// be taken and was forgiven (0 when all was). Best effort: a remote store that does not
-    /// answer charges nothing, and the whole cost is reported forgiven.
-    fn charge(&self, key: &str, cost: u64) -> impl Future<Output = u64> + Send;
+    /// Takes `cost` for `key` now without asking: for a cost learnt after the request ran
+    /// (see [`sluice_core::Algorithm::charge`]). A bucket takes all of it, going up to
+    /// `max_debt` tokens beyond empty (`u64::MAX`: no cap), and the key's next requests wait
+    /// for the refill that pays the debt; a window takes what it has left. Returns the part
+    /// that was not taken and was forgiven (0 when all was). Best effort: a remote store that
+    /// does not answer charges nothing, and the whole cost is reported forgiven.
+    fn charge(&self, key: &str, cost: u64, max_debt: u64) -> impl Future<Output = u64> + Send;
 
     /// The limit of `key` now, consuming nothing.
     ///

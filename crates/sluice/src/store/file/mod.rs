@@ -337,14 +337,14 @@ impl Store for FileStore {
         self.inner.keyed.refund(key, cost, ago);
     }
 
-    async fn charge(&self, key: &str, cost: u64) -> u64 {
+    async fn charge(&self, key: &str, cost: u64, max_debt: u64) -> u64 {
         // Taken like an admission: a crash loses at most what `max_loss` allows, and the
         // next snapshot carries it.
         let inner = &*self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             return cost;
         }
-        inner.keyed.charge(key, cost)
+        inner.keyed.charge(key, cost, max_debt)
     }
 
     fn hottest(&self, n: usize) -> Vec<(String, Decision)> {

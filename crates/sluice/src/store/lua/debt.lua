@@ -5,8 +5,10 @@
 -- Returns {allowed, remaining, retry_after_ns, reset_after_ns}, as sluice_core::Gcra::step.
 -- A refund (sluice_core::Gcra::refund): the debt shrinks by the cost, never below none; the
 -- time of the admission does not matter to a debt. Returns {1, 0, 0, 0}.
--- A charge (ARGV[4] = 'c', sluice_core::Algorithm::charge): the cost is cut to the whole
--- tokens free, then taken as a check takes it. Returns the decision and, fifth, what was taken.
+-- A charge (ARGV[4] = 'c', sluice_core::Algorithm::charge): the cost is taken without asking,
+-- into debt beyond an empty bucket, as long as the key then owes at most ARGV[5] ns of refill
+-- (its window included; the whole tokens that fit are taken, the rest is forgiven). Returns
+-- {1, remaining, 0, reset_after_ns, taken}.
 local charging = ARGV[4] == 'c'
 if ARGV[4] and not charging then
   if debt > 0 then
@@ -19,11 +21,19 @@ if ARGV[4] and not charging then
 end
 local owed = debt + held * interval
 if charging then
-  local free = tau - owed
-  if free < 0 then free = 0 end
-  local f = math.floor(free / interval)
-  if f * interval > free then f = f - 1 end
-  if cost > f then cost = f end
+  local room = (tonumber(ARGV[5] or '') or tau) - owed
+  local fits = 0
+  if room > 0 then fits = idiv(room, interval) end
+  if cost > fits then cost = fits end
+  if cost > 0 then
+    debt = debt + cost * interval
+    dirty = true
+  end
+  if dirty then store_state() end
+  local ahead = owed + cost * interval
+  local q = 0
+  if ahead < tau then q = idiv(tau - ahead, interval) end
+  return {1, q, 0, ahead, cost}
 end
 local ahead = owed + cost * interval
 if ahead > tau then
@@ -40,5 +50,4 @@ if cost > 0 or dirty then
   debt = debt + cost * interval
   store_state()
 end
-if charging then return {1, q, 0, ahead, cost} end
 return {1, q, 0, ahead}

@@ -8,7 +8,7 @@
 -- tokens (the level minus what is held), plus what the holders have not spent, never exceed
 -- the level: no gateway, crashed or not, ever admits beyond capacity plus the refill.
 local tau = W
--- debt: ns until full again (0..tau); leases: {id, tokens, expiry text} not yet expired;
+-- debt: ns until full again (beyond tau when a charge left the key owing); leases: {id, tokens, expiry text} not yet expired;
 -- held: their tokens; dirty: the state changed in reading (an expired lease settled, an
 -- unreadable value taken as the worst case) and must be written whatever is decided.
 local debt, leases, held, dirty = 0, {}, 0, false
@@ -40,7 +40,6 @@ do
       -- Unreadable: the worst case, everything spent now (written, so that it heals).
       debt, leases, held, dirty = tau, {}, 0, true
     end
-    if debt > tau then debt = tau end
   end
 end
 -- Writes the debt and the leases: the key lives until every lease could have expired and its

@@ -25,7 +25,6 @@ for j = #leases, 1, -1 do
     dirty = true
   end
 end
-if debt > tau then debt = tau end
 local granted = 0
 if want > 0 then
   granted = math.min(want, free_now())

@@ -74,7 +74,7 @@ local function muldiv_up(a, b, c)
   return q
 end
 -- A state written under family f, capacity n and interval i (window w = n * i), as it stands
--- now, rolled as the Rust core rolls it: {debt} for gcra (0 <= debt <= w), {left, count} for
+-- now, rolled as the Rust core rolls it: {debt} for gcra (0 <= debt, beyond w in debt), {left, count} for
 -- fw, {left, previous, current} for sw (0 < left <= w, counts at most n); nil if unreadable.
 local function saved(f, n, i, body)
   local w = n * i
@@ -86,7 +86,7 @@ local function saved(f, n, i, body)
     local rest
     e, rest = string.match(body, '^(%d+)(.*)$')
     if rest then
-      for _, k in string.gmatch(rest, ' %w+:(%d+):%d+') do leased = leased + tonumber(k) end
+      for k in string.gmatch(rest, ' %w+:(%d+):%d+') do leased = leased + tonumber(k) end
       if string.gsub(rest, ' %w+:%d+:%d+', '') ~= '' then e = nil end
     end
   elseif f == 'fw' then
@@ -97,7 +97,8 @@ local function saved(f, n, i, body)
   if not e then return nil end
   local es, en = split(e)
   local d = (es - s) * E9 + (en - nn) -- end - now
-  if f == 'gcra' then return {math.min(math.max(d, 0) + leased * i, w)} end
+  -- A gcra key may owe more than its window: the debt a charge left (see debt.lua).
+  if f == 'gcra' then return {math.min(math.max(d, 0) + leased * i, TWO53)} end
   a = math.min(tonumber(a), n)
   if d > 0 then
     if f == 'fw' then return {math.min(d, w), a} end
@@ -127,6 +128,10 @@ local function converted(f, n, i, st)
   if f == FAMILY then
     if n == cap and i == interval then return st end
     if f == 'gcra' then
+      if st[1] > n * i then
+        -- In debt: what it owes beyond empty, in the new rate's time (rounded up), stays owed.
+        return {math.min(W + muldiv_up(st[1] - n * i, interval, i), TWO53)}
+      end
       local level = muldiv(n * i - st[1], interval, i)
       return {W - math.min(level, W)}
     end
@@ -139,7 +144,7 @@ local function converted(f, n, i, st)
     local c = cap - target - muldiv(p, left, W)
     return {left, p, math.min(math.max(c, 0), cap)}
   end
-  local spent = cap - math.min(tokens_left(f, n, i, st), cap)
+  local spent = cap - math.min(math.max(tokens_left(f, n, i, st), 0), cap)
   if FAMILY == 'gcra' then return {spent * interval} end
   if FAMILY == 'fw' then return {W, spent} end
   return {W, 0, spent}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice_core::{Algorithm, Decision};
+use sluice_core::Decision;
 
 use crate::error::Error;
 use crate::store::redis::script::Program;
@@ -38,28 +38,37 @@ impl RedisStore {
             .map(drop)
     }
 
-    /// Takes `cost` for `key` whatever is left as if Redis's clock read `unix_ns` (see
+    /// Takes `cost` for `key`, down to `max_debt` tokens beyond empty, as if Redis's clock
+    /// read `unix_ns` (see
     /// [`Store::charge`](crate::store::Store::charge), and the warning of
     /// [`RedisStore::check_at`]). Returns what was forgiven.
     ///
     /// # Errors
     ///
     /// [`Error::Unavailable`] if Redis does not answer.
-    pub async fn charge_at(&self, key: &str, cost: u64, unix_ns: u64) -> Result<u64, Error> {
+    pub async fn charge_at(
+        &self,
+        key: &str,
+        cost: u64,
+        max_debt: u64,
+        unix_ns: u64,
+    ) -> Result<u64, Error> {
         let inner = &*self.inner;
         let settings = inner.settings();
-        let over = cost.saturating_sub(settings.program.algorithm().quota().capacity());
-        let cost = cost - over;
-        let cmd = settings
-            .program
-            .charge_command(&inner.config.prefix, key, cost, Some(unix_ns));
+        let cmd = settings.program.charge_command(
+            &inner.config.prefix,
+            key,
+            cost,
+            max_debt,
+            Some(unix_ns),
+        );
         let reply = inner
             .run_direct(settings.program.script(), &cmd, cost > 0)
             .await?;
         let taken = Program::charged(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })?;
-        Ok(over + cost.saturating_sub(taken))
+        Ok(cost.saturating_sub(taken))
     }
 
     /// Decides `cost` for `key` as if Redis's clock read `unix_ns`, bypassing the denial

@@ -7,6 +7,9 @@ use crate::store::redis::config::RedisStoreError;
 
 /// The largest window the scripts take: twice it must stay an exact Lua number (below 2^53).
 const MAX_WINDOW_NS: u64 = 1 << 52;
+/// The most a bucket key may owe on Redis, its window and its debt included (2^53 ns, about
+/// 104 days of refill): every sum the scripts make of it stays an exact Lua number.
+const MAX_OWED_NS: u64 = 1 << 53;
 /// The largest capacity of the window scripts: its square must stay exact.
 const MAX_WINDOW_CAPACITY: u64 = 94_906_265;
 
@@ -206,16 +209,27 @@ impl Program {
         cmd
     }
 
-    /// `EVALSHA ... <cost> '' c`: takes `cost` for `key` whatever is left, down to empty (the
-    /// script's charge; see [`Program::charged`] for its reply).
+    /// `EVALSHA ... <cost> '' c <most_ns>`: takes `cost` for `key` without asking (the
+    /// script's charge; see [`Program::charged`] for its reply). A bucket goes into debt, down
+    /// to `max_debt` tokens beyond empty: ARGV[5] is the most the key may owe, in ns of refill
+    /// with its window, at most [`MAX_OWED_NS`] so that Lua computes it exactly. The windows
+    /// take what they have left and ignore it.
     pub(crate) fn charge_command(
         &self,
         prefix: &str,
         key: &str,
         cost: u64,
+        max_debt: u64,
         now_unix_ns: Option<u64>,
     ) -> redis::Cmd {
-        self.command_in_mode(prefix, key, cost, now_unix_ns, "c")
+        let quota = self.algorithm.quota();
+        let most = quota
+            .window_ns()
+            .saturating_add(max_debt.saturating_mul(quota.interval_ns()))
+            .min(MAX_OWED_NS);
+        let mut cmd = self.command_in_mode(prefix, key, cost, now_unix_ns, "c");
+        cmd.arg(most);
+        cmd
     }
 
     /// What a charge's reply `{1, remaining, 0, reset_after_ns, taken}` took.

@@ -652,8 +652,8 @@ impl Store for RedisStore {
         self.inner.refund(key, cost, ago).await;
     }
 
-    async fn charge(&self, key: &str, cost: u64) -> u64 {
-        self.inner.charge(key, cost).await
+    async fn charge(&self, key: &str, cost: u64, max_debt: u64) -> u64 {
+        self.inner.charge(key, cost, max_debt).await
     }
 
     async fn peek(&self, key: &str) -> Result<Decision, Error> {
