@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Added latency of the sluice Service Worker, and the size of what it ships.
 //
-//   node web/bench/latency.mjs [--rounds 60] [--per-round 20] [--append ../BENCHMARKS.md]
+//   node web/bench/latency.mjs [--rounds 60] [--per-round 20] [--append ../BENCHMARKS-history.md]
 //
 // One headless Chromium, three origins in front of one upstream (127.0.0.1): a page without a
 // worker, one controlled by a trivial worker (respondWith(fetch(request)): what any worker

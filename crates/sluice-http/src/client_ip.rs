@@ -50,7 +50,8 @@ pub fn limit_address(ip: IpAddr) -> IpAddr {
 /// An IP address as `Display` writes it, in a buffer of its own. IPv4, which a gateway writes
 /// for most requests (the `ip` key, `X-Forwarded-For`), is written digit by digit rather than
 /// through the formatter, which costs about a thousand instructions per address (callgrind:
-/// the `ip` key took 1,150 instructions through the formatter, 147 this way; BENCHMARKS.md).
+/// the `ip` key took 1,150 instructions through the formatter, 147 this way;
+/// BENCHMARKS-history.md, "What sets the gateway's figures").
 #[derive(Clone, Copy)]
 pub(crate) struct IpText {
     pub(crate) buf: [u8; 48],

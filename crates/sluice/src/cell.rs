@@ -88,7 +88,8 @@ fn gcra_cas(
     // the window in which another thread can take the cache line away stays short; the
     // decision is drawn afterwards from what the successful attempt computed. With 2 threads
     // on one limiter this measured 0.987 of governor's time per check (median of 14 rounds)
-    // against 1.052 with the whole decision inside the loop (BENCHMARKS.md).
+    // against 1.052 with the whole decision inside the loop (BENCHMARKS-history.md, section
+    // "2026-11-30 10:01-10:14 UTC, commit 452507e: GCRA's compare-and-swap loop split").
     let mut current = atomic.load(Ordering::Acquire);
     loop {
         let advance = algorithm.advance(current, now, cost)?;

@@ -37,7 +37,7 @@ pub const MAX_DEBT_NS: u64 = MAX_SPAN_NS;
 /// loop: the branch is well predicted, yet the core bench measured the branchy token bucket
 /// 0.6 to 1.3 ns slower per check than the same code with a conditional move (the GCRA step,
 /// whose `max` keeps its conditional move, does not have the problem). The figures are in
-/// BENCHMARKS.md, section "sluice-core: one allowed check".
+/// BENCHMARKS-history.md, section "Core: what the figures rest on".
 #[inline(always)]
 pub(crate) fn select_unpredictable(condition: bool, a: u64, b: u64) -> u64 {
     core::hint::select_unpredictable(condition, a, b)
