@@ -541,3 +541,38 @@ fn a_charge_on_a_leased_key_is_spent_from_the_slice_then_in_redis() {
         );
     });
 }
+
+/// A quota changed while a gateway holds a slice (a reload, or `PUT` of the policy, builds a
+/// store under the new stamp): the next decision under the new quota reads the held slice as
+/// spent and decides, rather than failing in the script and falling back to `on_error`.
+#[test]
+fn a_quota_change_while_a_slice_is_held_decides_under_the_new_quota() {
+    let Some(server) = server() else { return };
+    block_on(async {
+        use sluice::store::Store;
+        let prefix = format!("lease-requota-{}", std::process::id());
+        let store = |capacity: u64| {
+            let algorithm = AnyAlgorithm::new(
+                Kind::Gcra,
+                Quota::new(capacity, Rate::from_interval_ns(10_000_000).unwrap()).unwrap(),
+            );
+            let config = RedisConfig::new(server.url())
+                .prefix(prefix.clone())
+                .on_error(OnError::Deny)
+                .timeout(Duration::from_secs(5))
+                .lease(LeaseConfig::new(
+                    LeaseSize::Tokens(10),
+                    Duration::from_secs(5),
+                ));
+            RedisStore::connect(algorithm, config)
+        };
+        let before = store(200).await.unwrap();
+        assert!(before.check("k", 1).await.unwrap().allowed);
+        let after = store(100).await.unwrap();
+        let decided = after.check("k", 1).await;
+        assert!(
+            matches!(decided, Ok(d) if d.allowed),
+            "the first request under the new quota: {decided:?}"
+        );
+    });
+}
