@@ -97,20 +97,42 @@ impl TokenBucket {
     fn check_unusual(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Decision {
         let now = clamp_time(now);
         let last = state.last_ns;
-        let (elapsed, now, behind) = if now >= last {
-            (now - last, now, 0)
+        if now >= last {
+            self.take::<true>(state, now - last, now, 0, cost)
         } else {
-            (0, last, last - now)
-        };
+            self.take::<true>(state, 0, last, last - now, cost)
+        }
+    }
+
+    /// The check once the time is known: `elapsed` since the last check, as of `now` (the last
+    /// check itself when the clock is `behind` it). With `BEHIND` false (the hot path) `behind`
+    /// is 0 and its terms fold away.
+    #[inline(always)]
+    fn take<const BEHIND: bool>(
+        &self,
+        state: &mut TokenBucketState,
+        elapsed: u64,
+        now: u64,
+        behind: u64,
+        cost: u64,
+    ) -> Decision {
+        // Refill and cap as GCRA does them: the bucket was `owed` short of full at `last`, so
+        // it is full again at `full_at = last + owed` (GCRA's TAT), and the debt left now is
+        // `max(full_at, now) - now`, i.e. `owed - elapsed` or nothing. A level above the
+        // capacity owes nothing. For a hand-built `last` near u64::MAX, `full_at` wraps and
+        // the difference is still exact.
         let owed = self.tau.saturating_sub(state.level_ns);
-        let debt = owed.saturating_sub(elapsed);
+        let full_at = state.last_ns.wrapping_add(owed);
+        let debt = select_unpredictable(owed > elapsed, full_at, now).wrapping_sub(now);
+        // cost ≤ capacity, so need ≤ tau; debt ≤ owed ≤ tau.
         let need = cost * self.interval;
         let room = self.tau - need;
         let limit = self.quota.capacity();
-        // Beyond empty: what is owed before `last`, and the bucket's own refill after it.
-        let in_debt = behind.saturating_add(debt) > self.tau;
-        state.last_ns = now;
-        if debt <= room && !(cost == 0 && in_debt) {
+        let behind = if BEHIND { behind } else { 0 };
+        // In debt (what is owed before the last check and after it exceeds the window), even a
+        // query is refused.
+        let refused_query = BEHIND && cost == 0 && behind.saturating_add(debt) > self.tau;
+        let decision = if debt <= room && !refused_query {
             let level = room - debt;
             state.level_ns = level;
             Decision {
@@ -121,15 +143,18 @@ impl TokenBucket {
                 reset_after_ns: behind.saturating_add(debt + need),
             }
         } else {
-            state.level_ns = self.tau - debt;
+            let level = self.tau - debt;
+            state.level_ns = level;
             Decision {
                 allowed: false,
                 limit,
-                remaining: self.per_token.div(self.tau - debt),
+                remaining: self.per_token.div(level),
                 retry_after_ns: behind.saturating_add(debt) - room,
                 reset_after_ns: behind.saturating_add(debt),
             }
-        }
+        };
+        state.last_ns = now;
+        decision
     }
 }
 
@@ -174,42 +199,7 @@ impl Algorithm for TokenBucket {
         if !(last <= now && now <= MAX_TIME_NS) {
             return Ok(self.check_unusual(state, now, cost));
         }
-        let elapsed = now - last;
-        // Refill and cap as GCRA does them: the bucket was `owed` short of full at `last`, so
-        // it is full again at `full_at = last + owed` (GCRA's TAT), and the debt left now is
-        // `max(full_at, now) - now`, i.e. `owed - elapsed` or nothing. A level above the
-        // capacity owes nothing. For a hand-built `last` near u64::MAX, `full_at` wraps and
-        // the difference is still exact.
-        let owed = self.tau.saturating_sub(state.level_ns);
-        let full_at = last.wrapping_add(owed);
-        let debt = select_unpredictable(owed > elapsed, full_at, now).wrapping_sub(now);
-        // cost ≤ capacity, so need ≤ tau; debt ≤ owed ≤ tau.
-        let need = cost * self.interval;
-        let room = self.tau - need;
-        let limit = self.quota.capacity();
-        let decision = if debt <= room {
-            let level = room - debt;
-            state.level_ns = level;
-            Decision {
-                allowed: true,
-                limit,
-                remaining: self.per_token.div(level),
-                retry_after_ns: 0,
-                reset_after_ns: debt + need,
-            }
-        } else {
-            let level = self.tau - debt;
-            state.level_ns = level;
-            Decision {
-                allowed: false,
-                limit,
-                remaining: self.per_token.div(level),
-                retry_after_ns: debt - room,
-                reset_after_ns: debt,
-            }
-        };
-        state.last_ns = now;
-        Ok(decision)
+        Ok(self.take::<false>(state, now - last, now, 0, cost))
     }
 
     fn refund(&self, state: &mut TokenBucketState, _admitted_at: u64, now: u64, cost: u64) {
