@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, Uri};
+use sluice::store::Origin;
 use sluice::{Error, PoolPermit};
 use sluice_core::Decision;
 use smallvec::SmallVec;
@@ -280,7 +281,7 @@ pub async fn admit_as(
             };
             let reserved = ask.reserve(policy);
             match decide(policy, &key, reserved.cost, waiting).await {
-                Ok(decision) => {
+                Ok((decision, origin)) => {
                     admission.verdicts.push(Verdict::new(i, &decision));
                     if reserved.settles {
                         admission.owed.push(Owed {
@@ -289,10 +290,17 @@ pub async fn admit_as(
                             reserved: reserved.cost,
                             at: Instant::now(),
                             counts_request_body: reserved.counts_request_body,
+                            origin,
                         });
                     }
                     if keep {
-                        taken.entries.push((i, key, Instant::now(), reserved.cost));
+                        taken.entries.push(Took {
+                            index: i,
+                            key,
+                            at: Instant::now(),
+                            cost: reserved.cost,
+                            origin,
+                        });
                     }
                 }
                 Err(e) if policy.shadow() => {
@@ -358,18 +366,28 @@ pub async fn admit_as(
     Ok(admission)
 }
 
-/// The tokens a request has taken so far: (policy index, key, when, how many). Given back
-/// on a refusal, or, if the request is dropped before it is decided, from a task of their
-/// own.
+/// The tokens a request has taken so far. Given back where they were granted on a refusal,
+/// or, if the request is dropped before it is decided, from a task of their own.
 struct Taken<'a, 'k> {
     policies: &'a [Arc<Policy>],
-    entries: SmallVec<[(usize, Key<'k>, Instant, u64); 2]>,
+    entries: SmallVec<[Took<'k>; 2]>,
+}
+
+/// One take: the policy's index, the key, when, how many, and where they were granted.
+struct Took<'k> {
+    index: usize,
+    key: Key<'k>,
+    at: Instant,
+    cost: u64,
+    origin: Origin,
 }
 
 impl Taken<'_, '_> {
     async fn give_back(&mut self) {
-        for (i, key, at, cost) in self.entries.drain(..) {
-            self.policies[i].refund(&key, cost, at.elapsed()).await;
+        for t in self.entries.drain(..) {
+            self.policies[t.index]
+                .refund_to(t.origin, &t.key, t.cost, t.at.elapsed())
+                .await;
         }
     }
 }
@@ -383,25 +401,34 @@ impl Drop for Taken<'_, '_> {
             return;
         };
         let policies = self.policies;
-        let owed: Vec<(Arc<Policy>, String, Instant, u64)> = self
+        let owed: Vec<(Arc<Policy>, String, Instant, u64, Origin)> = self
             .entries
             .drain(..)
-            .map(|(i, key, at, cost)| (Arc::clone(&policies[i]), String::from(&*key), at, cost))
+            .map(|t| {
+                let policy = Arc::clone(&policies[t.index]);
+                (policy, String::from(&*t.key), t.at, t.cost, t.origin)
+            })
             .collect();
         runtime.spawn(async move {
-            for (policy, key, at, cost) in owed {
-                policy.refund(&key, cost, at.elapsed()).await;
+            for (policy, key, at, cost, origin) in owed {
+                policy.refund_to(origin, &key, cost, at.elapsed()).await;
             }
         });
     }
 }
 
-/// One policy's decision: at once, or after waiting in its queue when `wait`.
-async fn decide(policy: &Policy, key: &str, cost: u64, wait: bool) -> Result<Decision, Error> {
-    match policy.check(key, cost).await {
+/// One policy's decision, with where it was granted: at once, or after waiting in its queue
+/// when `wait`.
+async fn decide(
+    policy: &Policy,
+    key: &str,
+    cost: u64,
+    wait: bool,
+) -> Result<(Decision, Origin), Error> {
+    match policy.check_granted(key, cost).await {
         Err(Error::Limited { .. }) if wait => {
             let _waiting = Waiting::enter(policy);
-            policy.acquire(key, cost).await
+            policy.acquire_granted(key, cost).await
         }
         result => result,
     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice::store::{FileStore, MemoryStore, RedisStore, Store};
+use sluice::store::{FileStore, MemoryStore, Origin, RedisStore, Store};
 use sluice::{AcquireOptions, Error};
 use sluice_core::{Decision, Quota};
 
@@ -128,6 +128,44 @@ impl Store for Backend {
             Backend::Memory(s) => s.charge(key, cost, max_debt).await,
             Backend::Redis(s) => s.charge(key, cost, max_debt).await,
             Backend::File(s) => s.charge(key, cost, max_debt).await,
+        }
+    }
+
+    #[inline]
+    async fn check_granted(&self, key: &str, cost: u64) -> Result<(Decision, Origin), Error> {
+        match self {
+            Backend::Memory(s) => Ok((s.check_now(key, cost)?, Origin::Store)),
+            Backend::Redis(s) => s.check_granted(key, cost).await,
+            Backend::File(s) => Ok((s.check_now(key, cost)?, Origin::Store)),
+        }
+    }
+
+    async fn acquire_granted(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> Result<(Decision, Origin), Error> {
+        match self {
+            Backend::Memory(s) => s.acquire_granted(key, cost, options).await,
+            Backend::Redis(s) => s.acquire_granted(key, cost, options).await,
+            Backend::File(s) => s.acquire_granted(key, cost, options).await,
+        }
+    }
+
+    async fn refund_to(&self, origin: Origin, key: &str, cost: u64, ago: Duration) {
+        match self {
+            Backend::Memory(s) => s.refund_to(origin, key, cost, ago).await,
+            Backend::Redis(s) => s.refund_to(origin, key, cost, ago).await,
+            Backend::File(s) => s.refund_to(origin, key, cost, ago).await,
+        }
+    }
+
+    async fn charge_to(&self, origin: Origin, key: &str, cost: u64, max_debt: u64) -> u64 {
+        match self {
+            Backend::Memory(s) => s.charge_to(origin, key, cost, max_debt).await,
+            Backend::Redis(s) => s.charge_to(origin, key, cost, max_debt).await,
+            Backend::File(s) => s.charge_to(origin, key, cost, max_debt).await,
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice::keyed::Keyed;
-use sluice::store::{MemoryStore, Store};
+use sluice::store::{MemoryStore, Origin, Store};
 use sluice::{AcquireOptions, Error, Pool};
 use sluice_core::{Algorithm, AnyAlgorithm, Decision, Quota};
 
@@ -188,10 +188,20 @@ impl Policy {
     ///
     /// As [`Store::check`].
     pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.check_granted(key, cost).await.map(|(d, _)| d)
+    }
+
+    /// [`Policy::check`], with where the admission was granted: what a refund or a settled
+    /// charge of it names (see [`Origin`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`].
+    pub async fn check_granted(&self, key: &str, cost: u64) -> Result<(Decision, Origin), Error> {
         let (p, key) = self.target(key);
         match &p.hasher {
-            None => p.backend.check(key, cost).await,
-            Some(h) => p.backend.check(&h.hash(key), cost).await,
+            None => p.backend.check_granted(key, cost).await,
+            Some(h) => p.backend.check_granted(&h.hash(key), cost).await,
         }
     }
 
@@ -339,26 +349,55 @@ impl Policy {
     ///
     /// Dropping the future gives back its place in the queue.
     pub async fn acquire(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.acquire_granted(key, cost).await.map(|(d, _)| d)
+    }
+
+    /// [`Policy::acquire`], with where the admission was granted.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Policy::acquire`].
+    pub async fn acquire_granted(&self, key: &str, cost: u64) -> Result<(Decision, Origin), Error> {
         let (p, key) = self.target(key);
         p.backend
-            .acquire(&p.stored_key(key), cost, AcquireOptions::default())
+            .acquire_granted(&p.stored_key(key), cost, AcquireOptions::default())
             .await
     }
 
     /// Gives back `cost` taken from `key`'s bucket `ago`, for a request another policy then
     /// refused (see [`Store::refund`]).
     pub async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        self.refund_to(Origin::Store, key, cost, ago).await;
+    }
+
+    /// [`Policy::refund`] of an admission granted at `origin`: given back there or nowhere
+    /// (see [`Store::refund_to`]).
+    pub async fn refund_to(&self, origin: Origin, key: &str, cost: u64, ago: Duration) {
         let (p, key) = self.target(key);
-        p.backend.refund(&p.stored_key(key), cost, ago).await;
+        p.backend
+            .refund_to(origin, &p.stored_key(key), cost, ago)
+            .await;
     }
 
     /// Takes `cost` from `key`'s bucket without asking, for a cost learnt after the request
     /// ran (see [`Store::charge`]): a bucket goes into debt, down to the policy's
     /// `cost.max_debt` (no cap without one). Returns the part forgiven.
     pub async fn charge(&self, key: &str, cost: u64) -> u64 {
+        self.charge_to(Origin::Store, key, cost).await
+    }
+
+    /// [`Policy::charge`] of an admission granted at `origin`: taken there or nowhere (see
+    /// [`Store::charge_to`]).
+    pub async fn charge_to(&self, origin: Origin, key: &str, cost: u64) -> u64 {
         let max_debt = self.max_debt();
         let (p, key) = self.target(key);
-        p.backend.charge(&p.stored_key(key), cost, max_debt).await
+        p.backend
+            .charge_to(origin, &p.stored_key(key), cost, max_debt)
+            .await
     }
 
     /// The most a key of this policy may owe beyond empty after a charge, in tokens

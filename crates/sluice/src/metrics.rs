@@ -236,4 +236,11 @@ pub fn describe() {
         Unit::Count,
         "Failed round trips to a shared store, by `store` and `prefix`."
     );
+    describe_counter!(
+        "sluice_store_unsettled_tokens_total",
+        Unit::Count,
+        "Tokens of refunds and settled charges not applied because the store that granted \
+         the admission (Redis, or the local store of on_error = local) could not be reached; \
+         never applied to the other one. By `store` and `prefix`."
+    );
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::cost::usage::usage_field;
 use crate::cost::Settle;
 use crate::policy::Policy;
+use sluice::store::Origin;
 
 /// A settlement one policy is owed by one request.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub struct Owed {
     pub at: Instant,
     /// Whether the real cost is the request body's length (read while it was forwarded).
     pub counts_request_body: bool,
+    /// Where the reservation was granted: the settlement goes there and nowhere else.
+    pub origin: Origin,
 }
 
 /// What a response told about its cost, by the time it ended or was dropped.
@@ -122,13 +125,13 @@ pub async fn settle(owed: &Owed, actual: Option<u64>) -> Settled {
         std::cmp::Ordering::Less => {
             settled.refunded = owed.reserved - actual;
             owed.policy
-                .refund(&owed.key, settled.refunded, owed.at.elapsed())
+                .refund_to(owed.origin, &owed.key, settled.refunded, owed.at.elapsed())
                 .await;
             metrics.settled_refunded.increment(settled.refunded);
         }
         std::cmp::Ordering::Greater => {
             let more = actual - owed.reserved;
-            settled.forgiven = owed.policy.charge(&owed.key, more).await;
+            settled.forgiven = owed.policy.charge_to(owed.origin, &owed.key, more).await;
             settled.charged = more - settled.forgiven;
             metrics.settled_charged.increment(settled.charged);
             metrics.settled_forgiven.increment(settled.forgiven);

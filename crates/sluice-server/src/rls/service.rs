@@ -34,6 +34,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use metrics::Counter;
+use sluice::store::Origin;
 use sluice::Error;
 use sluice_core::Decision;
 use sluice_http::admit::Verdict;
@@ -170,14 +171,15 @@ pub async fn decide(
     let started = tokio::time::Instant::now();
     let results = futures_util::future::join_all(asks.iter().map(|ask| async move {
         let ask = ask.as_ref()?;
+        // With where each admission was granted, so that a later refund goes there.
         Some(if ask.refill {
             ask.policy.refund(&ask.key, ask.cost, Duration::ZERO).await;
-            ask.policy.peek(&ask.key).await
+            ask.policy.peek(&ask.key).await.map(|d| (d, Origin::Store))
         } else if ask.charge {
             ask.policy.charge(&ask.key, ask.cost).await;
-            ask.policy.peek(&ask.key).await
+            ask.policy.peek(&ask.key).await.map(|d| (d, Origin::Store))
         } else {
-            ask.policy.check(&ask.key, ask.cost).await
+            ask.policy.check_granted(&ask.key, ask.cost).await
         })
     }))
     .await;
@@ -190,8 +192,11 @@ pub async fn decide(
     let mut shadow_denied = None;
     // The positions of the descriptors a shadow policy would have denied.
     let mut shadowed: Vec<usize> = Vec::new();
+    // Where each descriptor's admission was granted (by position).
+    let mut origins: Vec<Origin> = Vec::with_capacity(asks.len());
     for (ask, result) in asks.iter().zip(results) {
         let (Some(ask), Some(result)) = (ask, result) else {
+            origins.push(Origin::Nowhere);
             metrics.unmatched.increment(1);
             statuses.push(DescriptorStatus {
                 code: Code::Ok as i32,
@@ -199,8 +204,12 @@ pub async fn decide(
             });
             continue;
         };
+        origins.push(match &result {
+            Ok((_, origin)) => *origin,
+            Err(_) => Origin::Nowhere,
+        });
         let (code, decision) = match result {
-            Ok(decision) => (Code::Ok, decision),
+            Ok((decision, _)) => (Code::Ok, decision),
             Err(e) if ask.policy.shadow() => {
                 let (_, wait, decision) = classify(e);
                 ask.policy.count_shadow_denied();
@@ -244,7 +253,9 @@ pub async fn decide(
                 .filter(|a| !a.refill && !a.charge && !shadowed.contains(&i))
             {
                 if status.code == Code::Ok as i32 {
-                    ask.policy.refund(&ask.key, ask.cost, ago).await;
+                    ask.policy
+                        .refund_to(origins[i], &ask.key, ask.cost, ago)
+                        .await;
                 }
             }
         }

@@ -349,6 +349,8 @@ async fn settle(State(shared): State<&'static Shared>, body: Bytes) -> Response 
             .checked_sub(elapsed)
             .unwrap_or_else(tokio::time::Instant::now),
         counts_request_body: false,
+        // The decision API's admissions are its caller's: they were granted by the store.
+        origin: sluice::store::Origin::Store,
     };
     let settled = settle_one(&owed, Some(request.actual)).await;
     // A key in debt refuses even a query: its refusal carries the state all the same.

@@ -25,6 +25,21 @@ use sluice_core::Decision;
 use crate::error::Error;
 use crate::limiter::AcquireOptions;
 
+/// Where an admission was granted, so that what changes it afterwards (a refund, a settled
+/// charge) lands in the same state and nowhere else: a cost taken in Redis is never given
+/// back to a local store that never took it, and the other way round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// The store itself: memory, file, or Redis (a slice of a leased key included).
+    #[default]
+    Store,
+    /// The local store that answers while Redis does not (`OnError::Local`).
+    Fallback,
+    /// No store: admitted by the failure policy alone (`OnError::Allow`). Nothing took a
+    /// token, so nothing is settled.
+    Nowhere,
+}
+
 /// One atomic check-and-update of one key, wherever the state lives.
 pub trait Store: Send + Sync + 'static {
     /// Takes `cost` for `key` now if the limit allows; never waits.
@@ -71,6 +86,72 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// [`Error::Unavailable`] when a remote store cannot answer.
     fn peek(&self, key: &str) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// [`Store::check`], also saying where the admission was granted (see [`Origin`]): a
+    /// store that always decides itself answers [`Origin::Store`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::check`].
+    fn check_granted(
+        &self,
+        key: &str,
+        cost: u64,
+    ) -> impl Future<Output = Result<(Decision, Origin), Error>> + Send {
+        async move { Ok((self.check(key, cost).await?, Origin::Store)) }
+    }
+
+    /// [`Store::acquire`], also saying where the admission was granted (see [`Origin`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Store::acquire`].
+    fn acquire_granted(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> impl Future<Output = Result<(Decision, Origin), Error>> + Send {
+        async move { Ok((self.acquire(key, cost, options).await?, Origin::Store)) }
+    }
+
+    /// [`Store::refund`] of an admission granted at `origin`: given back there, or nowhere
+    /// when that state cannot be reached now (counted by the stores that have more than one).
+    fn refund_to(
+        &self,
+        origin: Origin,
+        key: &str,
+        cost: u64,
+        ago: Duration,
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            if origin == Origin::Store {
+                self.refund(key, cost, ago).await;
+            }
+        }
+    }
+
+    /// [`Store::charge`] of an admission granted at `origin`: taken there, or nowhere (and
+    /// reported forgiven) when that state cannot be reached now.
+    fn charge_to(
+        &self,
+        origin: Origin,
+        key: &str,
+        cost: u64,
+        max_debt: u64,
+    ) -> impl Future<Output = u64> + Send {
+        async move {
+            if origin == Origin::Store {
+                self.charge(key, cost, max_debt).await
+            } else {
+                cost
+            }
+        }
+    }
 
     /// Up to `n` keys with the fewest tokens left, as far as this process can see.
     fn hottest(&self, n: usize) -> Vec<(String, Decision)>;

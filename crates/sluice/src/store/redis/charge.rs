@@ -6,17 +6,38 @@
 use crate::clock::Clock;
 use crate::store::redis::script::Program;
 use crate::store::redis::store::{Fallback, Inner};
+use crate::store::Origin;
 
 impl Inner {
     /// Takes `cost` for `key` without asking (see
-    /// [`Store::charge`](crate::store::Store::charge)): from the slice this gateway holds on
-    /// the key first, the rest in Redis (or in the local store while Redis is down and the
-    /// local store answers for it). Returns what was forgiven.
-    pub(crate) async fn charge(&self, key: &str, mut cost: u64, max_debt: u64) -> u64 {
+    /// [`Store::charge`](crate::store::Store::charge)) where its admission was granted: from
+    /// the slice this gateway holds on the key first, the rest in Redis; or in the local store
+    /// that answered while Redis did not. Never in the other one. What cannot reach the store
+    /// that granted it is counted and reported forgiven. Returns what was forgiven.
+    pub(crate) async fn charge_to(
+        &self,
+        origin: Origin,
+        key: &str,
+        mut cost: u64,
+        max_debt: u64,
+    ) -> u64 {
         if cost == 0 {
             return 0;
         }
         let settings = self.settings();
+        match origin {
+            Origin::Nowhere => return cost,
+            Origin::Fallback => {
+                return match &settings.fallback {
+                    Fallback::Local(local) => local.keyed().charge(key, cost, max_debt),
+                    _ => {
+                        self.metrics.unsettled.increment(cost);
+                        cost
+                    }
+                };
+            }
+            Origin::Store => {}
+        }
         // A key with a quota of its own is charged under its own stamp.
         let own = self.overrides.program(key);
         let program = own.as_deref().unwrap_or(&settings.program);
@@ -34,10 +55,8 @@ impl Inner {
             return 0;
         }
         if !self.health.is_up() {
-            return match &settings.fallback {
-                Fallback::Local(local) => local.keyed().charge(key, cost, max_debt),
-                _ => cost,
-            };
+            self.metrics.unsettled.increment(cost);
+            return cost;
         }
         let now = self.clock.now_ns();
         let cmd = program.charge_command(&self.config.prefix, key, cost, max_debt, None);
@@ -46,7 +65,10 @@ impl Inner {
             .await
         {
             Ok(taken) => cost.saturating_sub(taken),
-            Err(_) => cost,
+            Err(_) => {
+                self.metrics.unsettled.increment(cost);
+                cost
+            }
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::store::redis::config::RedisStoreError;
 use crate::store::redis::lease::{Leases, Slice};
 use crate::store::redis::script::Program;
 use crate::store::redis::store::{limited, nanos, Inner, RedisStore, Settings};
+use crate::store::Origin;
 
 impl RedisStore {
     /// Gives back the slices past their deadline every lease `ttl`, while the store lives.
@@ -90,7 +91,7 @@ impl Inner {
         key: &str,
         cost: u64,
         now: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<(Decision, Origin), Error> {
         let program = &settings.program;
         let limit = program.algorithm().quota().capacity();
         let entry = leases.entry(key);
@@ -106,7 +107,7 @@ impl Inner {
             })
         };
         if let Some(decision) = spent(&mut entry.slice.lock()) {
-            return Ok(decision);
+            return Ok((decision, Origin::Store));
         }
         if let Some(decision) = self.denials.get(key, cost, now) {
             self.metrics.cached_denials.increment(1);
@@ -115,7 +116,7 @@ impl Inner {
         // One renewal at a time per key: the others wait for it and spend its slice.
         let _renewing = entry.renewing.lock().await;
         if let Some(decision) = spent(&mut entry.slice.lock()) {
-            return Ok(decision);
+            return Ok((decision, Origin::Store));
         }
         // The renewal this request waited for may have been denied.
         let now = self.clock.now_ns();
@@ -172,7 +173,7 @@ impl Inner {
                     leases.metrics.taken.increment(1);
                 }
                 if let Some(decision) = spent(&mut slice) {
-                    return Ok(decision);
+                    return Ok((decision, Origin::Store));
                 }
                 drop(slice);
                 let decision = Decision {

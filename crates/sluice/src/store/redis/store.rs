@@ -16,7 +16,7 @@ use crate::store::redis::leased::leases_unsupported;
 use crate::store::redis::link::{self, Conn, Gate, Health};
 use crate::store::redis::queue::Queues;
 use crate::store::redis::script::Program;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, Origin, Store};
 
 /// Keyed limits kept in Redis and shared by every process that uses the same Redis and prefix.
 /// Clones share the connection, the caches and the queues.
@@ -114,6 +114,8 @@ pub(crate) struct StoreMetrics {
     pub(crate) cached_denials: metrics::Counter,
     pub(crate) fallbacks: metrics::Counter,
     pub(crate) errors: metrics::Counter,
+    /// Tokens of refunds and charges that found the store which granted them unreachable.
+    pub(crate) unsettled: metrics::Counter,
 }
 
 /// The [`OnError`] policy, with its store for `local`.
@@ -212,6 +214,7 @@ impl RedisStore {
                     cached_denials: counter("sluice_store_cached_denials_total"),
                     fallbacks: counter("sluice_store_fallbacks_total"),
                     errors: counter("sluice_store_errors_total"),
+                    unsettled: counter("sluice_store_unsettled_tokens_total"),
                 },
                 denials: DenialCache::new(config.max_keys),
                 current: RwLock::new(Arc::new(settings)),
@@ -479,11 +482,25 @@ impl Inner {
         Err(Unanswered { retry_at_ns })
     }
 
-    /// Gives back `cost` admitted `ago` for `key`: in Redis, or in the local store while Redis
-    /// is down and the local store answers for it (which is then what admitted it).
-    pub(crate) async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+    /// Gives back `cost` admitted `ago` for `key` where it was granted: in Redis (or the slice
+    /// it most likely came from), or in the local store that answered while Redis did not.
+    /// Never in the other one: a refund there would give a key tokens it never spent. Redis
+    /// unreachable, a refund of its admission is not applied and is counted.
+    pub(crate) async fn refund_to(&self, origin: Origin, key: &str, cost: u64, ago: Duration) {
         if cost == 0 {
             return;
+        }
+        let settings = self.settings();
+        match origin {
+            Origin::Nowhere => return,
+            Origin::Fallback => {
+                match &settings.fallback {
+                    Fallback::Local(local) => local.keyed().refund(key, cost, ago),
+                    _ => self.metrics.unsettled.increment(cost),
+                }
+                return;
+            }
+            Origin::Store => {}
         }
         if let Some(leases) = &self.leases {
             // Back into the slice it most likely came from, while that is still held.
@@ -494,11 +511,8 @@ impl Inner {
                 return;
             }
         }
-        let settings = self.settings();
         if !self.health.is_up() {
-            if let Fallback::Local(local) = &settings.fallback {
-                local.keyed().refund(key, cost, ago);
-            }
+            self.metrics.unsettled.increment(cost);
             return;
         }
         let now = self.clock.now_ns();
@@ -506,11 +520,14 @@ impl Inner {
         let program = own.as_deref().unwrap_or(&settings.program);
         let cmd = program.refund_command(&self.config.prefix, key, cost, nanos(ago), None);
         // Unanswered: the tokens stay spent.
-        let _ = self
+        let answered = self
             .round_trip(program.script(), &cmd, now, false, |reply| {
                 matches!(reply, redis::Value::Array(_)).then_some(())
             })
             .await;
+        if answered.is_err() {
+            self.metrics.unsettled.increment(cost);
+        }
     }
 
     /// What the policy decides while Redis does not answer.
@@ -520,18 +537,21 @@ impl Inner {
         key: &str,
         cost: u64,
         unanswered: Unanswered,
-    ) -> Result<Decision, Error> {
+    ) -> Result<(Decision, Origin), Error> {
         self.metrics.fallbacks.increment(1);
         match &settings.fallback {
             Fallback::Allow => {
                 let limit = settings.program.algorithm().quota().capacity();
-                Ok(Decision {
-                    allowed: true,
-                    limit,
-                    remaining: limit - cost,
-                    retry_after_ns: 0,
-                    reset_after_ns: 0,
-                })
+                Ok((
+                    Decision {
+                        allowed: true,
+                        limit,
+                        remaining: limit - cost,
+                        retry_after_ns: 0,
+                        reset_after_ns: 0,
+                    },
+                    Origin::Nowhere,
+                ))
             }
             Fallback::Deny => {
                 let wait = unanswered
@@ -542,12 +562,21 @@ impl Inner {
                     retry_after: Duration::from_nanos(wait),
                 })
             }
-            Fallback::Local(local) if cost == 0 => Ok(local.keyed().peek(key)),
-            Fallback::Local(local) => local.check_now(key, cost),
+            Fallback::Local(local) if cost == 0 => Ok((local.keyed().peek(key), Origin::Fallback)),
+            Fallback::Local(local) => local.check_now(key, cost).map(|d| (d, Origin::Fallback)),
         }
     }
 
     pub(crate) async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
+        self.check_granted(key, cost).await.map(|(d, _)| d)
+    }
+
+    /// [`Inner::check`], with where it was granted.
+    pub(crate) async fn check_granted(
+        &self,
+        key: &str,
+        cost: u64,
+    ) -> Result<(Decision, Origin), Error> {
         let settings = self.settings();
         ensure_cost(&settings, cost)?;
         let now = self.clock.now_ns();
@@ -561,7 +590,7 @@ impl Inner {
             }
         }
         match self.ask(&settings, key, cost, now).await {
-            Ok(decision) if decision.allowed => Ok(decision),
+            Ok(decision) if decision.allowed => Ok((decision, Origin::Store)),
             Ok(decision) => {
                 // Only a denial under the settings in use now: `reconfigure` clears the cache
                 // after it swapped them.
@@ -600,6 +629,22 @@ impl Store for RedisStore {
         cost: u64,
         options: AcquireOptions,
     ) -> Result<Decision, Error> {
+        self.acquire_granted(key, cost, options)
+            .await
+            .map(|(d, _)| d)
+    }
+
+    async fn check_granted(&self, key: &str, cost: u64) -> Result<(Decision, Origin), Error> {
+        self.inner.check_granted(key, cost).await
+    }
+
+    /// As [`Store::acquire`] (see there for its cancel safety), with where it was granted.
+    async fn acquire_granted(
+        &self,
+        key: &str,
+        cost: u64,
+        options: AcquireOptions,
+    ) -> Result<(Decision, Origin), Error> {
         let inner = &*self.inner;
         let start = inner.clock.now_ns();
         let (depth, config_wait) = {
@@ -610,7 +655,7 @@ impl Store for RedisStore {
         let predicted = if depth > 0 && inner.queues.has_waiters(key) {
             None
         } else {
-            match inner.check(key, cost).await {
+            match inner.check_granted(key, cost).await {
                 Err(Error::Limited { retry_after, .. }) if depth > 0 => Some(retry_after),
                 other => return other,
             }
@@ -641,19 +686,31 @@ impl Store for RedisStore {
                 return Err(Error::Timeout { retry_after: wait });
             }
             tokio::time::sleep(wait).await;
-            match inner.check(key, cost).await {
+            match inner.check_granted(key, cost).await {
                 Err(Error::Limited { retry_after, .. }) => wait = retry_after,
                 other => return other,
             }
         }
     }
 
+    /// Gives back to Redis (see [`Store::refund_to`] for an admission granted elsewhere).
     async fn refund(&self, key: &str, cost: u64, ago: Duration) {
-        self.inner.refund(key, cost, ago).await;
+        self.inner.refund_to(Origin::Store, key, cost, ago).await;
     }
 
+    /// Charges in Redis (see [`Store::charge_to`] for an admission granted elsewhere).
     async fn charge(&self, key: &str, cost: u64, max_debt: u64) -> u64 {
-        self.inner.charge(key, cost, max_debt).await
+        self.inner
+            .charge_to(Origin::Store, key, cost, max_debt)
+            .await
+    }
+
+    async fn refund_to(&self, origin: Origin, key: &str, cost: u64, ago: Duration) {
+        self.inner.refund_to(origin, key, cost, ago).await;
+    }
+
+    async fn charge_to(&self, origin: Origin, key: &str, cost: u64, max_debt: u64) -> u64 {
+        self.inner.charge_to(origin, key, cost, max_debt).await
     }
 
     async fn peek(&self, key: &str) -> Result<Decision, Error> {
