@@ -127,6 +127,8 @@ export async function main(): Promise<void> {
     const taken: boolean = await store.tryAcquire('k');
     const out: number = await store.schedule('k', () => 1, { cost: 1, signal: AbortSignal.timeout(100), maxWait: 500 });
     const key: string = store.redisKey('k');
+    const storeForgiven: number = await store.charge('k', 250, { maxDebt: 100 });
+    await store.refund('k', 1, { ago: '1s' });
   }
 
   // @ts-expect-error: rate is a string such as "10/s"
