@@ -17,7 +17,9 @@ use crate::bank::Bank;
 sluice_wasm_rt::runtime!();
 
 /// The version of this ABI; the JavaScript side refuses a module of another version.
-pub const ABI_VERSION: u32 = 2;
+///
+/// 3: `sj_charge` and `sj_refund`.
+pub const ABI_VERSION: u32 = 3;
 
 /// Slots in the `out` area.
 pub const OUT_SLOTS: usize = 4;
@@ -312,6 +314,37 @@ pub extern "C" fn sj_try(handle: u32, now_ns: i64, cost: i64) -> i32 {
         g.io.out = out;
         code
     })
+}
+
+/// Takes `cost` at `now_ns` without asking ([`Bank::charge`]): a bucket goes up to `max_debt`
+/// tokens beyond empty (below zero: no cap) and refuses every offer until the refill has paid
+/// the debt; a window takes what it has left. Returns the part of `cost` forgiven (0: all of
+/// it taken), -1 without such a limiter, -2 while requests wait on it (withdraw them first,
+/// then offer them again).
+#[no_mangle]
+pub extern "C" fn sj_charge(handle: u32, now_ns: i64, cost: i64, max_debt: i64) -> i64 {
+    with(|g| {
+        let max_debt = u64::try_from(max_debt).unwrap_or(u64::MAX);
+        match g.bank().charge(handle, ns(now_ns), ns(cost), max_debt) {
+            Some(Ok(forgiven)) => i64::try_from(forgiven).unwrap_or(i64::MAX),
+            Some(Err(_)) => -2,
+            None => -1,
+        }
+    })
+}
+
+/// Gives back `cost` admitted `ago_ns` before `now_ns` that will never be used
+/// ([`Bank::refund`]: never beyond a full bucket). 0 done, -1 without such a limiter, -2 while
+/// requests wait on it (withdraw them first, then offer them again).
+#[no_mangle]
+pub extern "C" fn sj_refund(handle: u32, now_ns: i64, cost: i64, ago_ns: i64) -> i32 {
+    with(
+        |g| match g.bank().refund(handle, ns(now_ns), ns(cost), ns(ago_ns)) {
+            Some(Ok(())) => 0,
+            Some(Err(_)) => -2,
+            None => -1,
+        },
+    )
 }
 
 /// The code and `out` of a verdict, as [`sj_offer`] reports them.

@@ -39,7 +39,7 @@ __export(core_exports, {
 });
 module.exports = __toCommonJS(core_exports);
 var import_core_wasm_generated = require("./core-wasm.generated.cjs");
-const ABI_VERSION = 2;
+const ABI_VERSION = 3;
 function decodeBase64(text) {
   if (typeof globalThis.Buffer === "function") {
     const b = globalThis.Buffer.from(text, "base64");
@@ -236,6 +236,25 @@ class CoreLimiter {
   close(each) {
     const n = ex.sj_close(this.handle);
     this.#outcomes(n * 3, each);
+  }
+  /**
+   * Takes `cost` (BigInt) at `now` without asking: a bucket goes up to `maxDebt` tokens
+   * (BigInt; -1n: no cap) beyond empty, a window takes what it has left. Returns the part
+   * forgiven, a number. Nothing may wait (withdraw the waiters first).
+   */
+  charge(now, cost, maxDebt) {
+    const forgiven = ex.sj_charge(this.handle, now, cost, maxDebt);
+    if (forgiven === -2n) throw new Error("sluice-limits: charge with waiters (withdraw them first)");
+    return forgiven < 0n ? Number(cost) : Number(forgiven);
+  }
+  /**
+   * Gives back `cost` (BigInt) admitted `agoNs` before `now`, never beyond a full bucket.
+   * Nothing may wait (withdraw the waiters first).
+   */
+  refund(now, cost, agoNs) {
+    if (ex.sj_refund(this.handle, now, cost, agoNs) === -2) {
+      throw new Error("sluice-limits: refund with waiters (withdraw them first)");
+    }
   }
   /** [remaining, capacity, queued, ns until full] as of `now`. */
   status(now) {

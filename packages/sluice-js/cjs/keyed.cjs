@@ -232,6 +232,37 @@ class Keyed {
     if (code === import_core.TOO_COSTLY) throw new import_errors.InsufficientCapacityError(cost, this.#config.capacity);
     return false;
   }
+  /**
+   * Takes `cost` from `key`'s bucket now without asking (see RateLimiter.charge): a bucket
+   * goes up to `maxDebt` tokens beyond empty (default: no cap) and the key is refused until
+   * the refill has paid it; a window takes what it has left. Returns the part forgiven (all of
+   * it once closed). A key in debt that is dropped for a new one is remembered until its debt
+   * is paid and its bucket full again, so that it comes back no fuller than it left.
+   */
+  charge(key, cost, options = {}) {
+    const costN = (0, import_limiter.wholeCost)(cost);
+    const maxDebt = (0, import_limiter.maxDebtOption)(options.maxDebt);
+    if (this.#closed) return cost;
+    if (costN === 0n) return 0;
+    const now = this.#now();
+    const n = this.#node(key, now);
+    if (n.limiter !== null) return n.limiter.charge(cost, options);
+    return n.core.charge(now, costN, maxDebt);
+  }
+  /**
+   * Gives back `cost` admitted for `key` `ago` (default 0) that will never be used (see
+   * RateLimiter.refund). A key not held now (never seen, dropped, or only remembered) gets
+   * nothing back: it was full again, or is remembered only as a moment it is spent until.
+   */
+  refund(key, cost, options = {}) {
+    const costN = (0, import_limiter.wholeCost)(cost);
+    const agoNs = (0, import_limiter.agoOption)(options.ago);
+    if (this.#closed || costN === 0n) return;
+    const n = this.#nodes.get(key);
+    if (n === void 0 || n.where === GONE) return;
+    if (n.limiter !== null) n.limiter.refund(cost, options);
+    else if (n.core.handle >= 0) n.core.refund(this.#now(), costN, agoNs);
+  }
   /** `schedule(fn, options)` on `key`'s limiter. */
   schedule(key, fn, options) {
     let l;

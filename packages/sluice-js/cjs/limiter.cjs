@@ -21,9 +21,12 @@ __export(limiter_exports, {
   ADOPT: () => ADOPT,
   CHECK: () => CHECK,
   RateLimiter: () => RateLimiter,
+  agoOption: () => agoOption,
   defaultTimers: () => defaultTimers,
+  maxDebtOption: () => maxDebtOption,
   priorityCode: () => priorityCode,
-  readConfig: () => readConfig
+  readConfig: () => readConfig,
+  wholeCost: () => wholeCost
 });
 module.exports = __toCommonJS(limiter_exports);
 var import_core = require("./core.cjs");
@@ -43,6 +46,17 @@ function wholeCost(cost, what = "cost") {
     throw new RangeError(`${what} must be a whole number of zero or more, got ${cost}`);
   }
   return BigInt(cost);
+}
+function maxDebtOption(maxDebt) {
+  if (maxDebt === void 0 || maxDebt === Infinity) return -1n;
+  if (!Number.isSafeInteger(maxDebt) || maxDebt < 0) {
+    throw new RangeError(`maxDebt must be a whole number of tokens (zero or more) or Infinity, got ${maxDebt}`);
+  }
+  return BigInt(maxDebt);
+}
+function agoOption(ago) {
+  if (ago === void 0) return 0n;
+  return (0, import_time.durationNs)(ago, "ago") ?? import_core.I64_MAX;
 }
 function priorityCode(p) {
   if (p === void 0) return 1;
@@ -145,6 +159,47 @@ class RateLimiter extends import_events.Observed {
     if (code === import_core.ADMITTED) return true;
     if (code === import_core.TOO_COSTLY) throw new import_errors.InsufficientCapacityError(cost, this.capacity);
     return false;
+  }
+  /**
+   * Takes `cost` tokens now without asking: a cost learnt once the work was done (the tokens
+   * an LLM answer used, the bytes sent), which must be paid whatever is left. A bucket
+   * (token_bucket, gcra, leaky_bucket) takes all of it, going up to `maxDebt` tokens beyond
+   * empty (default: no cap); until the refill has paid that debt nothing is admitted, and the
+   * tasks waiting are planned after it. A window (sliding_log, sliding_window, fixed_window)
+   * takes what it has left. Returns the part of `cost` that was not taken, forgiven (0 when
+   * all was; all of it once the limiter is closed).
+   * @returns {number}
+   */
+  charge(cost, options = NO_OPTIONS) {
+    const costN = wholeCost(cost);
+    const maxDebt = maxDebtOption(options.maxDebt);
+    if (this.#closed) return cost;
+    if (costN === 0n) return 0;
+    return this.#settle((core, now) => core.charge(now, costN, maxDebt));
+  }
+  /**
+   * Gives back `cost` tokens admitted `ago` (a duration, default 0) that will never be used.
+   * A debt shrinks first; the bucket never holds more than when it was full, and a window
+   * gives back only what it counted in a window it still holds. The tasks waiting are planned
+   * again: the first may go now.
+   */
+  refund(cost, options = NO_OPTIONS) {
+    const costN = wholeCost(cost);
+    const agoNs = agoOption(options.ago);
+    if (this.#closed || costN === 0n) return;
+    this.#settle((core, now) => core.refund(now, costN, agoNs));
+  }
+  /**
+   * Runs `f(core, now)` on the bucket with nothing waiting in the core: the waiting tasks are
+   * withdrawn first (they spent nothing) and offered again after, in their order and with
+   * what is left of their waits, so that their turns are planned on the bucket `f` left (a
+   * debt delays them until the refill pays it; a refund may admit the first at once).
+   */
+  #settle(f) {
+    const waiting = this.#tasks.size > 0 ? this.#withdraw() : null;
+    const out = f(this.#core, this.#now());
+    if (waiting !== null) this.#reoffer(waiting);
+    return out;
   }
   /** Waits until `cost` tokens are taken (no task to run). */
   acquire(options = {}) {
@@ -492,7 +547,10 @@ const closedCore = {
   ADOPT,
   CHECK,
   RateLimiter,
+  agoOption,
   defaultTimers,
+  maxDebtOption,
   priorityCode,
-  readConfig
+  readConfig,
+  wholeCost
 });

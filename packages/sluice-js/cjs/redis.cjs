@@ -29,6 +29,7 @@ var import_keyed = require("./keyed.cjs");
 var import_limiter = require("./limiter.cjs");
 var import_time = require("./time.cjs");
 const MAX_WINDOW_NS = 1n << 52n;
+const MAX_OWED_NS = 1n << 53n;
 const MAX_WINDOW_CAPACITY = 94906265n;
 const sha1 = (text) => (0, import_node_crypto.createHash)("sha1").update(text).digest("hex");
 function program(algorithm, capacity, intervalNs) {
@@ -42,13 +43,13 @@ function program(algorithm, capacity, intervalNs) {
     case "gcra":
     case "token_bucket":
     case "leaky_bucket":
-      return { kind, source: import_redis_scripts_generated.DEBT, stamp: stamp("gcra") };
+      return { kind, source: import_redis_scripts_generated.DEBT, stamp: stamp("gcra"), window, intervalNs };
     case "sliding_window":
     case "fixed_window":
       if (capacity > MAX_WINDOW_CAPACITY) {
         throw new RangeError(`${kind}: capacity ${capacity} is above the ${MAX_WINDOW_CAPACITY} the window scripts compute exactly`);
       }
-      return kind === "sliding_window" ? { kind, source: import_redis_scripts_generated.SLIDING_WINDOW, stamp: stamp("sw") } : { kind, source: import_redis_scripts_generated.FIXED_WINDOW, stamp: stamp("fw") };
+      return kind === "sliding_window" ? { kind, source: import_redis_scripts_generated.SLIDING_WINDOW, stamp: stamp("sw"), window, intervalNs } : { kind, source: import_redis_scripts_generated.FIXED_WINDOW, stamp: stamp("fw"), window, intervalNs };
     default:
       throw new RangeError(`${kind} is not available on Redis (it keeps one entry per admission); use sliding_window (same window, O(1)) or gcra`);
   }
@@ -140,6 +141,11 @@ class RedisStore {
     });
     return Promise.race([promise, late]).finally(() => clearTimeout(timer));
   }
+  /** The limiter of this process that decides while Redis does not answer (onError 'local'). */
+  #localKeyed() {
+    this.#local ??= new import_keyed.Keyed({ maxKeys: 1e5, algorithm: this.#program.kind, capacity: this.capacity, rate: this.rate, queue: false });
+    return this.#local;
+  }
   /** What `onError` decides without Redis. */
   #fallback(key, cost, cause) {
     const retryAfterMs = Math.max(0, Math.ceil(this.#downUntil - performance.now()));
@@ -151,8 +157,7 @@ class RedisStore {
       case "throw":
         throw new import_errors.UnavailableError(`Redis is unavailable: ${cause?.message ?? cause}`, retryAfterMs, { cause });
       default: {
-        this.#local ??= new import_keyed.Keyed({ maxKeys: 1e5, algorithm: this.#program.kind, capacity: this.capacity, rate: this.rate, queue: false });
-        return { ...this.#local.get(key)[import_limiter.CHECK](cost), source: "local" };
+        return { ...this.#localKeyed().get(key)[import_limiter.CHECK](cost), source: "local" };
       }
     }
   }
@@ -184,6 +189,73 @@ class RedisStore {
       resetAfterMs: Math.ceil(resetNs / 1e6),
       source: "redis"
     };
+  }
+  /**
+   * Takes `cost` from `key`'s bucket now without asking, in Redis (the scripts' charge, as
+   * `sluice serve` settles a cost): a bucket (gcra, token_bucket, leaky_bucket) takes all of
+   * it, going up to `maxDebt` tokens beyond empty (default: no cap; Redis counts at most 2^53
+   * ns, about 104 days, of refill owed), and the key is refused, by this store and by the
+   * gateway, until the refill has paid the debt. A window takes what it has left. Resolves to
+   * the part of `cost` that was not taken, forgiven (0 when all was).
+   *
+   * While Redis does not answer, `onError` decides: 'local' charges this process's limiter
+   * (the one that decides meanwhile), 'throw' rejects with UnavailableError, 'allow' and
+   * 'deny' charge nothing. A charge Redis did not answer charges nothing: all of `cost` is
+   * forgiven (or UnavailableError with 'throw').
+   */
+  async charge(key, cost, options = {}) {
+    const costN = (0, import_limiter.wholeCost)(cost);
+    const maxDebt = (0, import_limiter.maxDebtOption)(options.maxDebt);
+    if (costN === 0n) return 0;
+    const k = String(key);
+    if (performance.now() < this.#downUntil) return this.#unanswered(k, cost, options, new Error("Redis failed moments ago"));
+    const { window, intervalNs, stamp } = this.#program;
+    let most = maxDebt < 0n ? MAX_OWED_NS : window + maxDebt * intervalNs;
+    if (most > MAX_OWED_NS) most = MAX_OWED_NS;
+    let reply;
+    try {
+      reply = await this.#withTimeout(this.#eval(this.redisKey(k), [stamp, String(costN), "", "c", String(most)]));
+    } catch (e) {
+      this.#downUntil = performance.now() + this.#retryIntervalMs;
+      if (this.#onError === "throw") throw new import_errors.UnavailableError(`Redis is unavailable: ${e?.message ?? e}`, this.#retryIntervalMs, { cause: e });
+      return cost;
+    }
+    if (!Array.isArray(reply) || reply.length !== 5) throw new Error(`unexpected reply from the Redis script: ${JSON.stringify(reply)}`);
+    const taken = Number(reply[4]);
+    return taken >= cost ? 0 : cost - taken;
+  }
+  /**
+   * Gives back `cost` admitted for `key` `ago` (a duration, default 0) that will never be used,
+   * in Redis (the scripts' refund): a debt shrinks first, a bucket never holds more than when
+   * it was full, a window gives back only what it counted in a window it still holds. While
+   * Redis does not answer, `onError` 'local' gives it back to this process's limiter;
+   * otherwise the tokens stay spent.
+   */
+  async refund(key, cost, options = {}) {
+    const costN = (0, import_limiter.wholeCost)(cost);
+    const agoNs = (0, import_limiter.agoOption)(options.ago);
+    if (costN === 0n) return;
+    const k = String(key);
+    if (performance.now() < this.#downUntil) {
+      if (this.#onError === "local") this.#localKeyed().refund(k, cost, options);
+      return;
+    }
+    try {
+      await this.#withTimeout(this.#eval(this.redisKey(k), [this.#program.stamp, String(costN), "", String(agoNs)]));
+    } catch {
+      this.#downUntil = performance.now() + this.#retryIntervalMs;
+    }
+  }
+  /** What a charge comes to while Redis is known not to answer: as `onError` says. */
+  #unanswered(key, cost, options, cause) {
+    switch (this.#onError) {
+      case "local":
+        return this.#localKeyed().charge(key, cost, options);
+      case "throw":
+        throw new import_errors.UnavailableError(`Redis is unavailable: ${cause?.message ?? cause}`, Math.max(0, Math.ceil(this.#downUntil - performance.now())), { cause });
+      default:
+        return cost;
+    }
   }
   /** Whether `cost` was taken from `key`'s bucket now. */
   async tryAcquire(key, cost = 1) {

@@ -84,6 +84,20 @@ export interface ScheduleOptions {
   timeout?: Duration;
 }
 
+export interface ChargeOptions {
+  /**
+   * The most tokens the bucket may owe beyond empty after this charge (a whole number, or
+   * Infinity: no cap, the default); what does not fit is forgiven. The window algorithms
+   * carry no debt and ignore it.
+   */
+  maxDebt?: number;
+}
+
+export interface RefundOptions {
+  /** How long ago the tokens were admitted (default 0): a window gives back only what it still counts. */
+  ago?: Duration;
+}
+
 /** The event names, as p-queue's: a task started, resolved, rejected; nothing waits; nothing runs. */
 export type QueueEvent = 'active' | 'completed' | 'error' | 'empty' | 'idle';
 
@@ -120,6 +134,14 @@ export declare class RateLimiter implements Observed {
   readonly isPaused: boolean;
   /** Takes `cost` tokens if they are there now and nobody waits ahead; never waits. */
   tryAcquire(cost?: number): boolean;
+  /**
+   * Takes `cost` tokens now without asking (a cost learnt once the work was done). A bucket
+   * takes all of it, going into debt up to `maxDebt` tokens beyond empty, and admits nothing
+   * until the refill has paid it; a window takes what it has left. Returns the part forgiven.
+   */
+  charge(cost: number, options?: ChargeOptions): number;
+  /** Gives back `cost` tokens admitted `ago` that will never be used; never beyond a full bucket. */
+  refund(cost: number, options?: RefundOptions): void;
   /** Waits until `cost` tokens are taken. */
   acquire(options?: ScheduleOptions): Promise<void>;
   /** Runs `fn` once its tokens are admitted; resolves to its result. */
@@ -201,6 +223,10 @@ export interface Limit extends Observed {
   readonly pending: number;
   concurrency: number;
   reconfigure(options: ReconfigureOptions): void;
+  /** RateLimiter.charge on its rate limiter (TypeError without a rate). */
+  charge(cost: number, options?: ChargeOptions): number;
+  /** RateLimiter.refund on its rate limiter (TypeError without a rate). */
+  refund(cost: number, options?: RefundOptions): void;
   pause(): void;
   resume(): void;
   clear(reason?: unknown): number;
@@ -222,6 +248,10 @@ export declare class Keyed<K = string> {
   has(key: K): boolean;
   get(key: K): RateLimiter;
   tryAcquire(key: K, cost?: number): boolean;
+  /** Takes `cost` from `key`'s bucket without asking (see RateLimiter.charge); returns the part forgiven. */
+  charge(key: K, cost: number, options?: ChargeOptions): number;
+  /** Gives back `cost` admitted for `key` `ago`; a key not held now gets nothing back. */
+  refund(key: K, cost: number, options?: RefundOptions): void;
   schedule<T>(key: K, fn: Task<T>, options?: ScheduleOptions): Promise<Awaited<T>>;
   wrap<A extends unknown[], T>(fn: (key: K, ...args: A) => T | PromiseLike<T>, options?: ScheduleOptions): (key: K, ...args: A) => Promise<Awaited<T>>;
   reconfigure(options: ReconfigureOptions): void;

@@ -144,6 +144,18 @@ class Limit extends Observed {
     this.#limiter.reconfigure(options);
   }
 
+  /** Takes `cost` from the rate limiter's bucket now without asking (see RateLimiter.charge). */
+  charge(cost, options) {
+    if (!this.#limiter) throw new TypeError('this limit() has no rate to charge');
+    return this.#limiter.charge(cost, options);
+  }
+
+  /** Gives back `cost` admitted `ago` to the rate limiter's bucket (see RateLimiter.refund). */
+  refund(cost, options) {
+    if (!this.#limiter) throw new TypeError('this limit() has no rate to refund');
+    this.#limiter.refund(cost, options);
+  }
+
   /** Starts nothing new until resume(). */
   pause() {
     this.#pool.pause();

@@ -23,11 +23,26 @@ export const defaultTimers = {
   clearTimeout: (t) => globalThis.clearTimeout(t),
 };
 
-function wholeCost(cost, what = 'cost') {
+export function wholeCost(cost, what = 'cost') {
   if (!Number.isSafeInteger(cost) || cost < 0) {
     throw new RangeError(`${what} must be a whole number of zero or more, got ${cost}`);
   }
   return BigInt(cost);
+}
+
+/** Reads the `maxDebt` option of a charge: BigInt tokens, or -1n for no cap (the default). */
+export function maxDebtOption(maxDebt) {
+  if (maxDebt === undefined || maxDebt === Infinity) return -1n;
+  if (!Number.isSafeInteger(maxDebt) || maxDebt < 0) {
+    throw new RangeError(`maxDebt must be a whole number of tokens (zero or more) or Infinity, got ${maxDebt}`);
+  }
+  return BigInt(maxDebt);
+}
+
+/** Reads the `ago` option of a refund: BigInt ns (default 0). */
+export function agoOption(ago) {
+  if (ago === undefined) return 0n;
+  return durationNs(ago, 'ago') ?? I64_MAX;
 }
 
 export function priorityCode(p) {
@@ -149,6 +164,50 @@ export class RateLimiter extends Observed {
     if (code === ADMITTED) return true;
     if (code === TOO_COSTLY) throw new InsufficientCapacityError(cost, this.capacity);
     return false;
+  }
+
+  /**
+   * Takes `cost` tokens now without asking: a cost learnt once the work was done (the tokens
+   * an LLM answer used, the bytes sent), which must be paid whatever is left. A bucket
+   * (token_bucket, gcra, leaky_bucket) takes all of it, going up to `maxDebt` tokens beyond
+   * empty (default: no cap); until the refill has paid that debt nothing is admitted, and the
+   * tasks waiting are planned after it. A window (sliding_log, sliding_window, fixed_window)
+   * takes what it has left. Returns the part of `cost` that was not taken, forgiven (0 when
+   * all was; all of it once the limiter is closed).
+   * @returns {number}
+   */
+  charge(cost, options = NO_OPTIONS) {
+    const costN = wholeCost(cost);
+    const maxDebt = maxDebtOption(options.maxDebt);
+    if (this.#closed) return cost;
+    if (costN === 0n) return 0;
+    return this.#settle((core, now) => core.charge(now, costN, maxDebt));
+  }
+
+  /**
+   * Gives back `cost` tokens admitted `ago` (a duration, default 0) that will never be used.
+   * A debt shrinks first; the bucket never holds more than when it was full, and a window
+   * gives back only what it counted in a window it still holds. The tasks waiting are planned
+   * again: the first may go now.
+   */
+  refund(cost, options = NO_OPTIONS) {
+    const costN = wholeCost(cost);
+    const agoNs = agoOption(options.ago);
+    if (this.#closed || costN === 0n) return;
+    this.#settle((core, now) => core.refund(now, costN, agoNs));
+  }
+
+  /**
+   * Runs `f(core, now)` on the bucket with nothing waiting in the core: the waiting tasks are
+   * withdrawn first (they spent nothing) and offered again after, in their order and with
+   * what is left of their waits, so that their turns are planned on the bucket `f` left (a
+   * debt delays them until the refill pays it; a refund may admit the first at once).
+   */
+  #settle(f) {
+    const waiting = this.#tasks.size > 0 ? this.#withdraw() : null;
+    const out = f(this.#core, this.#now());
+    if (waiting !== null) this.#reoffer(waiting);
+    return out;
   }
 
   /** Waits until `cost` tokens are taken (no task to run). */

@@ -1,6 +1,6 @@
 // Types of sluice-limits/redis (Node).
 
-import type { Algorithm, Duration } from './index.js';
+import type { Algorithm, ChargeOptions, Duration, RefundOptions } from './index.js';
 
 /** node-redis's createClient(): `sendCommand(args)`. */
 export interface NodeRedisClientLike {
@@ -69,6 +69,14 @@ export declare class RedisStore {
   redisKey(key: string): string;
   check(key: string, cost?: number): Promise<RedisDecision>;
   tryAcquire(key: string, cost?: number): Promise<boolean>;
+  /**
+   * Takes `cost` from `key`'s bucket in Redis without asking, as `sluice serve` settles a cost:
+   * a bucket goes into debt up to `maxDebt` tokens beyond empty, a window takes what it has
+   * left. Resolves to the part forgiven.
+   */
+  charge(key: string, cost: number, options?: ChargeOptions): Promise<number>;
+  /** Gives back `cost` admitted for `key` `ago` that will never be used; never beyond a full bucket. */
+  refund(key: string, cost: number, options?: RefundOptions): Promise<void>;
   schedule<T>(
     key: string,
     fn: () => T | PromiseLike<T>,

@@ -1,6 +1,7 @@
 // sluice-limits/redis on a real Redis Cluster (three masters), through node-redis's
-// createCluster() and ioredis's Cluster: each key's script runs on the node of its slot, the
-// keys spread over the masters, decisions stay exact, and NOSCRIPT on one node is healed.
+// createCluster() and ioredis's Cluster: each key's script (a decision or a charge) runs on the
+// node of its slot, the keys spread over the masters, decisions stay exact, and NOSCRIPT on one
+// node is healed.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -27,6 +28,13 @@ async function exercise(client, cluster, prefix) {
   const owner = cluster.nodes.find((n) => redisCli(n.port, 'EXISTS', store.redisKey('user-7')).trim() === '1');
   assert.ok(owner, 'user-7 is on one node');
   assert.match(redisCli(owner.port, 'GET', `${prefix}:{user-7}`), /^gcra:2:60000000000\|\d+/);
+  // A charge runs on the node of its key's slot too: 3 more on a spent bucket, owed there.
+  for (let i = 0; i < 30; i += 7) {
+    assert.equal(await store.charge(`user-${i}`, 3), 0);
+    const owed = await store.check(`user-${i}`, 0);
+    assert.equal(owed.allowed, false, `user-${i}: in debt, even a query is refused`);
+    assert.ok(owed.retryAfterMs > 170000 && owed.retryAfterMs <= 180000, `user-${i}: paid in ${owed.retryAfterMs} ms`);
+  }
   // A node that lost its scripts (a restart) gets them again through EVAL.
   for (const n of cluster.nodes) redisCli(n.port, 'SCRIPT', 'FLUSH');
   assert.equal(await store.tryAcquire('after-flush'), true);

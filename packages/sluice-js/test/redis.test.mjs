@@ -64,6 +64,82 @@ test('RedisStore: the Rust crate\'s key layout, exact denials, waits, aborts and
   }
 });
 
+test('RedisStore.charge: the scripts\' charge mode, its ARGV as the Rust crate builds them; debt, maxDebt, windows, refund', async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const redis = await startRedis();
+  const real = await createClient({ url: redis.url }).connect();
+  // node-redis's client, with every command it is given recorded.
+  const sent = [];
+  const client = { sendCommand: (args) => { sent.push(args); return real.sendCommand(args); } };
+  try {
+    const SHA = (await import('node:crypto')).createHash('sha1').update(DEBT).digest('hex');
+    const store = new RedisStore({ client, prefix: 'ch', algorithm: 'gcra', capacity: 5, rate: '1/s', onError: 'throw' });
+    // 12 on a full bucket of 5: all of it, 7 beyond empty (no cap: most_ns is 2^53).
+    assert.equal(await store.charge('k', 12), 0);
+    const argv = ['1', 'ch:{k}', 'gcra:5:1000000000', '12', '', 'c', '9007199254740992'];
+    // A fresh Redis: EVALSHA, NOSCRIPT, then EVAL with the same arguments.
+    assert.deepEqual(sent.slice(-2), [['EVALSHA', SHA, ...argv], ['EVAL', DEBT, ...argv]]);
+    const denied = await store.check('k', 0);
+    assert.equal(denied.allowed, false, 'a query on a key in debt');
+    assert.ok(denied.retryAfterMs > 6500 && denied.retryAfterMs <= 7000, `the debt is paid in ${denied.retryAfterMs} ms`);
+    const one = await store.check('k');
+    assert.ok(one.retryAfterMs > 7500 && one.retryAfterMs <= 8000, `a token in ${one.retryAfterMs} ms`);
+    // maxDebt: most_ns = window + maxDebt x interval; what does not fit is forgiven.
+    assert.equal(await store.charge('m', 12, { maxDebt: 2 }), 5);
+    assert.deepEqual(sent.at(-1).slice(4), ['gcra:5:1000000000', '12', '', 'c', String(5e9 + 2e9)]);
+    assert.equal(await store.charge('m', 3, { maxDebt: 2 }), 3, 'at the cap: all forgiven');
+    // A cap beyond what Redis counts is 2^53 ns, as charge_command caps it.
+    assert.equal(await store.charge('n', 1, { maxDebt: 1e7 }), 0);
+    assert.equal(sent.at(-1).at(-1), '9007199254740992');
+    assert.equal(await store.charge('n', 0), 0);
+    // Refund: EVALSHA ... <cost> '' <ago_ns>; the debt shrinks, never beyond full.
+    await store.refund('k', 3, { ago: '1s' });
+    assert.deepEqual(sent.at(-1).slice(4), ['gcra:5:1000000000', '3', '', '1000000000']);
+    const after = await store.check('k', 0);
+    assert.ok(after.retryAfterMs > 3500 && after.retryAfterMs <= 4000, `4 owed: ${after.retryAfterMs} ms`);
+    await store.refund('fresh', 3);
+    assert.equal((await store.check('fresh', 0)).remaining, 5, 'a full bucket stays full');
+    // Windows take what is left; the rest is forgiven.
+    // Windows of 5 min (aligned to the epoch): no boundary falls between these few steps.
+    for (const algorithm of ['fixed_window', 'sliding_window']) {
+      const w = new RedisStore({ client, prefix: 'ch', algorithm, capacity: 5, rate: '1/min', onError: 'throw' });
+      assert.equal(await w.tryAcquire(`w-${algorithm}`, 2), true);
+      assert.equal(await w.charge(`w-${algorithm}`, 10), 7, algorithm);
+      assert.deepEqual(sent.at(-1).slice(5), ['10', '', 'c', '9007199254740992']);
+      assert.equal((await w.check(`w-${algorithm}`, 0)).remaining, 0, algorithm);
+      await w.refund(`w-${algorithm}`, 2);
+      assert.equal((await w.check(`w-${algorithm}`, 0)).remaining, 2, `${algorithm}: refunded in its window`);
+    }
+    await assert.rejects(store.charge('k', -1), RangeError);
+    await assert.rejects(store.charge('k', 1, { maxDebt: 0.5 }), /maxDebt/);
+  } finally {
+    await real.quit();
+    await redis.close();
+  }
+});
+
+test('RedisStore.charge while Redis does not answer: onError decides', { timeout: 60000 }, async (t) => {
+  if (!which('redis-server') || !which('redis-cli')) return missing(t, 'redis-server and redis-cli');
+  const redis = await startRedis();
+  const client = await createClient({ url: redis.url }).connect();
+  try {
+    const local = new RedisStore({ client, prefix: 'down', capacity: 2, rate: '1/min', timeout: '100ms', retryInterval: '5s' });
+    const strict = new RedisStore({ client, prefix: 'down', capacity: 2, rate: '1/min', timeout: '100ms', onError: 'throw' });
+    redisCli(redis.port, 'CLIENT', 'PAUSE', '1500', 'ALL');
+    // Unanswered: nothing charged, all forgiven (or UnavailableError).
+    assert.equal(await local.charge('k', 5), 5);
+    await assert.rejects(strict.charge('k', 5), (e) => e instanceof UnavailableError && /within 100 ms/.test(e.message));
+    // Within retryInterval: the local limiter that decides meanwhile is charged.
+    assert.equal(await local.charge('k', 5), 0);
+    const d = await local.check('k', 0);
+    assert.deepEqual([d.source, d.allowed], ['local', false], 'the local bucket is in debt');
+    await local.refund('k', 1);
+  } finally {
+    await client.quit();
+    await redis.close();
+  }
+});
+
 test('RedisStore with an ioredis client: the same decisions and key', async (t) => {
   if (!which('redis-server')) return missing(t, 'redis-server');
   const redis = await startRedis();
@@ -259,6 +335,88 @@ test('interop: sluice serve and two Node processes share one bucket in Redis', {
       await client.quit();
     }
   } finally {
+    gateway.kill('SIGTERM');
+    await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
+    await rm(dir, { recursive: true, force: true });
+    await redis.close();
+  }
+});
+
+test('interop: a key charged into debt by Node is refused by sluice serve, and one /v1/settle charged is in debt for Node', { timeout: 120000 }, async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const bin = sluiceBin();
+  if (!bin) return missing(t, 'the sluice binary (cargo build -p sluice-server --bin sluice; SLUICE_BIN)');
+  const redis = await startRedis();
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-js-charge-'));
+  const [listen, admin] = [await freePort(), await freePort()];
+  const config = join(dir, 'sluice.toml');
+  await writeFile(config, [
+    '[server]',
+    `listen = "127.0.0.1:${listen}"`,
+    `admin_listen = "127.0.0.1:${admin}"`,
+    'workers = 1',
+    '[store]',
+    'backend = "redis"',
+    `url = "${redis.url}"`,
+    'prefix = "settled"',
+    'timeout = "2s"',
+    'on_error = "deny"',
+    '[[policy]]',
+    'name = "llm"',
+    'algorithm = "gcra"',
+    'capacity = 5',
+    'rate = "1/s"',
+    '[[route]]',
+    'path_prefix = "/"',
+    'policies = ["llm"]',
+    'upstream = "builtin:demo"',
+    '',
+  ].join('\n'));
+  const gateway = spawn(bin, ['serve', '--config', config], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const client = await createClient({ url: redis.url }).connect();
+  try {
+    const adminUrl = `http://127.0.0.1:${admin}`;
+    const post = (path, body) => fetch(`${adminUrl}${path}`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+    }).then(async (r) => ({ status: r.status, body: await r.json() }), () => ({ status: 0 }));
+    // Up, and its store answering from Redis.
+    const deadline = Date.now() + 30000;
+    while ((await post('/v1/check', { policy: 'llm', key: 'warm-up', cost: 0 })).status !== 200) {
+      if (Date.now() > deadline || gateway.exitCode !== null) throw new Error('sluice serve did not answer /v1/check');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const store = new RedisStore({ client, prefix: 'settled:llm', algorithm: 'gcra', capacity: 5, rate: '1/s', onError: 'throw' });
+
+    // Node charges 12 on a full bucket of 5: 7 owed. The gateway refuses the key until the
+    // refill has paid them and brought a token: about 8 s.
+    assert.equal(await store.charge('from-node', 12), 0);
+    const refused = await post('/v1/check', { policy: 'llm', key: 'from-node' });
+    t.diagnostic(`/v1/check after Node's charge: ${JSON.stringify(refused)}`);
+    assert.equal(refused.status, 429);
+    assert.equal(refused.body.allowed, false);
+    assert.ok(refused.body.retry_after_ms > 7000 && refused.body.retry_after_ms <= 8000, `retry after ${refused.body.retry_after_ms} ms`);
+    // Another key, not charged, is admitted: the debt is that key's alone.
+    assert.equal((await post('/v1/check', { policy: 'llm', key: 'other' })).status, 200);
+
+    // The gateway settles a request admitted with 1 that cost 13: 12 charged, 7 owed. Node's
+    // store refuses the key, even a query, until they are paid.
+    const settled = await post('/v1/settle', { policy: 'llm', key: 'from-gateway', reserved: 1, actual: 13 });
+    t.diagnostic(`/v1/settle: ${JSON.stringify(settled)}`);
+    assert.equal(settled.status, 200);
+    assert.equal(settled.body.charged, 12);
+    assert.equal(settled.body.owed, 7);
+    const query = await store.check('from-gateway', 0);
+    assert.equal(query.allowed, false, 'a query on the key the gateway put in debt');
+    assert.ok(query.retryAfterMs > 6000 && query.retryAfterMs <= 7000, `paid in ${query.retryAfterMs} ms`);
+    assert.equal(await store.tryAcquire('from-gateway'), false);
+    // Node's charge on that key adds to the same debt; its refund takes from it.
+    assert.equal(await store.charge('from-gateway', 2, { maxDebt: 8 }), 1, 'one more fits under maxDebt 8');
+    await store.refund('from-gateway', 4);
+    const again = await post('/v1/check', { policy: 'llm', key: 'from-gateway', cost: 0 });
+    assert.equal(again.status, 429);
+    assert.ok(again.body.retry_after_ms > 3000 && again.body.retry_after_ms <= 4000, `4 owed: ${again.body.retry_after_ms} ms`);
+  } finally {
+    await client.quit();
     gateway.kill('SIGTERM');
     await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
     await rm(dir, { recursive: true, force: true });

@@ -9,6 +9,7 @@ import {
 import { sleep } from '../src/time.js';
 import { fakeTime } from './fake-time.mjs';
 import { equal, deepEqual, ok, rejects, throws } from './check.mjs';
+import { chargeTests } from './charge.mjs';
 
 const tests = [];
 const test = (name, fn) => tests.push({ name, fn });
@@ -672,5 +673,7 @@ test('the default clock and timers: real time, spaced at the rate', async () => 
   ok(at[3] >= 149 && at[3] < 3000, `last at ${at[3]} ms`);
   l.close();
 });
+
+tests.push(...chargeTests);
 
 export { tests };

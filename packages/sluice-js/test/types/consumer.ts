@@ -8,7 +8,7 @@ import {
   SluiceError, QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, ClosedError,
   CircuitOpenError, UnavailableError,
 } from 'sluice-limits';
-import type { Algorithm, Duration, RateLimitHints, TimeoutReason } from 'sluice-limits';
+import type { Algorithm, ChargeOptions, Duration, RateLimitHints, RefundOptions, TimeoutReason } from 'sluice-limits';
 import { RedisStore } from 'sluice-limits/redis';
 import type { RedisDecision } from 'sluice-limits/redis';
 import { createClient, createCluster } from 'redis';
@@ -31,6 +31,11 @@ export async function main(): Promise<void> {
   await limiter.onIdle();
   const counts: number[] = [limiter.pending, limiter.active, limiter.available, limiter.capacity];
   const idle: boolean = limiter.isIdle() && !limiter.isPaused;
+  const charged: ChargeOptions = { maxDebt: 50 };
+  const forgiven: number = limiter.charge(120, charged) + limiter.charge(3) + limiter.charge(1, { maxDebt: Infinity });
+  const back: RefundOptions = { ago: '2s' };
+  limiter.refund(2, back);
+  limiter.refund(1);
   limiter.close();
 
   const pool = new PromisePool({ concurrency: 4, maxWait: '10s', timeout: 30000 });
@@ -48,6 +53,8 @@ export async function main(): Promise<void> {
   const r2: string = await both.run(() => 'y');
   both.concurrency = 3;
   both.reconfigure({ rate: '10/s' });
+  const bothForgiven: number = both.charge(4, { maxDebt: 10 });
+  both.refund(1, { ago: 100 });
   both.pause();
   both.resume();
   both.clear();
@@ -62,6 +69,8 @@ export async function main(): Promise<void> {
   const ran: number = await perUser.schedule('user-2', () => 7, { cost: 1 });
   const byKey: (key: string, n: number) => Promise<string> = perUser.wrap((key: string, k: number) => `${key}${k}`);
   perUser.reconfigure({ capacity: 20 });
+  const keyForgiven: number = perUser.charge('user-1', 30, { maxDebt: 5 });
+  perUser.refund('user-1', 2, { ago: '1s' });
   const sizes: number[] = [perUser.size, perUser.maxKeys, Number(perUser.has('x'))];
   perUser.close();
   also.close();
@@ -118,6 +127,8 @@ export async function main(): Promise<void> {
     const taken: boolean = await store.tryAcquire('k');
     const out: number = await store.schedule('k', () => 1, { cost: 1, signal: AbortSignal.timeout(100), maxWait: 500 });
     const key: string = store.redisKey('k');
+    const storeForgiven: number = await store.charge('k', 250, { maxDebt: 100 });
+    await store.refund('k', 1, { ago: '1s' });
   }
 
   // @ts-expect-error: rate is a string such as "10/s"
@@ -132,7 +143,11 @@ export async function main(): Promise<void> {
   new RedisStore({ client: {}, capacity: 1, rate: '1/s' });
   // @ts-expect-error: onError is local, allow, deny or throw
   new RedisStore({ client: io, capacity: 1, rate: '1/s', onError: 'ignore' });
+  // @ts-expect-error: maxDebt is a number of tokens
+  limiter.charge(5, { maxDebt: '50%' });
+  // @ts-expect-error: keyed charges name the key
+  perUser.charge(5);
   // @ts-expect-error: ALGORITHMS is read-only
   ALGORITHMS.sort();
-  void [n, ok, fetchLimited, cleared, counts, idle, doubled, one, wrapped, s, r2, parts, u, lim, ran, byKey, sizes, ra, state, called, names, hashed, d];
+  void [n, ok, fetchLimited, cleared, counts, idle, forgiven, bothForgiven, keyForgiven, doubled, one, wrapped, s, r2, parts, u, lim, ran, byKey, sizes, ra, state, called, names, hashed, d];
 }
