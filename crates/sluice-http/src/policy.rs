@@ -287,6 +287,29 @@ impl Policy {
         }
     }
 
+    /// What (tagged) `key` owes beyond an empty bucket, read from `state` (a peek of it): the
+    /// debt a settled charge left, in whole tokens (rounded up) and in the nanoseconds of
+    /// refill that pay it, under the quota that decides the key. `(0, 0)` for a key not in
+    /// debt and for the window algorithms, which carry none.
+    pub fn debt_of(&self, key: &str, state: &Decision) -> (u64, u64) {
+        let (quota, _) = self.quota_for(key);
+        let algorithm = AnyAlgorithm::new(self.algorithm().kind(), quota);
+        (algorithm.debt_tokens(state), algorithm.debt_ns(state))
+    }
+
+    /// `key`'s bucket now, consuming nothing, whether or not it would admit: a key in debt
+    /// refuses even a query, and its refusal carries its state all the same.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::peek`], less [`Error::Limited`].
+    pub async fn state_of(&self, key: &str) -> Result<Decision, Error> {
+        match self.peek(key).await {
+            Err(Error::Limited { decision, .. }) => Ok(decision),
+            other => other,
+        }
+    }
+
     /// The quota that decides (tagged) `key`, and where it comes from.
     pub fn quota_for(&self, key: &str) -> (Quota, QuotaSource) {
         let (p, untagged) = self.target(key);

@@ -318,6 +318,21 @@ async fn each_source_settles(store: &str, tag: &str) {
         (25_919..=25_921).contains(&retry),
         "Retry-After {retry} s covers the debt of 2,000 tokens and the reserve of 1,000"
     );
+    // `/v1/explain` shows the debt and when the refill has paid it (2,000 × 8.64 s).
+    let explained = common::post(
+        &gw.admin("/v1/explain"),
+        &format!(r#"{{"path": "/v1/chat", "headers": {{"x-api-key": "{key}"}}}}"#),
+    )
+    .await;
+    let json = explained.json();
+    let state = &json["policies"][0]["state"];
+    assert_eq!(state["owed"], 2000, "{json}");
+    let paid_in = state["paid_in_ms"].as_u64().unwrap();
+    assert!(
+        paid_in.abs_diff(2000 * 8_640) <= 2 * 8_640,
+        "paid in {paid_in} ms"
+    );
+    assert_eq!(json["status"], 429, "{json}");
     let series = |labels: &str| format!("sluice_settled{labels}");
     let forgiven = common::metric(
         &gw,

@@ -353,15 +353,8 @@ async fn settle(State(shared): State<&'static Shared>, body: Bytes) -> Response 
         origin: sluice::store::Origin::Store,
     };
     let settled = settle_one(&owed, Some(request.actual)).await;
-    // A key in debt refuses even a query: its refusal carries the state all the same.
-    let state = match policy.peek(&key).await {
-        Ok(d) | Err(sluice::Error::Limited { decision: d, .. }) => Some(d),
-        Err(_) => None,
-    };
-    let (owed, paid_in_ns) = state.map_or((0, 0), |d| {
-        let algorithm = policy.algorithm();
-        (algorithm.debt_tokens(&d), algorithm.debt_ns(&d))
-    });
+    let state = policy.state_of(&key).await.ok();
+    let (owed, paid_in_ns) = state.map_or((0, 0), |d| policy.debt_of(&key, &d));
     let body = format!(
         "{{\"refunded\":{},\"charged\":{},\"forgiven\":{},\"owed\":{},\"paid_in_ms\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{}}}\n",
         settled.refunded,

@@ -518,7 +518,7 @@ async fn rate_row(policy: &Arc<Policy>, ask: &Ask<'_>) -> Row {
             verdict: denied(Reason::Capacity, Duration::ZERO),
         };
     }
-    let state = match policy.peek(&key).await {
+    let state = match policy.state_of(&key).await {
         Ok(state) => state,
         Err(e) => {
             f.insert("state".into(), json!(null));
@@ -529,11 +529,14 @@ async fn rate_row(policy: &Arc<Policy>, ask: &Ask<'_>) -> Row {
             };
         }
     };
+    let (owed, paid_in_ns) = policy.debt_of(&key, &state);
     f.insert(
         "state".into(),
         json!({
             "remaining": state.remaining,
             "reset_after_ms": state.reset_after_ms_ceil(),
+            "owed": owed,
+            "paid_in_ms": paid_in_ns.div_ceil(1_000_000),
         }),
     );
     let wait = wait_for(policy.algorithm().which(), quota, &state, reserved.cost);
