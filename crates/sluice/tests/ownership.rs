@@ -5,11 +5,13 @@
 //!
 //! The model covers the bucket algorithms (`gcra`, `token_bucket`, `leaky_bucket`), which admit
 //! alike and refill linearly: a key's bound `U` grows by one token per interval up to the
-//! capacity, falls by each admission, falls to `min(U, capacity)` when the quota changes, to
-//! zero at a crash (every key spent), and is unchanged by an eviction or a clean restart. (A
-//! full key is as a key never seen: under a raised capacity it starts with the new one.) After
-//! every step each admission must have been covered by the bound, and every key must show no
-//! more whole tokens than the bound allows.
+//! capacity, falls by each admission and by each settled charge (taken whole: below zero when
+//! the key goes into debt, up to several times the capacity), rises by at most a refund's
+//! cost, falls to `min(U, capacity)` when the quota changes, to `min(U, 0)` at a crash (every
+//! key spent, a debt kept), and is unchanged by an eviction or a clean restart. (A full key is
+//! as a key never seen: under a raised capacity it starts with the new one.) After every step
+//! each admission must have been covered by the bound, and every key must show no more whole
+//! tokens than the bound allows (none while in debt).
 
 mod support;
 
@@ -42,6 +44,10 @@ enum Op {
         capacity: u64,
         per_sec: u64,
     },
+    /// A cost learnt after the fact, charged on a key without asking.
+    Charge { key: usize, cost: u64 },
+    /// The key's latest admission of this process given back (another policy refused it).
+    Refund { key: usize },
     /// File store only: a clean stop and start on the same file.
     Restart,
     /// File store only: the process dies (its last periodic file is what the next one reads).
@@ -52,7 +58,9 @@ fn op(file: bool) -> impl Strategy<Value = Op> {
     let key = 0..KEYS.len();
     let common = prop_oneof![
         6 => (key.clone(), 1..=2u64).prop_map(|(key, cost)| Op::Admit { key, cost }),
-        3 => (key, 1..=2u64).prop_map(|(key, cost)| Op::Wait { key, cost }),
+        3 => (key.clone(), 1..=2u64).prop_map(|(key, cost)| Op::Wait { key, cost }),
+        2 => (key.clone(), 1..=15u64).prop_map(|(key, cost)| Op::Charge { key, cost }),
+        1 => key.prop_map(|key| Op::Refund { key }),
         4 => (1..1500u64).prop_map(|ms| Op::Advance { ms }),
         2 => (bucket_kind(), 2..=6u64, 1..=4u64)
             .prop_map(|(kind, capacity, per_sec)| Op::Reconfigure { kind, capacity, per_sec }),
@@ -102,6 +110,14 @@ impl Model {
             }
             self.at = t;
         }
+    }
+
+    fn charge(&mut self, key: usize, cost: u64) {
+        self.bound[key] -= cost as f64;
+    }
+
+    fn refund(&mut self, key: usize, cost: u64) {
+        self.bound[key] = (self.bound[key] + cost as f64).min(self.capacity);
     }
 
     fn admit(&mut self, key: usize, cost: u64, t: u64, context: &str) {
@@ -156,6 +172,20 @@ impl Subject {
         }
     }
 
+    async fn charge(&self, key: &str, cost: u64) {
+        match self {
+            Subject::Memory(s) => s.charge(key, cost, u64::MAX).await,
+            Subject::File { store, .. } => store.charge(key, cost, u64::MAX).await,
+        };
+    }
+
+    async fn refund(&self, key: &str, cost: u64, ago: Duration) {
+        match self {
+            Subject::Memory(s) => s.refund(key, cost, ago).await,
+            Subject::File { store, .. } => store.refund(key, cost, ago).await,
+        }
+    }
+
     async fn peek(&self, key: &str) -> u64 {
         match self {
             Subject::Memory(s) => s.peek(key).await.unwrap().remaining,
@@ -197,15 +227,34 @@ async fn run(ops: Vec<Op>, file: bool) {
     let mut model = Model::new(capacity, 1_000_000_000 / per_sec);
     let admissions: Admissions = Arc::default();
     let mut tasks = Vec::new();
+    // Per key, the `check` admissions of this process not yet refunded: (cost, when).
+    let mut refundable: [Vec<(u64, tokio::time::Instant)>; KEYS.len()] = Default::default();
     for (step, op) in ops.into_iter().enumerate() {
         let context = format!("step {step} ({op:?})");
         match op {
             Op::Admit { key, cost } => {
                 if subject.check(KEYS[key], cost).is_ok() {
-                    admissions
-                        .lock()
-                        .push((key, cost, tokio::time::Instant::now()));
+                    let now = tokio::time::Instant::now();
+                    admissions.lock().push((key, cost, now));
+                    refundable[key].push((cost, now));
                 }
+            }
+            Op::Charge { key, cost } => {
+                drain(&admissions, &mut model, &since, &context);
+                model.to(since(tokio::time::Instant::now()));
+                subject.charge(KEYS[key], cost).await;
+                model.charge(key, cost);
+            }
+            Op::Refund { key } => {
+                let Some((cost, at)) = refundable[key].pop() else {
+                    continue;
+                };
+                drain(&admissions, &mut model, &since, &context);
+                model.to(since(tokio::time::Instant::now()));
+                subject
+                    .refund(KEYS[key], cost, tokio::time::Instant::now() - at)
+                    .await;
+                model.refund(key, cost);
             }
             Op::Wait { key, cost } => {
                 let admitted = Arc::clone(&admissions);
@@ -278,8 +327,12 @@ async fn run(ops: Vec<Op>, file: bool) {
                 *generation = next;
                 let now = since(tokio::time::Instant::now());
                 model.to(now);
+                // Refunds are for admissions of this process.
+                refundable = Default::default();
                 if crashed {
-                    model.bound = [0.0; KEYS.len()];
+                    for b in &mut model.bound {
+                        *b = b.min(0.0);
+                    }
                 } else {
                     // The restore counts the wall-clock time of the restart (in ms, rounded up).
                     let real = wall.elapsed().as_nanos() as u64 + 2_000_000;
@@ -293,8 +346,10 @@ async fn run(ops: Vec<Op>, file: bool) {
         model.to(since(tokio::time::Instant::now()));
         for (key, name) in KEYS.iter().enumerate() {
             let shown = subject.peek(name).await;
+            // A key in debt (a negative bound) shows no tokens; its admissions are what the
+            // debt holds back, and `Model::admit` checks them.
             assert!(
-                shown as f64 <= model.bound[key] + EPS,
+                shown as f64 <= model.bound[key].max(0.0) + EPS,
                 "{context}: key {name} shows {shown} tokens, the model allows {:.4}",
                 model.bound[key]
             );

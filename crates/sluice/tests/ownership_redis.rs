@@ -7,9 +7,10 @@
 //! quota that wrote it: it refills at that quota's rate up to that capacity, and a gateway
 //! that reads it under another quota (to decide, or only to look) converts it and writes it
 //! back under its own: `min(left, its capacity)` (the model allows its whole capacity for a
-//! key that was full, as for a key never seen). After every step each admission
-//! must have been covered by the bound, and each gateway must see no more whole tokens than
-//! the bound allows.
+//! key that was full, as for a key never seen). A settled charge takes its whole cost (the key
+//! goes into debt: a negative bound, kept through every conversion), and a refund gives back
+//! at most its cost, never beyond full. After every step each admission must have been
+//! covered by the bound, and each gateway must see no more whole tokens than the bound allows.
 
 #![cfg(feature = "redis")]
 
@@ -30,6 +31,10 @@ const EPS: f64 = 1e-6;
 enum Op {
     /// Gateway `gw` decides `cost` for a key.
     Admit { gw: usize, key: usize, cost: u64 },
+    /// Gateway `gw` charges a cost learnt after the fact (up to several capacities).
+    Charge { gw: usize, key: usize, cost: u64 },
+    /// Gateway `gw` gives back the key's latest admission (another policy refused it).
+    Refund { gw: usize, key: usize },
     /// Time passes (milliseconds of the scripts' clock).
     Advance { ms: u64 },
     /// Gateway `gw` alone changes its quota (the other has not reloaded).
@@ -44,6 +49,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0..2usize, 0..KEYS.len(), 1..=2u64).prop_map(|(gw, key, cost)| Op::Admit { gw, key, cost }),
+        2 => (0..2usize, 0..KEYS.len(), 1..=20u64).prop_map(|(gw, key, cost)| Op::Charge { gw, key, cost }),
+        1 => (0..2usize, 0..KEYS.len()).prop_map(|(gw, key)| Op::Refund { gw, key }),
         3 => (1..1500u64).prop_map(|ms| Op::Advance { ms }),
         2 => (0..2usize, prop_oneof![Just(Kind::Gcra), Just(Kind::TokenBucket), Just(Kind::LeakyBucket)], 2..=8u64, 1..=4u64)
             .prop_map(|(gw, kind, capacity, per_sec)| Op::Reconfigure { gw, kind, capacity, per_sec }),
@@ -115,6 +122,8 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) {
         capacity: 4.0,
         interval: 500_000_000.0,
     }; KEYS.len()];
+    // Per key, the admissions not yet refunded: (cost, when).
+    let mut refundable: [Vec<(u64, u64)>; KEYS.len()] = Default::default();
     for (step, op) in ops.into_iter().enumerate() {
         let elapsed = real.elapsed().as_nanos() as u64 + 1_000_000;
         real = std::time::Instant::now();
@@ -133,7 +142,33 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) {
                         KEYS[key]
                     );
                     bounds[key].tokens -= cost as f64;
+                    refundable[key].push((cost, now));
                 }
+            }
+            Op::Charge { gw, key, cost } => {
+                now += elapsed;
+                let (capacity, interval) = quota[gw];
+                let forgiven = gateways[gw]
+                    .charge_at(KEYS[key], cost, u64::MAX, now)
+                    .await
+                    .unwrap();
+                assert_eq!(forgiven, 0, "{context}: a charge with no cap forgave");
+                bounds[key] = bounds[key].reread(now, capacity, interval);
+                bounds[key].tokens -= cost as f64;
+            }
+            Op::Refund { gw, key } => {
+                let Some((cost, at)) = refundable[key].pop() else {
+                    continue;
+                };
+                now += elapsed;
+                let (capacity, interval) = quota[gw];
+                let ago = std::time::Duration::from_nanos(now - at);
+                gateways[gw]
+                    .refund_at(KEYS[key], cost, ago, now)
+                    .await
+                    .unwrap();
+                bounds[key] = bounds[key].reread(now, capacity, interval);
+                bounds[key].tokens = (bounds[key].tokens + cost as f64).min(capacity);
             }
             Op::Advance { ms } => now += (ms * 1_000_000).max(elapsed),
             Op::Reconfigure {
@@ -160,7 +195,8 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) {
                 let (capacity, interval) = quota[gw];
                 // Any read converts the key to the reader's quota, and writes it so.
                 bounds[key] = bounds[key].reread(now, capacity, interval);
-                let allowed = bounds[key].tokens;
+                // A key in debt (a negative bound) shows no tokens.
+                let allowed = bounds[key].tokens.max(0.0);
                 assert!(
                     seen as f64 <= allowed + EPS,
                     "{context}: gateway {gw} sees {seen} tokens in key {name}, the model allows {allowed:.4}"
