@@ -193,6 +193,7 @@ mod at;
 mod cache;
 mod charge;
 mod config;
+mod deferred;
 mod lease;
 mod leased;
 mod link;
