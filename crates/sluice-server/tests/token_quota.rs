@@ -597,3 +597,97 @@ async fn every_window_of_every_client_keeps_the_bound() {
         honest.2.whole.delivered
     );
 }
+
+/// Redis stops answering (SIGSTOP) for 2.25 s while answers admitted by it stream, then
+/// comes back (SIGCONT), under `on_error = "local"`. While it is stopped the gateway decides
+/// with a bucket of its own, so what it admitted then (every answer whose admission may fall
+/// between the SIGSTOP and 2.5 s after the SIGCONT, by which time the gateway is back on
+/// Redis) is left out of the count; the answers Redis admitted are held to the bound. Their
+/// settlements are due to Redis: a charge made elsewhere, or lost, would let Redis admit the
+/// debt over again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_while_settling_keeps_the_bound() {
+    let Some(redis) = redis_support::RedisServer::start() else {
+        return;
+    };
+    let upstream = Arc::new(LlmUpstream::start().await);
+    let gw = Arc::new(
+        Gateway::start(
+            "",
+            &config(&upstream.addr, &redis_store(&redis, "200ms", "local")),
+        )
+        .await,
+    );
+    let run = Duration::from_secs(25);
+    // The heavy answers stream for 1.5 s, so the SIGSTOP finds them streaming and they settle
+    // while Redis is stopped; the honest client keeps asking meanwhile.
+    let drives: Vec<_> = rows(1500, 400)
+        .into_iter()
+        .filter(|row| row.store == "redis")
+        .map(|row| tokio::spawn(drive(Arc::clone(&gw), Arc::clone(&upstream), row, run)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(750)).await;
+    redis.signal("STOP");
+    let stopped = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2250)).await;
+    redis.signal("CONT");
+    let resumed = Instant::now();
+    let mut outcomes = Vec::new();
+    for d in drives {
+        outcomes.push(d.await.unwrap());
+    }
+    let local_until = resumed + Duration::from_millis(2500);
+    let verdicts: Vec<Verdict> = outcomes
+        .iter()
+        .map(|(_, o)| {
+            let calls = &o.calls;
+            judge(calls, &|k| {
+                calls[k].arrived < stopped || calls[k].sent > local_until
+            })
+        })
+        .collect();
+    let table: Vec<_> = outcomes
+        .iter()
+        .zip(&verdicts)
+        .map(|((row, outcome), verdict)| (row.clone(), outcome, verdict))
+        .collect();
+    print_table(
+        "Redis stopped 0.75 s to 3.0 s into the run, on_error = \"local\" (answers it may have admitted locally left out)",
+        &table,
+    );
+    for (row, outcome) in &outcomes {
+        let left_out = outcome
+            .calls
+            .iter()
+            .filter(|c| !(c.arrived < stopped || c.sent > local_until))
+            .count();
+        println!(
+            "{}: {left_out} of {} answers left out (possibly admitted locally)",
+            row.label,
+            outcome.calls.len()
+        );
+    }
+    let log = gw.log_text();
+    let forgiven = metric(
+        &gw,
+        "sluice_settled_cost_total{policy=\"llm\",direction=\"forgiven\"}",
+    )
+    .await;
+    let fallbacks = metric(&gw, "sluice_store_fallbacks_total").await;
+    println!(
+        "tokens forgiven {}, decisions by the fallback {}",
+        forgiven as u64, fallbacks as u64
+    );
+    assert!(log.contains("redis store down"), "{log}");
+    assert!(log.contains("redis store recovered"), "{log}");
+    for ((row, outcome), verdict) in outcomes.iter().zip(&verdicts) {
+        assert!(
+            verdict.over.is_empty(),
+            "{}: {} windows above the bound, the worst {:?}; calls {:?}",
+            row.label,
+            verdict.over.len(),
+            verdict.worst,
+            outcome.calls
+        );
+    }
+}
