@@ -10,179 +10,19 @@ mod common;
 #[path = "../../sluice/tests/support/redis.rs"]
 mod redis_support;
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::llm::{llm_upstream, Chan};
 use common::{client, Gateway};
-use http::{Request, Response};
+use http::Request;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
 const CAPACITY: u64 = 10_000;
 const RESERVE: u64 = 1_000;
-
-/// A response body fed from a channel, frame by frame, as the upstream's handler sends them.
-struct Chan(mpsc::Receiver<Frame<Bytes>>);
-
-impl http_body::Body for Chan {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|f| f.map(Ok))
-    }
-}
-
-fn query(req: &Request<Incoming>, name: &str) -> Option<String> {
-    req.uri().query()?.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k == name).then(|| v.to_owned())
-    })
-}
-
-/// An OpenAI-like upstream on HTTP/1.1 and h2c. `?kind=` picks the answer:
-/// `json` (a chat completion with `usage.total_tokens = tokens`), `silent` (the same without
-/// usage), `sse` (`chunks` content events, then the usage event, then `[DONE]`; with
-/// `stall=before` it stops before the usage event, with `stall=after` after it, holding the
-/// stream open), `trailer` (a body, then the trailer `x-usage: tokens`), `header` (`x-usage`
-/// in the head), `big` (`mib` MiB of events, then the usage event), `echo` (the request body's
-/// length).
-async fn llm_upstream() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    Ok::<_, Infallible>(answer(req).await)
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr.to_string()
-}
-
-async fn answer(req: Request<Incoming>) -> Response<Chan> {
-    let kind = query(&req, "kind").unwrap_or_default();
-    let tokens: u64 = query(&req, "tokens")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    let (tx, rx) = mpsc::channel::<Frame<Bytes>>(4);
-    let mut response = Response::new(Chan(rx));
-    let content_type = if matches!(kind.as_str(), "sse" | "big") {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
-    response
-        .headers_mut()
-        .insert("content-type", content_type.parse().unwrap());
-    if kind == "trailer" {
-        // An HTTP/1.1 answer announces its trailers (hyper sends only those announced).
-        response
-            .headers_mut()
-            .insert("trailer", "x-usage".parse().unwrap());
-    }
-    if kind == "header" {
-        response
-            .headers_mut()
-            .insert("x-usage", tokens.to_string().parse().unwrap());
-    }
-    let chunks: usize = query(&req, "chunks")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(3);
-    let stall = query(&req, "stall").unwrap_or_default();
-    let mib: usize = query(&req, "mib").and_then(|m| m.parse().ok()).unwrap_or(0);
-    let body_len = if kind == "echo" {
-        req.into_body()
-            .collect()
-            .await
-            .map_or(0, |b| b.to_bytes().len())
-    } else {
-        0
-    };
-    tokio::spawn(async move {
-        let data = |s: String| Frame::data(Bytes::from(s));
-        let usage = format!(
-            r#"{{"prompt_tokens":{p},"completion_tokens":{c},"total_tokens":{tokens}}}"#,
-            p = tokens / 3,
-            c = tokens - tokens / 3
-        );
-        match kind.as_str() {
-            "json" => {
-                let _ = tx.send(data(r#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"about \"usage\": {\"total_tokens\": 1}"}}],"#.into())).await;
-                let _ = tx.send(data(format!(r#""usage":{usage}}}"#))).await;
-            }
-            "silent" | "header" => {
-                let _ = tx.send(data(r#"{"choices":[]}"#.into())).await;
-            }
-            "echo" => {
-                let _ = tx.send(data(format!(r#"{{"body_len":{body_len}}}"#))).await;
-            }
-            "sse" | "big" => {
-                let event = |text: &str| {
-                    format!(
-                        "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}],\"usage\":null}}\n\n"
-                    )
-                };
-                if kind == "big" {
-                    // 64 KiB of events per frame.
-                    let one = event(&"x".repeat(100));
-                    let frame = one.repeat(65_536 / one.len());
-                    let mut sent = 0;
-                    while sent < mib << 20 {
-                        if tx.send(data(frame.clone())).await.is_err() {
-                            return;
-                        }
-                        sent += frame.len();
-                    }
-                } else {
-                    for i in 0..chunks {
-                        let _ = tx.send(data(event(&format!("word {i}")))).await;
-                    }
-                }
-                if stall == "before" {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    return;
-                }
-                let _ = tx
-                    .send(data(format!(
-                        "data: {{\"choices\":[],\"usage\":{usage}}}\n\n"
-                    )))
-                    .await;
-                if stall == "after" {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    return;
-                }
-                let _ = tx.send(data("data: [DONE]\n\n".into())).await;
-            }
-            "trailer" => {
-                let _ = tx.send(data(r#"{"choices":[]}"#.into())).await;
-                let mut trailers = http::HeaderMap::new();
-                trailers.insert("x-usage", tokens.to_string().parse().unwrap());
-                let _ = tx.send(Frame::trailers(trailers)).await;
-            }
-            _ => {}
-        }
-    });
-    response
-}
 
 fn config(upstream: &str, store: &str) -> String {
     let route = |prefix: &str, policy: &str, scheme: &str| {

@@ -1,11 +1,12 @@
 //! The harness of the integration tests: the real `sluice` binary against a real upstream,
 //! both on 127.0.0.1 ports chosen by the OS. The families of helpers only some suites need
 //! have modules of their own: `config` (policies and routes in TOML), `h2_frames` (HTTP/2
-//! written by hand) and `tools` (curl, h2load).
+//! written by hand), `llm` (an OpenAI-like upstream) and `tools` (curl, h2load).
 #![allow(dead_code)]
 
 pub mod config;
 pub mod h2_frames;
+pub mod llm;
 pub mod tools;
 
 use std::collections::HashMap;
