@@ -195,6 +195,9 @@ pub struct Ask<'a> {
     /// Whether it came from a trusted proxy, whose headers may set a request's cost
     /// (`cost.request = "header:NAME"`); from anyone else, such a header is ignored.
     pub from_trusted_proxy: bool,
+    /// The whole request body, when it was read for a reservation computed from it
+    /// (`cost.reserve = "openai"`); `None` when it was not read.
+    pub body: Option<&'a [u8]>,
 }
 
 impl Ask<'_> {
@@ -206,7 +209,7 @@ impl Ask<'_> {
                 settles: false,
                 counts_request_body: false,
             },
-            Some(spec) => spec.reserve_for(self.headers, self.from_trusted_proxy),
+            Some(spec) => spec.reserve_for(self.headers, self.from_trusted_proxy, self.body),
         }
     }
 
@@ -520,6 +523,7 @@ mod tests {
             cost: 1,
             may_wait: true,
             from_trusted_proxy: false,
+            body: None,
         }
     }
 

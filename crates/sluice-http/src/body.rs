@@ -231,8 +231,29 @@ where
     /// Also counts the bytes read in `counter` (for a policy whose cost is the body's
     /// length, settled once it is known).
     pub fn counted(mut self, counter: RequestBytes) -> Self {
+        // What was already read ahead counts too.
+        counter.store(self.seen, std::sync::atomic::Ordering::Relaxed);
         self.counted = Some(counter);
         self
+    }
+
+    /// Sets the most bytes the body may have (the route's `max_body`, once it is known).
+    pub fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
+    /// The whole body, if [`RequestBody::read_ahead`] read all of it: its data frames joined.
+    pub fn read_whole(&self) -> Option<Vec<u8>> {
+        if !self.inner_done {
+            return None;
+        }
+        let mut whole = Vec::with_capacity(usize::try_from(self.ahead_bytes).unwrap_or(0));
+        for frame in &self.ahead {
+            if let Some(data) = frame.data_ref() {
+                whole.extend_from_slice(data);
+            }
+        }
+        Some(whole)
     }
 
     /// Reads the body until at least `bytes` bytes of it are held here, or it ends; the

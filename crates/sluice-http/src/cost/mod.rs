@@ -146,10 +146,49 @@ pub struct CostSpec {
     pub request: Option<RequestCost>,
     /// Where the real cost is read when the response ends.
     pub settle: Option<Settle>,
+    /// A reservation computed from the request body instead of `reserve` (which then stands
+    /// only for a request whose body was not read).
+    pub from_body: Option<BodyReserve>,
     /// The most a key may owe beyond empty after a settled charge, in tokens: what a charge
     /// would take beyond it is forgiven. `u64::MAX` (the default) sets no cap, which is what
     /// the bound `capacity + rate × T` needs.
     pub max_debt: u64,
+}
+
+/// A reservation read from the request body (`cost.reserve = "openai"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyReserve {
+    /// An OpenAI-compatible request (chat completions, completions, responses): the most
+    /// tokens its answer may have (`max_completion_tokens`, else `max_tokens`, else
+    /// `max_output_tokens`, else `default_max_tokens`), times `n` choices, plus an upper bound
+    /// of its prompt's tokens: the body's length in bytes, since every token of a prompt is at
+    /// least one byte of it and the body holds every byte of the prompt. An answer that keeps
+    /// within its own limit then costs at most what was reserved: the settlement only refunds.
+    OpenAi {
+        /// The answer's budget for a request that does not give one.
+        default_max_tokens: u64,
+    },
+}
+
+impl BodyReserve {
+    /// The tokens to reserve for a request whose whole body is `body`.
+    pub fn reserve(&self, body: &[u8]) -> u64 {
+        let BodyReserve::OpenAi { default_max_tokens } = *self;
+        let parsed: Option<serde_json::Map<String, serde_json::Value>> =
+            serde_json::from_slice(body).ok();
+        let field = |name: &str| {
+            parsed
+                .as_ref()
+                .and_then(|m| m.get(name))
+                .and_then(serde_json::Value::as_u64)
+        };
+        let answer = field("max_completion_tokens")
+            .or_else(|| field("max_tokens"))
+            .or_else(|| field("max_output_tokens"))
+            .unwrap_or(default_max_tokens);
+        let choices = field("n").unwrap_or(1).max(1);
+        (body.len() as u64).saturating_add(answer.saturating_mul(choices))
+    }
 }
 
 /// What a request takes from a policy before it is forwarded, and whether that is final.
@@ -165,8 +204,16 @@ pub struct Reserved {
 
 impl CostSpec {
     /// What a request with `headers` takes now; `trusted`: it came from a trusted proxy,
-    /// whose cost header is believed.
-    pub fn reserve_for(&self, headers: &HeaderMap, trusted: bool) -> Reserved {
+    /// whose cost header is believed; `body`: its whole body, when it was read for a
+    /// reservation computed from it.
+    pub fn reserve_for(&self, headers: &HeaderMap, trusted: bool, body: Option<&[u8]>) -> Reserved {
+        if let (Some(from_body), Some(body)) = (&self.from_body, body) {
+            return Reserved {
+                cost: from_body.reserve(body),
+                settles: self.settle.is_some(),
+                counts_request_body: false,
+            };
+        }
         let number = |name: &HeaderName| {
             headers
                 .get(name)
@@ -220,35 +267,37 @@ mod tests {
             reserve: 7,
             request: Some(RequestCost::Header(HeaderName::from_static("x-cost"))),
             settle: None,
+            from_body: None,
             max_debt: u64::MAX,
         };
         let mut headers = HeaderMap::new();
-        assert_eq!(spec.reserve_for(&headers, true).cost, 7);
+        assert_eq!(spec.reserve_for(&headers, true, None).cost, 7);
         headers.insert("x-cost", "42".parse().unwrap());
-        let r = spec.reserve_for(&headers, true);
+        let r = spec.reserve_for(&headers, true, None);
         assert_eq!((r.cost, r.settles), (42, false));
         assert_eq!(
-            spec.reserve_for(&headers, false).cost,
+            spec.reserve_for(&headers, false, None).cost,
             7,
             "a client cannot set its own cost"
         );
         headers.insert("x-cost", "lots".parse().unwrap());
-        assert_eq!(spec.reserve_for(&headers, true).cost, 7);
+        assert_eq!(spec.reserve_for(&headers, true, None).cost, 7);
 
         let bytes = CostSpec {
             reserve: 1000,
             request: Some(RequestCost::BodyBytes),
             settle: None,
+            from_body: None,
             max_debt: u64::MAX,
         };
         let mut headers = HeaderMap::new();
-        let chunked = bytes.reserve_for(&headers, false);
+        let chunked = bytes.reserve_for(&headers, false, None);
         assert_eq!(
             (chunked.cost, chunked.settles, chunked.counts_request_body),
             (1000, true, true)
         );
         headers.insert(CONTENT_LENGTH, "512".parse().unwrap());
-        let known = bytes.reserve_for(&headers, false);
+        let known = bytes.reserve_for(&headers, false, None);
         assert_eq!((known.cost, known.settles), (512, false));
     }
 }

@@ -124,6 +124,8 @@ pub struct Gateway {
     /// Every route's requests may take the byte path ([`Route::takes_bytes`]): then a
     /// request needs no route lookup to know it (its decision does one).
     pub(crate) all_take_bytes: bool,
+    /// Some route has a policy whose reservation is read from the request body.
+    reads_body: bool,
     trusted: TrustedProxies,
     body_timeout: Option<Duration>,
     tunnel_idle: Option<Duration>,
@@ -139,6 +141,7 @@ impl Gateway {
     pub fn new(routes: RouteTable, trusted: TrustedProxies) -> Gateway {
         Gateway {
             all_take_bytes: routes.routes().iter().all(|r| r.takes_bytes()),
+            reads_body: routes.routes().iter().any(|r| reserves_from_body(r)),
             routes,
             trusted,
             body_timeout: None,
@@ -217,8 +220,39 @@ impl Gateway {
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut request = request;
-        let admitted = match self.decide(&mut request, peer, protocol).await {
+        // The body's limit is the route's, set once the route is known.
+        let mut request = request.map(|body| RequestBody::new(body, u64::MAX, self.body_timeout));
+        // A reservation computed from the body: read it whole (within the route's max_body,
+        // timed between reads) before any policy decides.
+        let mut whole = None;
+        if self.reads_body && protocol != Protocol::Grpc && protocol != Protocol::Ws {
+            // A declared length above the limit is refused by `decide` without reading.
+            let route = self
+                .route_reading_body(&request)
+                .filter(|r| declared_length(request.headers()).is_none_or(|n| n <= r.body_limit()));
+            if let Some(route) = route {
+                let limit = route.body_limit();
+                request.body_mut().set_limit(limit);
+                if let Err(e) = request.body_mut().read_ahead(limit.saturating_add(1)).await {
+                    let e = match BodyError::find(&*e) {
+                        Some(cut) => ProxyError::Body(cut),
+                        None => ProxyError::Client(e),
+                    };
+                    let (response, outcome) = failure(route, protocol, &e);
+                    return Handled {
+                        response: response.map(Body::from),
+                        route: Some(route),
+                        client_ip: self.trusted.client_ip(peer.ip(), request.headers()),
+                        outcome,
+                    };
+                }
+                whole = request.body().read_whole();
+            }
+        }
+        let admitted = match self
+            .decide(&mut request, peer, protocol, whole.as_deref())
+            .await
+        {
             Decided::Answer(answer) => {
                 return Handled {
                     response: answer.response.map(Body::from),
@@ -248,12 +282,10 @@ impl Gateway {
             self.upgrade(proxy, request, route, peer, admission.permits)
                 .await
         } else {
-            let mut request = request.map(|body| {
-                let body = RequestBody::new(body, max_body, self.body_timeout);
-                match &request_bytes {
-                    Some(counter) => body.counted(Arc::clone(counter)),
-                    None => body,
-                }
+            request.body_mut().set_limit(max_body);
+            let mut request = request.map(|body| match &request_bytes {
+                Some(counter) => body.counted(Arc::clone(counter)),
+                None => body,
             });
             let body = request.body_mut();
             // A gRPC call's request body is a stream of messages whose sender may wait for
@@ -332,11 +364,13 @@ impl Gateway {
     /// WebSocket's `GET`), the canonical path, the route, the declared body size, and the
     /// route's policies. `request` leaves with its canonical URI and, unless its peer is a
     /// trusted proxy, without `Forwarded`.
+    /// `body`: the whole request body, when it was read for a reservation computed from it.
     pub(crate) async fn decide<B>(
         &self,
         request: &mut Request<B>,
         peer: SocketAddr,
         protocol: Protocol,
+        body: Option<&[u8]>,
     ) -> Decided<'_> {
         let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
         let answer = |response, route, outcome| {
@@ -425,6 +459,7 @@ impl Gateway {
             cost: 1,
             may_wait: body_may_wait(request.headers(), route.max_queued_body()),
             from_trusted_proxy: self.trusted.contains(peer.ip()),
+            body,
         };
         // A policy with plans or per-key quotas shows the quota that decides this request.
         let policy_header = headers::policy_header_for(route.policy_list(), &ask)
@@ -456,6 +491,28 @@ impl Gateway {
             admission,
             policy_header,
         })
+    }
+}
+
+/// Whether a policy of `route` reads its reservation from the request body.
+fn reserves_from_body(route: &Route) -> bool {
+    route
+        .policy_list()
+        .iter()
+        .any(|p| p.cost().is_some_and(|c| c.from_body.is_some()))
+}
+
+impl Gateway {
+    /// The route of `request` (by its canonical path) if one of its policies reads its
+    /// reservation from the body. A path that does not canonicalise is refused by
+    /// [`Gateway::decide`] without reading anything.
+    fn route_reading_body<B>(&self, request: &Request<B>) -> Option<&Route> {
+        let uri = canonical_uri(request.uri()).ok()?;
+        let path = uri.as_ref().unwrap_or(request.uri()).path();
+        match self.routes.find(request.method(), path) {
+            Lookup::Found(route) if reserves_from_body(route) => Some(route),
+            _ => None,
+        }
     }
 }
 

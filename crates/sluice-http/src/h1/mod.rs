@@ -175,9 +175,13 @@ impl Gateway {
             spare,
         } = client;
         let head_request = request.method() == Method::HEAD;
-        let decided = watching(io, buf, self.decide(&mut request, peer, Protocol::Http1))
-            .await
-            .ok_or_else(gone)?;
+        let decided = watching(
+            io,
+            buf,
+            self.decide(&mut request, peer, Protocol::Http1, Some(&[])),
+        )
+        .await
+        .ok_or_else(gone)?;
         let admitted = match decided {
             Decided::Answer(answer) => {
                 *spare = emptied(request.into_parts().0.headers);

@@ -72,6 +72,7 @@ where
                     may_wait: shared.may_wait,
                     // A service's own callers: no proxy in front is known to be trusted.
                     from_trusted_proxy: false,
+                    body: None,
                 };
                 let protocol = crate::protocol::Protocol::of(&request);
                 match admit_as(&shared.policies, &ask, protocol).await {

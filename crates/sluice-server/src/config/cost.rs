@@ -6,7 +6,7 @@
 //! Owns the parsing and checks of the `cost` table; the policy checks it against its
 //! capacity.
 
-use sluice_http::cost::{CostSpec, RequestCost, Settle};
+use sluice_http::cost::{BodyReserve, CostSpec, RequestCost, Settle};
 use toml::de::{DeTable, DeValue};
 
 use crate::config::walk::{uint_value, Errors, Fields};
@@ -21,27 +21,7 @@ pub(crate) fn cost(
 ) -> Option<CostSpec> {
     let before = errors.list.len();
     let mut f = Fields::new(t, field);
-    let reserve = match f.uint("reserve", errors) {
-        None => 1,
-        Some((0, at)) => {
-            errors.at(
-                at,
-                &f.path("reserve"),
-                "must be at least 1: a request that takes nothing is never refused, even by a key in debt",
-            );
-            1
-        }
-        Some((n, at)) => {
-            if let Some(capacity) = capacity.filter(|&c| n > c) {
-                errors.at(
-                    at,
-                    &f.path("reserve"),
-                    format!("{n} is above the policy's capacity {capacity}: every request would be refused (422)"),
-                );
-            }
-            n
-        }
-    };
+    let (reserve, from_body) = reserve(&mut f, capacity, errors);
     let request = f.str("request", errors).and_then(|(text, at)| {
         RequestCost::parse(text)
             .map_err(|e| errors.at(at, &f.path("request"), e))
@@ -65,8 +45,91 @@ pub(crate) fn cost(
         reserve,
         request,
         settle,
+        from_body,
         max_debt: max_debt.unwrap_or(u64::MAX),
     })
+}
+
+/// `reserve`: a whole number of tokens (≥ 1, ≤ `capacity`, default 1), or `"openai"`: read from
+/// an OpenAI-compatible request body, with `max_tokens` the answer's budget for a request
+/// that gives none. A request whose body is not read then takes the capacity.
+fn reserve(
+    f: &mut Fields<'_, '_>,
+    capacity: Option<u64>,
+    errors: &mut Errors<'_>,
+) -> (u64, Option<BodyReserve>) {
+    let Some(value) = f.get("reserve") else {
+        if let Some((_, at)) = f.uint("max_tokens", errors) {
+            errors.at(
+                at,
+                &f.path("max_tokens"),
+                "max_tokens is the answer's budget of reserve = \"openai\": give that, or drop max_tokens",
+            );
+        }
+        return (1, None);
+    };
+    let field = f.path("reserve");
+    if let DeValue::String(text) = value.get_ref() {
+        if text.as_ref() != "openai" {
+            errors.value(
+                value,
+                &field,
+                format!("`{text}` is not a reserve: give tokens (reserve = 1000) or \"openai\" (read from the request body)"),
+            );
+            return (1, None);
+        }
+        let default_max_tokens = match f.uint("max_tokens", errors) {
+            None => {
+                errors.value(
+                    value,
+                    &field,
+                    "reserve = \"openai\" needs max_tokens: the most tokens an answer may have when its request does not say",
+                );
+                return (1, None);
+            }
+            Some((n, at)) => {
+                if let Some(capacity) = capacity.filter(|&c| n >= c) {
+                    errors.at(
+                        at,
+                        &f.path("max_tokens"),
+                        format!("{n} is not below the policy's capacity {capacity}: a request that gives no max_tokens would be refused (422)"),
+                    );
+                }
+                n
+            }
+        };
+        return (
+            capacity.unwrap_or(1),
+            Some(BodyReserve::OpenAi { default_max_tokens }),
+        );
+    }
+    let Some(n) = uint_value(value, &field, errors) else {
+        return (1, None);
+    };
+    let at = value.span().start;
+    if n == 0 {
+        errors.at(
+            at,
+            &field,
+            "must be at least 1: a request that takes nothing is never refused, even by a key in debt",
+        );
+        return (1, None);
+    }
+    if let Some(capacity) = capacity.filter(|&c| n > c) {
+        errors.at(
+            at,
+            &field,
+            format!("{n} is above the policy's capacity {capacity}: every request would be refused (422)"),
+        );
+    }
+    if let Some((_, at)) = f.uint("max_tokens", errors) {
+        errors.at(
+            at,
+            &f.path("max_tokens"),
+            "max_tokens is the answer's budget of reserve = \"openai\": give that, or drop max_tokens",
+        );
+    }
+    (n, None)
 }
 
 /// `max_debt`: a whole number of tokens, or a share of the policy's capacity as `"150%"`.
@@ -127,6 +190,19 @@ mod tests {
         assert_eq!(spec.request.unwrap().to_string(), "body_bytes");
         assert_eq!(spec.settle.unwrap().to_string(), "openai:completion_tokens");
         assert_eq!(spec.max_debt, u64::MAX, "no cap unless one is set");
+        let c = crate::config::parse(
+            &policy("{ reserve = \"openai\", max_tokens = 500, settle = \"openai\" }"),
+            "t.toml",
+        )
+        .unwrap();
+        let spec = c.policies[0].cost.clone().unwrap();
+        assert_eq!(
+            spec.from_body,
+            Some(sluice_http::cost::BodyReserve::OpenAi {
+                default_max_tokens: 500
+            })
+        );
+        assert_eq!(spec.reserve, 1000, "a body not read takes the capacity");
         for (cost, max_debt) in [
             ("{ settle = \"openai\", max_debt = 2500 }", 2500),
             ("{ settle = \"openai\", max_debt = \"150%\" }", 1500),
@@ -140,6 +216,19 @@ mod tests {
             );
         }
         for (cost, expected) in [
+            (
+                "{ reserve = \"openai\" }",
+                "reserve = \"openai\" needs max_tokens",
+            ),
+            ("{ reserve = \"lots\" }", "`lots` is not a reserve"),
+            (
+                "{ reserve = 5, max_tokens = 3 }",
+                "max_tokens is the answer's budget",
+            ),
+            (
+                "{ reserve = \"openai\", max_tokens = 1000 }",
+                "is not below the policy's capacity 1000",
+            ),
             (
                 "{ settle = \"openai\", max_debt = \"lots\" }",
                 "`lots` is not a share of the capacity",

@@ -234,6 +234,9 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
         cost: 1,
         may_wait: body_may_wait(headers, route.max_queued_body()),
         from_trusted_proxy: gateway.trusted_proxies().contains(peer),
+        // Explained from its head only: a reservation read from the body takes the policy's
+        // `reserve`, the most it could be for a body within the route's limit.
+        body: None,
     };
     let policies = route.policy_list();
     // The rates, in the order they are asked; then the concurrency slots.
