@@ -576,3 +576,36 @@ fn a_quota_change_while_a_slice_is_held_decides_under_the_new_quota() {
         );
     });
 }
+
+/// A key with a quota of its own (`PUT /v1/policies/NAME/keys/KEY`) on a leased policy takes
+/// its slices on its own quota: a key held to 3 admits 3, not a slice of the policy's 100.
+#[test]
+fn a_leased_key_with_a_quota_of_its_own_takes_slices_on_it() {
+    let Some(server) = server() else { return };
+    block_on(async {
+        use sluice::store::Store;
+        let algorithm = AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::new(100, Rate::from_interval_ns(1_000_000_000).unwrap()).unwrap(),
+        );
+        let config = RedisConfig::new(server.url())
+            .prefix(format!("lease-own-{}", std::process::id()))
+            .on_error(OnError::Deny)
+            .timeout(Duration::from_secs(5))
+            .lease(LeaseConfig::new(
+                LeaseSize::Tokens(10),
+                Duration::from_secs(5),
+            ));
+        let store = RedisStore::connect(algorithm, config).await.unwrap();
+        // 3 tokens, one an hour.
+        let own = Quota::new(3, Rate::from_interval_ns(3_600_000_000_000).unwrap()).unwrap();
+        store.set_override("k", Some(own)).await.unwrap();
+        let mut admitted = 0;
+        for _ in 0..20 {
+            if store.check("k", 1).await.is_ok() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 3, "admitted on the key's own quota of 3");
+    });
+}

@@ -92,7 +92,10 @@ impl Inner {
         cost: u64,
         now: u64,
     ) -> Result<(Decision, Origin), Error> {
-        let program = &settings.program;
+        // A key with a quota of its own takes its slices on that quota, under its own stamp,
+        // as its checks, charges and refunds do.
+        let own = self.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
         let limit = program.algorithm().quota().capacity();
         let entry = leases.entry(key);
         let spent = |slice: &mut Slice| {
