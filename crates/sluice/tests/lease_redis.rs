@@ -607,5 +607,18 @@ fn a_leased_key_with_a_quota_of_its_own_takes_slices_on_it() {
             }
         }
         assert_eq!(admitted, 3, "admitted on the key's own quota of 3");
+        // A slice partly spent is given back under the key's own stamp: the key is not
+        // converted to the policy's quota and back.
+        let roomy = Quota::new(50, Rate::from_interval_ns(3_600_000_000_000).unwrap()).unwrap();
+        store.set_override("m", Some(roomy)).await.unwrap();
+        for _ in 0..5 {
+            assert!(store.check("m", 1).await.is_ok());
+        }
+        store.give_back_leases().await;
+        let value = server.cli(&["GET", &format!("lease-own-{}:{{m}}", std::process::id())]);
+        assert!(
+            value.starts_with("gcra:50:3600000000000|"),
+            "the key after its slice was given back: {value}"
+        );
     });
 }

@@ -52,11 +52,13 @@ impl Inner {
             return;
         }
         let settings = self.settings();
-        let program = &settings.program;
-        let Some(script) = program.lease_script() else {
-            return;
-        };
         for (key, spent, unspent) in due {
+            // Under the stamp the slice was taken under: the key's own quota, if it has one.
+            let own = self.overrides.program(&key);
+            let program = own.as_deref().unwrap_or(&settings.program);
+            let Some(script) = program.lease_script() else {
+                return;
+            };
             if unspent > 0 {
                 leases.metrics.expired.increment(1);
                 leases.metrics.unspent.increment(unspent);
