@@ -133,7 +133,7 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
                 } else {
                     let spent = (s.granted > 0).then(|| s.granted - s.left);
                     let (granted, _free) = store
-                        .lease_at("k", &s.id, spent, want.max(cost), TTL, now)
+                        .lease_at("k", (&s.id, None), spent, want.max(cost), TTL, now)
                         .await
                         .unwrap();
                     takes += 1;
@@ -150,7 +150,7 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
                 let s = &mut slices[gw];
                 if s.granted > 0 {
                     store
-                        .lease_at("k", &s.id, Some(s.granted - s.left), 0, TTL, now)
+                        .lease_at("k", (&s.id, None), Some(s.granted - s.left), 0, TTL, now)
                         .await
                         .unwrap();
                     s.granted = 0;
@@ -218,13 +218,13 @@ fn tokens_spent_from_a_slice_are_not_refilled_before_they_are_given_back() {
         let store = RedisStore::connect(algorithm, config).await.unwrap();
         let t0 = unix_ns();
         let (a, free) = store
-            .lease_at("k", "a", None, CAPACITY, TTL, t0)
+            .lease_at("k", ("a", None), None, CAPACITY, TTL, t0)
             .await
             .unwrap();
         assert_eq!((a, free), (CAPACITY, 0));
         // Nobody else gets anything while the slice is held, however long.
         let (b, _) = store
-            .lease_at("k", "b", None, 1, TTL, t0 + 300_000_000)
+            .lease_at("k", ("b", None), None, 1, TTL, t0 + 300_000_000)
             .await
             .unwrap();
         assert_eq!(b, 0);
@@ -232,28 +232,48 @@ fn tokens_spent_from_a_slice_are_not_refilled_before_they_are_given_back() {
         assert!(!direct.allowed);
         // `a` spent all six at once, and gives them back at 350 ms: they are spent now.
         let (_, free) = store
-            .lease_at("k", "a", Some(CAPACITY), 0, TTL, t0 + 350_000_000)
+            .lease_at("k", ("a", None), Some(CAPACITY), 0, TTL, t0 + 350_000_000)
             .await
             .unwrap();
         assert_eq!(free, 0, "tokens spent came back before their refill");
         // One interval later, one token.
         let (b, _) = store
-            .lease_at("k", "b", Some(0), 2, TTL, t0 + 350_000_000 + INTERVAL)
+            .lease_at(
+                "k",
+                ("b", None),
+                Some(0),
+                2,
+                TTL,
+                t0 + 350_000_000 + INTERVAL,
+            )
             .await
             .unwrap();
         assert_eq!(b, 1);
         // A slice given back unspent is free at once.
         let (_, free) = store
-            .lease_at("k", "b", Some(0), 0, TTL, t0 + 360_000_000 + INTERVAL)
+            .lease_at(
+                "k",
+                ("b", None),
+                Some(0),
+                0,
+                TTL,
+                t0 + 360_000_000 + INTERVAL,
+            )
             .await
             .unwrap();
         assert_eq!(free, 1);
         // A lease left to expire counts as all spent at its expiry.
         let t1 = t0 + 360_000_000 + INTERVAL;
-        let (c, _) = store.lease_at("k", "c", None, 1, TTL, t1).await.unwrap();
+        let (c, _) = store
+            .lease_at("k", ("c", None), None, 1, TTL, t1)
+            .await
+            .unwrap();
         assert_eq!(c, 1);
         let after = t1 + TTL.as_nanos() as u64 + 1;
-        let (_, free) = store.lease_at("k", "d", None, 0, TTL, after).await.unwrap();
+        let (_, free) = store
+            .lease_at("k", ("d", None), None, 0, TTL, after)
+            .await
+            .unwrap();
         assert_eq!(
             free, 1,
             "an expired lease settled as all spent at its expiry"
@@ -619,6 +639,59 @@ fn a_leased_key_with_a_quota_of_its_own_takes_slices_on_it() {
         assert!(
             value.starts_with("gcra:50:3600000000000|"),
             "the key after its slice was given back: {value}"
+        );
+    });
+}
+
+/// A give-back that arrives after its holder took the next slice (the sweeper's round trip
+/// behind others while a request renewed the key) settles the slice it names and nothing
+/// else. Named by the process alone, the late give-back would settle the live slice and free
+/// tokens the gateway is still spending; named with each slice's generation, it finds its own
+/// slice gone and changes nothing.
+#[test]
+fn a_late_give_back_settles_only_the_slice_it_names() {
+    let Some(server) = server() else { return };
+    block_on(async {
+        let algorithm = AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::new(100, Rate::from_interval_ns(3_600_000_000_000).unwrap()).unwrap(),
+        );
+        let late_give_back = |prefix: &str, first: &'static str, second: &'static str| {
+            let config = RedisConfig::new(server.url())
+                .prefix(format!("{prefix}-{}", std::process::id()))
+                .on_error(OnError::Deny);
+            async move {
+                let store = RedisStore::connect(algorithm, config).await.unwrap();
+                let t0 = unix_ns();
+                let ttl = Duration::from_secs(10);
+                // A slice of 10; spent whole, given back as the next slice of 10 is taken.
+                store
+                    .lease_at("k", (first, None), None, 10, ttl, t0)
+                    .await
+                    .unwrap();
+                let renewed = (first, (first != second).then_some(second));
+                let (granted, free) = store
+                    .lease_at("k", renewed, Some(10), 10, ttl, t0 + 1)
+                    .await
+                    .unwrap();
+                assert_eq!((granted, free), (10, 80));
+                // The first slice's give-back again, late, as having spent 2 of it.
+                let (_, free) = store
+                    .lease_at("k", (first, None), Some(2), 0, ttl, t0 + 2)
+                    .await
+                    .unwrap();
+                free
+            }
+        };
+        assert_eq!(
+            late_give_back("late-one-name", "p", "p").await,
+            88,
+            "one name for every slice: the late give-back settled the live slice"
+        );
+        assert_eq!(
+            late_give_back("late-generations", "pg1", "pg2").await,
+            80,
+            "named by generation: the live slice is untouched"
         );
     });
 }

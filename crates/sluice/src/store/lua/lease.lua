@@ -1,16 +1,20 @@
 -- sluice: a gateway's lease on a GCRA key, after time.lua, stamp.lua and gcra_state.lua.
--- ARGV[4] the gateway's lease id; ARGV[5] the tokens it spent of the lease it gives back ('':
--- none to give back); ARGV[6] the tokens it asks for now (0: only give back); ARGV[7] how long
--- the new lease lasts, in ns; ARGV[8] the fewest tokens worth a lease (a hot key waits for a
--- slice worth its round trip rather than taking each token as it refills). A lease given
--- back is settled: what was spent is debited now,
--- the rest is free again. A lease still outstanding under this id and not given back is
--- settled as all spent (its holder lost track of it). The new lease takes what is free, up to
--- what was asked, if that is at least ARGV[8] (else nothing).
+-- ARGV[4] the id of the lease given back (a gateway names each slice apart: its id and the
+-- slice's generation); ARGV[5] the tokens it spent of it ('': none to give back); ARGV[6] the
+-- tokens it asks for now (0: only give back); ARGV[7] how long the new lease lasts, in ns;
+-- ARGV[8] the fewest tokens worth a lease (a hot key waits for a slice worth its round trip
+-- rather than taking each token as it refills); ARGV[9] the new lease's id (default ARGV[4]).
+-- A lease given back is settled: what was spent is debited now, the rest is free again. Only
+-- the lease named is: a give-back that arrives late, after its holder took the next slice,
+-- finds its own lease or nothing. A lease still outstanding under ARGV[4] and not given back
+-- is settled as all spent (its holder lost track of it). The new lease takes what is free, up
+-- to what was asked, if that is at least ARGV[8] (else nothing).
 -- Returns {granted, free after, retry_after_ns (until ARGV[8] tokens are free, if none was
 -- granted), reset_after_ns (until full, were every lease spent)}. Taking a slice is an
 -- admission: the caller waits for the replicas to have it before spending any of it.
 local id, want, ttl = ARGV[4], tonumber(ARGV[6]), tonumber(ARGV[7])
+local new_id = ARGV[9] or ''
+if new_id == '' then new_id = id end
 local at_least = tonumber(ARGV[8] or '1')
 if at_least < 1 then at_least = 1 end
 if at_least > want then at_least = want end
@@ -30,7 +34,7 @@ if want > 0 then
   granted = math.min(want, free_now())
   if granted < at_least then granted = 0 end
   if granted > 0 then
-    leases[#leases + 1] = {id, granted, end_string(ttl)}
+    leases[#leases + 1] = {new_id, granted, end_string(ttl)}
     held = held + granted
     dirty = true
   end

@@ -94,8 +94,8 @@ impl RedisStore {
     }
 
     /// Runs the lease script for `key` as if Redis's clock read `unix_ns`: gives back the
-    /// lease of `id` (having spent `spent` of it; `None`: nothing to give back) and takes up to
-    /// `want` tokens for `ttl`. Returns the tokens granted and those free after. For tests of
+    /// lease named `id` (having spent `spent` of it; `None`: nothing to give back) and takes
+    /// up to `want` tokens for `ttl`, as a lease named `new_id` (else `id`). Returns the tokens granted and those free after. For tests of
     /// the lease protocol, like [`RedisStore::check_at`] (and with the same warning); a
     /// store's own leases go through [`Store::check`](crate::store::Store::check).
     ///
@@ -105,7 +105,7 @@ impl RedisStore {
     pub async fn lease_at(
         &self,
         key: &str,
-        id: &str,
+        (id, new_id): (&str, Option<&str>),
         spent: Option<u64>,
         want: u64,
         ttl: Duration,
@@ -121,7 +121,7 @@ impl RedisStore {
             settings.program.lease_command(
                 &inner.config.prefix,
                 key,
-                id,
+                (id, new_id),
                 spent,
                 (want, 1),
                 nanos(ttl),

@@ -87,6 +87,9 @@ pub(crate) struct Slice {
     pub(crate) size: u64,
     /// The free tokens Redis reported when the slice was taken.
     pub(crate) free: u64,
+    /// The generation of the lease held: it names the lease in Redis apart from this
+    /// process's earlier and later slices of the key (see [`Leases::slice_id`]).
+    pub(crate) generation: u64,
 }
 
 impl Slice {
@@ -143,8 +146,10 @@ type Shard = Mutex<HashMap<Box<str>, Arc<KeyLease>>>;
 /// Every slice this process holds, by key.
 #[derive(Debug)]
 pub(crate) struct Leases {
-    /// Names this process's leases in Redis: one lease per key and id.
+    /// Names this process's leases in Redis, with each slice's generation.
     pub(crate) id: String,
+    /// The generation of the next slice taken.
+    next: std::sync::atomic::AtomicU64,
     pub(crate) config: LeaseConfig,
     shards: Box<[Shard]>,
     pub(crate) metrics: LeaseMetrics,
@@ -165,6 +170,7 @@ impl Leases {
         let counter = |name: &'static str, event: &'static str| metrics::counter!(name, "prefix" => prefix.to_owned(), "event" => event);
         Leases {
             id: lease_id(),
+            next: std::sync::atomic::AtomicU64::new(1),
             config,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             metrics: LeaseMetrics {
@@ -175,6 +181,17 @@ impl Leases {
                 local: metrics::counter!("sluice_store_lease_admissions_total", "prefix" => prefix.to_owned()),
             },
         }
+    }
+
+    /// The name in Redis of this process's slice of `generation`: its id, `g`, the generation
+    /// (letters and digits, as the scripts read ids).
+    pub(crate) fn slice_id(&self, generation: u64) -> String {
+        format!("{}g{generation}", self.id)
+    }
+
+    /// A generation no slice of this process had.
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn shard(&self, key: &str) -> &Shard {
@@ -198,6 +215,7 @@ impl Leases {
                 deadline: Instant::now(),
                 size: self.config.min.max(1),
                 free: 0,
+                generation: 0,
             }),
             renewing: tokio::sync::Mutex::new(()),
         });
@@ -205,10 +223,11 @@ impl Leases {
         entry
     }
 
-    /// The keys whose slices are past their deadline at `now`, each with what was spent of
-    /// it, taken out of their slices (to be given back); keys with nothing held and idle are
-    /// forgotten. With `all`, every slice held, past its deadline or not.
-    pub(crate) fn due(&self, now: Instant, all: bool) -> Vec<(String, u64, u64)> {
+    /// The keys whose slices are past their deadline at `now`, each with the slice's
+    /// generation, what was spent of it and what was not, taken out of their slices (to be
+    /// given back); keys with nothing held and idle are forgotten. With `all`, every slice
+    /// held, past its deadline or not.
+    pub(crate) fn due(&self, now: Instant, all: bool) -> Vec<(String, u64, u64, u64)> {
         let mut due = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
@@ -227,7 +246,12 @@ impl Leases {
                 if slice.left == 0 && now >= slice.deadline {
                     slice.clear();
                 } else if all || now >= slice.deadline {
-                    due.push((key.to_string(), slice.granted - slice.left, slice.left));
+                    due.push((
+                        key.to_string(),
+                        slice.generation,
+                        slice.granted - slice.left,
+                        slice.left,
+                    ));
                     slice.clear();
                 }
                 true
@@ -271,6 +295,7 @@ mod tests {
             deadline: now + Duration::from_millis(100),
             size: 4,
             free: 0,
+            generation: 0,
         };
         assert_eq!(s.renewal(now, 1, 64, 1), (Some(4), 8));
         s.granted = 8;

@@ -52,7 +52,7 @@ impl Inner {
             return;
         }
         let settings = self.settings();
-        for (key, spent, unspent) in due {
+        for (key, generation, spent, unspent) in due {
             // Under the stamp the slice was taken under: the key's own quota, if it has one.
             let own = self.overrides.program(&key);
             let program = own.as_deref().unwrap_or(&settings.program);
@@ -65,10 +65,11 @@ impl Inner {
             } else {
                 leases.metrics.returned.increment(1);
             }
+            let id = leases.slice_id(generation);
             let Some(cmd) = program.lease_command(
                 &self.config.prefix,
                 &key,
-                &leases.id,
+                (&id, None),
                 Some(spent),
                 (0, 0),
                 0,
@@ -130,11 +131,20 @@ impl Inner {
             return Err(limited(decision));
         }
         let max = leases.config.max.tokens(limit);
-        let (give_back, want) =
-            entry
-                .slice
-                .lock()
-                .renewal(tokio::time::Instant::now(), leases.config.min, max, cost);
+        let (give_back, want, held) = {
+            let mut slice = entry.slice.lock();
+            let (give_back, want) =
+                slice.renewal(tokio::time::Instant::now(), leases.config.min, max, cost);
+            (give_back, want, slice.generation)
+        };
+        // The slice given back is named by its generation, the next by a new one: a give-back
+        // of an earlier slice still in flight settles that slice alone.
+        let next = leases.next_generation();
+        let (old_id, new_id) = (leases.slice_id(held), leases.slice_id(next));
+        let ids = match give_back {
+            Some(_) => (old_id.as_str(), Some(new_id.as_str())),
+            None => (new_id.as_str(), None),
+        };
         let Some(script) = program.lease_script() else {
             // Never: a leasing store refuses an algorithm without leases (build, reconfigure).
             return Err(Error::Unavailable {
@@ -148,7 +158,7 @@ impl Inner {
         let Some(cmd) = program.lease_command(
             &self.config.prefix,
             key,
-            &leases.id,
+            ids,
             give_back,
             (want, at_least),
             ttl_ns,
@@ -170,6 +180,7 @@ impl Inner {
                     leases.metrics.returned.increment(1);
                 }
                 let mut slice = entry.slice.lock();
+                slice.generation = next;
                 slice.granted = granted.granted;
                 slice.left = granted.granted;
                 slice.free = granted.free;

@@ -249,15 +249,15 @@ impl Program {
     }
 
     /// `EVALSHA <lease sha1> 1 <key> <stamp> 0 <now|''> <id> <spent|''> <want> <ttl_ns>
-    /// <at_least>`: gives back the lease `id` holds on `key` (having spent `spent` of it), and
-    /// takes a new one of up to `want` tokens for `ttl_ns`, if at least `at_least` are free.
-    /// `None` for an algorithm without leases.
+    /// <at_least> [<new id>]`: gives back the lease named `id` on `key` (having spent `spent`
+    /// of it), and takes a new one, named `new_id` (else `id`), of up to `want` tokens for
+    /// `ttl_ns`, if at least `at_least` are free. `None` for an algorithm without leases.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lease_command(
         &self,
         prefix: &str,
         key: &str,
-        id: &str,
+        (id, new_id): (&str, Option<&str>),
         spent: Option<u64>,
         (want, at_least): (u64, u64),
         ttl_ns: u64,
@@ -284,6 +284,9 @@ impl Program {
             None => cmd.arg(""),
         };
         cmd.arg(want).arg(ttl_ns).arg(at_least);
+        if let Some(new_id) = new_id {
+            cmd.arg(new_id);
+        }
         Some(cmd)
     }
 
