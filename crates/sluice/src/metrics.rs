@@ -215,6 +215,11 @@ pub fn describe() {
         "Tokens of leased slices given back unspent, by `prefix`: held from every gateway while the slice lasted (the under-admission leases cost)."
     );
     describe_counter!(
+        "sluice_store_lease_tokens_lost_total",
+        Unit::Count,
+        "Unspent tokens of leased slices whose give-back reached Redis after it had settled them as spent (more than 10 s after their expiry), by `prefix`: lost to every gateway until the refill."
+    );
+    describe_counter!(
         "sluice_store_lease_admissions_total",
         Unit::Count,
         "Admissions answered from a leased slice in this process, without a round trip, by `prefix`."

@@ -18,6 +18,9 @@ if new_id == '' then new_id = id end
 local at_least = tonumber(ARGV[8] or '1')
 if at_least < 1 then at_least = 1 end
 if at_least > want then at_least = want end
+-- found: 1 when the lease given back was still held or settled within its grace, 0 when it
+-- was not (settled long ago, or never granted): its unspent tokens were then lost.
+local found = 0
 for j = #leases, 1, -1 do
   local l = leases[j]
   if l[1] == id then
@@ -27,6 +30,21 @@ for j = #leases, 1, -1 do
     held = held - l[2]
     debt = debt + spent * interval
     dirty = true
+    found = 1
+  end
+end
+if ARGV[5] ~= '' then
+  for j = #settled, 1, -1 do
+    local l = settled[j]
+    if l[1] == id then
+      -- Settled at its expiry as all spent; its holder reports less: the rest comes back.
+      local unspent = l[2] - math.min(tonumber(ARGV[5]), l[2])
+      debt = debt - unspent * interval
+      if debt < 0 then debt = 0 end
+      table.remove(settled, j)
+      dirty = true
+      found = 1
+    end
   end
 end
 local granted = 0
@@ -44,4 +62,4 @@ local owed = debt + held * interval
 local wait = 0
 if granted == 0 and want > 0 then wait = owed + at_least * interval - tau end
 if wait < 0 then wait = 0 end
-return {granted, free_now(), wait, owed}
+return {granted, free_now(), wait, owed, found}

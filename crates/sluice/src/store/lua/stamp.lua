@@ -87,7 +87,9 @@ local function saved(f, n, i, body)
     e, rest = string.match(body, '^(%d+)(.*)$')
     if rest then
       for k in string.gmatch(rest, ' %w+:(%d+):%d+') do leased = leased + tonumber(k) end
-      if string.gsub(rest, ' %w+:%d+:%d+', '') ~= '' then e = nil end
+      -- Slices settled at their expiry stay settled as spent: a conversion forgets them.
+      local unread = string.gsub(string.gsub(rest, ' %w+:%d+:%d+', ''), ' %w+=%d+=%d+', '')
+      if unread ~= '' then e = nil end
     end
   elseif f == 'fw' then
     e, a = string.match(body, '^(%d+) (%d+)$')

@@ -162,6 +162,8 @@ pub(crate) struct LeaseMetrics {
     pub(crate) returned: metrics::Counter,
     pub(crate) expired: metrics::Counter,
     pub(crate) unspent: metrics::Counter,
+    /// Unspent tokens of slices given back too late: Redis had settled them as spent.
+    pub(crate) lost: metrics::Counter,
     pub(crate) local: metrics::Counter,
 }
 
@@ -178,6 +180,7 @@ impl Leases {
                 returned: counter("sluice_store_leases_total", "returned"),
                 expired: counter("sluice_store_leases_total", "expired"),
                 unspent: metrics::counter!("sluice_store_lease_tokens_unspent_total", "prefix" => prefix.to_owned()),
+                lost: metrics::counter!("sluice_store_lease_tokens_lost_total", "prefix" => prefix.to_owned()),
                 local: metrics::counter!("sluice_store_lease_admissions_total", "prefix" => prefix.to_owned()),
             },
         }

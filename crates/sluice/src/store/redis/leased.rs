@@ -79,9 +79,12 @@ impl Inner {
             };
             // Unanswered: Redis settles the lease when it expires, as all spent.
             let now = self.clock.now_ns();
-            let _ = self
+            let answer = self
                 .round_trip(script, &cmd, now, false, Program::granted)
                 .await;
+            if matches!(answer, Ok(g) if !g.found) {
+                leases.metrics.lost.increment(unspent);
+            }
         }
     }
 
@@ -131,11 +134,11 @@ impl Inner {
             return Err(limited(decision));
         }
         let max = leases.config.max.tokens(limit);
-        let (give_back, want, held) = {
+        let (give_back, want, held, unspent) = {
             let mut slice = entry.slice.lock();
             let (give_back, want) =
                 slice.renewal(tokio::time::Instant::now(), leases.config.min, max, cost);
-            (give_back, want, slice.generation)
+            (give_back, want, slice.generation, slice.left)
         };
         // The slice given back is named by its generation, the next by a new one: a give-back
         // of an earlier slice still in flight settles that slice alone.
@@ -178,6 +181,9 @@ impl Inner {
             Ok(granted) => {
                 if give_back.is_some() {
                     leases.metrics.returned.increment(1);
+                    if !granted.found {
+                        leases.metrics.lost.increment(unspent);
+                    }
                 }
                 let mut slice = entry.slice.lock();
                 slice.generation = next;

@@ -46,6 +46,9 @@ pub(crate) struct Granted {
     pub(crate) free: u64,
     pub(crate) retry_after_ns: u64,
     pub(crate) reset_after_ns: u64,
+    /// Whether the lease given back was found (held, or settled within its grace): if not,
+    /// Redis had settled it as all spent, and its unspent tokens were lost.
+    pub(crate) found: bool,
 }
 
 /// One algorithm's script with its stamp.
@@ -299,7 +302,7 @@ impl Program {
             Some(redis::Value::Int(v)) => u64::try_from(*v).ok(),
             _ => None,
         };
-        if items.len() != 4 {
+        if items.len() != 5 {
             return None;
         }
         Some(Granted {
@@ -307,6 +310,7 @@ impl Program {
             free: n(1)?,
             retry_after_ns: n(2)?,
             reset_after_ns: n(3)?,
+            found: n(4)? == 1,
         })
     }
 
