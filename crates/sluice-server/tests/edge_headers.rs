@@ -55,6 +55,11 @@ async fn forwarded_is_believed_and_passed_on_only_from_trusted_proxies() {
     );
     let a = common::get_with(&gw.url("/api/x"), &[("forwarded", "for=203.0.113.10")]).await;
     assert_eq!(a.status, StatusCode::OK, "another client, another bucket");
+    // The access line is written once the answer is sent: wait for it, within a bound.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !gw.log_text().contains("client=203.0.113.10") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(gw.log_text().contains("client=203.0.113.10"));
 }
 
