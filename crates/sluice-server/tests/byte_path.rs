@@ -789,3 +789,75 @@ upstream = "http://127.0.0.1:{up}"
         );
     }
 }
+
+/// The bytes queued on a TCP connection of this network namespace, from `/proc/net/tcp`: the
+/// receive queue of the socket `local` → `remote` (read by no one yet) and its send queue
+/// (written, not yet taken by the peer).
+fn tcp_queues(local: u16, remote: u16) -> Option<(usize, usize)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if port(fields.get(1)?)? != local || port(fields.get(2)?)? != remote {
+            return None;
+        }
+        let (tx, rx) = fields.get(4)?.split_once(':')?;
+        Some((
+            usize::from_str_radix(rx, 16).ok()?,
+            usize::from_str_radix(tx, 16).ok()?,
+        ))
+    })
+}
+
+/// While a request waits for a slow upstream, the gateway reads a client's pipelined bytes no
+/// further than `max_header_bytes` (hyper's bound on its read buffer): the rest stays in the
+/// kernel's socket buffers, and the client is pushed back. What the gateway took is what the
+/// client wrote minus what is still queued on either side of the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_bytes_are_read_no_further_than_max_header_bytes_while_a_request_waits() {
+    let up = common::Upstream::start().await;
+    let config = common::config::route("/slow/", &[], &up.url());
+    let max_header_bytes = 16 * 1024;
+    let mut report = Vec::new();
+    for byte_path in [true, false] {
+        let gw = Gateway::start(&format!("workers = 1\nbyte_path = {byte_path}"), &config).await;
+        let mut client = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        let client_port = client.local_addr().unwrap().port();
+        client.write_all(&get("/slow/3000", "")).await.unwrap();
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (mut reader, mut writer) = client.into_split();
+        let writing = {
+            let written = Arc::clone(&written);
+            tokio::spawn(async move {
+                // 600 KB of pipelined requests, more than any read-ahead allowed so far.
+                let next = get("/slow/0", &format!("X-Pad: {}\r\n", "p".repeat(900)));
+                for _ in 0..600_000 / next.len() {
+                    if writer.write_all(&next).await.is_err() {
+                        return writer;
+                    }
+                    written.fetch_add(next.len(), std::sync::atomic::Ordering::SeqCst);
+                }
+                writer
+            })
+        };
+        // The first request is still at the upstream, and the writer has filled what it can.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (gateway_unread, _) = tcp_queues(gw.port, client_port).expect("the gateway's side");
+        let (_, client_unsent) = tcp_queues(client_port, gw.port).expect("the client's side");
+        let sent = written.load(std::sync::atomic::Ordering::SeqCst);
+        let taken = sent.saturating_sub(gateway_unread + client_unsent);
+        report.push(format!(
+            "byte_path = {byte_path}: the client wrote {sent} bytes after the first request, \
+             the gateway read {taken} of them"
+        ));
+        writing.abort();
+        drop(reader.read(&mut [0u8; 1]).await);
+        // One more read's worth (8 KiB) may land before the bound is looked at.
+        assert!(
+            taken <= max_header_bytes + 8 * 1024,
+            "{}",
+            report.join("\n")
+        );
+    }
+    println!("{}", report.join("\n"));
+}

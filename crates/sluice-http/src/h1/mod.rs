@@ -101,6 +101,10 @@ pub struct Client<'c, C> {
     pub out: &'c mut Vec<u8>,
     /// The request's header map, emptied, for the connection's next request.
     pub spare: &'c mut HeaderMap,
+    /// The most bytes kept in `buf` while the request waits (`server.max_header_bytes`, the
+    /// bound hyper puts on its read buffer): past it the connection is not read until the
+    /// answer is through, and the kernel's buffers push back on the client.
+    pub max_ahead: usize,
 }
 
 /// How the server finishes each answer.
@@ -148,8 +152,9 @@ impl Gateway {
     /// writes its answer to the client.
     ///
     /// While the request waits (in a queue, for the upstream's answer), the client's
-    /// connection is read: bytes are kept in `client.buf`, and a client that closes it
-    /// cancels the request (it leaves its queue, the upstream exchange is dropped).
+    /// connection is read: bytes are kept in `client.buf`, up to `client.max_ahead`, and a
+    /// client that closes it cancels the request (it leaves its queue, the upstream exchange
+    /// is dropped).
     ///
     /// # Errors
     ///
@@ -173,9 +178,11 @@ impl Gateway {
             buf,
             out,
             spare,
+            max_ahead,
         } = client;
         let head_request = request.method() == Method::HEAD;
-        let decided = watching(io, buf, self.decide(&mut request, peer, Protocol::Http1))
+        let deciding = self.decide(&mut request, peer, Protocol::Http1);
+        let decided = watching(io, buf, max_ahead, deciding)
             .await
             .ok_or_else(gone)?;
         let admitted = match decided {
@@ -234,7 +241,9 @@ impl Gateway {
             timeout,
             exchange(proxy, upstream, out, idempotent, head_request),
         );
-        let sent = watching(io, buf, exchange).await.ok_or_else(gone)?;
+        let sent = watching(io, buf, max_ahead, exchange)
+            .await
+            .ok_or_else(gone)?;
         let (mut conn, answer) = match sent {
             Ok(Ok(answer)) => answer,
             failed => {
@@ -328,19 +337,25 @@ async fn refused<'a, C: AsyncWrite + Unpin>(
 
 /// Runs `fut` while reading the client's connection: `None` if the client closes it (or
 /// it fails) first. What the client sends meanwhile (a pipelined request) is kept in `buf`,
-/// up to a head's worth.
-async fn watching<C, F>(io: &mut C, buf: &mut BytesMut, fut: F) -> Option<F::Output>
+/// up to `max_ahead` bytes; then the connection is left unread (a close is no longer seen)
+/// until `fut` is done.
+async fn watching<C, F>(
+    io: &mut C,
+    buf: &mut BytesMut,
+    max_ahead: usize,
+    fut: F,
+) -> Option<F::Output>
 where
     C: AsyncRead + Unpin,
     F: Future,
 {
     let mut fut = std::pin::pin!(fut);
     loop {
-        let room = buf.len() < MAX_RESPONSE_HEAD;
+        let room = max_ahead.saturating_sub(buf.len());
         tokio::select! {
             biased;
             done = &mut fut => return Some(done),
-            read = read_more(io, buf), if room => match read {
+            read = read_at_most(io, buf, room), if room > 0 => match read {
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
             },
@@ -356,6 +371,15 @@ async fn read_more<R: AsyncRead + Unpin>(from: &mut R, buf: &mut BytesMut) -> io
         buf.reserve(READ);
     }
     from.read_buf(buf).await
+}
+
+/// [`read_more`], taking at most `limit` bytes (`buf` may have more spare capacity).
+async fn read_at_most<R: AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> io::Result<usize> {
+    read_more(&mut from.take(limit as u64), buf).await
 }
 
 /// Sends `request` (a whole head: no body) over a pooled connection to `upstream`, or a new

@@ -155,6 +155,7 @@ where
             buf: &mut buf,
             out: &mut out,
             spare: &mut spare,
+            max_ahead: max_head,
         };
         let finish = Finish {
             request_id: if ids { id.as_ref() } else { None },
