@@ -21,7 +21,7 @@ pub(crate) use answer::{answered, failure};
 use answer::{refusal, too_large};
 
 use crate::admit::{admit_as, Admission, Ask, Reason};
-use crate::body::{Body, BodyError, RequestBody};
+use crate::body::{Body, BodyError, ReadTimeout, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::cost::meter::{Meter, RequestBytes};
 use crate::cost::settle::{settle_all, Observed};
@@ -126,6 +126,7 @@ pub struct Gateway {
     pub(crate) all_take_bytes: bool,
     trusted: TrustedProxies,
     body_timeout: Option<Duration>,
+    upstream_read: Option<Duration>,
     tunnel_idle: Option<Duration>,
 }
 
@@ -135,13 +136,14 @@ pub const READ_AHEAD: u64 = 64 * 1024;
 
 impl Gateway {
     /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`, with no limit on
-    /// the gaps in a request body.
+    /// the gaps in a request body or in an upstream's answer body.
     pub fn new(routes: RouteTable, trusted: TrustedProxies) -> Gateway {
         Gateway {
             all_take_bytes: routes.routes().iter().all(|r| r.takes_bytes()),
             routes,
             trusted,
             body_timeout: None,
+            upstream_read: None,
             tunnel_idle: None,
         }
     }
@@ -150,6 +152,19 @@ impl Gateway {
     pub fn client_body_timeout(mut self, timeout: Duration) -> Gateway {
         self.body_timeout = Some(timeout);
         self
+    }
+
+    /// The longest gap between two reads of an upstream's answer body (nginx's
+    /// `proxy_read_timeout`); then the answer, already begun, fails, and the client connection
+    /// closes (an HTTP/2 stream is reset).
+    pub fn upstream_read_timeout(mut self, timeout: Duration) -> Gateway {
+        self.upstream_read = Some(timeout);
+        self
+    }
+
+    /// The longest gap between two reads of an upstream's answer body, if any.
+    pub(crate) fn upstream_read(&self) -> Option<Duration> {
+        self.upstream_read
     }
 
     /// How long an upgraded connection (a WebSocket tunnel) may pass no byte either way
@@ -281,8 +296,13 @@ impl Gateway {
                             let owed = std::mem::take(&mut owed);
                             Meter::start(owed, response.headers(), request_bytes.clone())
                         };
+                        let read = self
+                            .upstream_read
+                            .map(|gap| ReadTimeout::new(route, protocol, gap));
                         response.map(|body| {
-                            Body::upstream(body, admission.permits, lease).metered(meter)
+                            Body::upstream(body, admission.permits, lease)
+                                .metered(meter)
+                                .read_timeout(read)
                         })
                     }),
                 Some(e) => Err(match BodyError::find(&*e) {
@@ -560,7 +580,12 @@ impl Gateway {
                 }
                 Ok(ok)
             }
-            _ => Ok(response.map(|body| Body::upstream(body, permits, None))),
+            _ => {
+                let read = self
+                    .upstream_read
+                    .map(|gap| ReadTimeout::new(route, Protocol::Ws, gap));
+                Ok(response.map(|body| Body::upstream(body, permits, None).read_timeout(read)))
+            }
         }
     }
 }

@@ -30,6 +30,7 @@ mod write;
 
 use write::{end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own};
 
+use crate::body::{ReadTimeout, UpstreamStalled};
 use crate::cost::settle::{settle_all, Observed};
 use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
@@ -276,7 +277,12 @@ impl Gateway {
         }
         end_head(out, dated, close);
         drop(head);
-        let reusable = relay(&mut conn, answer.framing, io, out).await?;
+        let relayed = relay(&mut conn, answer.framing, self.upstream_read(), io, out).await;
+        let reusable = relayed.inspect_err(|e| {
+            if let Some(UpstreamStalled(gap)) = e.get_ref().and_then(|e| e.downcast_ref()) {
+                ReadTimeout::new(route, Protocol::Http1, *gap).expired();
+            }
+        })?;
         // The concurrency slots are held until the answer is through, as on the hyper path.
         drop(admission);
         if reusable && answer.keep_alive && conn.buf.is_empty() {
