@@ -281,3 +281,70 @@ async fn an_upstream_body_that_stalls_closes_the_client_connection_after_the_rea
             .await;
     }
 }
+
+/// An upstream that answers one request on each connection, keeping it open, and closes it
+/// 1.5 s later (as one whose own idle timeout is short does).
+async fn closing_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A pooled connection the upstream closes leaves the pool at once, on the byte path as on
+/// hyper's: its socket is closed (no CLOSE_WAIT) and its place in the budget given back
+/// without waiting for a request to find it closed, or for `upstream_idle_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_upstream_closes_leaves_the_pool_at_once() {
+    let addr = closing_upstream().await;
+    let config = format!("[[route]]\npath_prefix = \"/\"\nupstream = \"http://{addr}\"\n");
+    for byte_path in [true, false] {
+        let gw = Gateway::start(&format!("workers = 1\nbyte_path = {byte_path}"), &config).await;
+        let a = get(&gw.url("/x")).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        let answered = Instant::now();
+        // The gauges follow the pool within a sweep (every second).
+        let gauges = || async {
+            (
+                common::metric(&gw, "sluice_upstream_connections_open").await,
+                common::metric(&gw, "sluice_upstream_pool_idle").await,
+            )
+        };
+        let mut seen = gauges().await;
+        while seen != (1.0, 1.0) && answered.elapsed() < Duration::from_millis(1400) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen = gauges().await;
+        }
+        assert_eq!(seen, (1.0, 1.0), "byte_path = {byte_path}: pooled");
+        // The upstream closes its side 1.5 s after its answer.
+        while seen != (0.0, 0.0) && answered.elapsed() < Duration::from_millis(3500) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen = gauges().await;
+        }
+        assert_eq!(
+            seen,
+            (0.0, 0.0),
+            "byte_path = {byte_path}: (upstream connections open, pooled) 2 s after the upstream closed its side"
+        );
+    }
+}

@@ -409,7 +409,7 @@ where
             // Boxed: the cold path's future stays out of every request's.
             None => (Box::pin(proxy.connect_raw(upstream)).await?, false),
         };
-        if reused && !idempotent && !still_open(&conn) {
+        if reused && !idempotent && !conn.still_open() {
             continue;
         }
         if let Err(e) = conn.stream.write_all(request).await {
@@ -448,16 +448,6 @@ where
             }
         }
     }
-}
-
-/// Whether a pooled connection is still open as far as can be seen without waiting: no
-/// close (nor stray bytes) has arrived on it.
-fn still_open(conn: &RawConn) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(
-        conn.stream.get_ref().try_read(&mut probe),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock
-    )
 }
 
 #[cfg(test)]
