@@ -47,6 +47,10 @@ fn script(path: &str, head: bool) -> Option<Vec<u8>> {
         "ratelimit" => format!("HTTP/1.1 200 OK\r\n{DATE}ratelimit: \"up\";r=1;t=1\r\nratelimit-policy: \"up\";q=2;w=1\r\nx-request-id: up-id\r\ncontent-length: 2\r\n\r\nok"),
         "garbage" => "NOT HTTP AT ALL\r\n\r\n".to_owned(),
         "drop" => return None,
+        // Half the promised body, then the close.
+        "cut" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 10\r\n\r\nhello"),
+        // The head at once, the body a second later (`serve_upstream` waits).
+        "slowbody" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 5\r\n\r\nhello"),
         "dupcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 2\r\n\r\nok"),
         "badcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 3\r\n\r\nok!"),
         "clte" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
@@ -92,10 +96,20 @@ async fn serve_upstream(mut stream: TcpStream, seen: Seen) {
         let Some(answer) = script(&path, is_head) else {
             return;
         };
-        if stream.write_all(&answer).await.is_err() {
+        let (head, body) = match find(&answer, b"\r\n\r\n") {
+            Some(end) if path.ends_with("/slowbody") => answer.split_at(end + 4),
+            _ => (&answer[..], &[][..]),
+        };
+        if stream.write_all(head).await.is_err() {
             return;
         }
-        if path.ends_with("/close") {
+        if !body.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if stream.write_all(body).await.is_err() {
+                return;
+            }
+        }
+        if path.ends_with("/close") || path.ends_with("/cut") {
             return;
         }
     }
@@ -388,10 +402,12 @@ fn corpus() -> Vec<Case> {
         "badchunk",
         "big",
         "bigchunked",
+        "cut",
     ] {
         let path = format!("/api/r/{name}");
-        // A broken chunk fails the answer before the client can read it whole.
-        let answers = usize::from(name != "badchunk");
+        // A broken chunk, or a body cut short, fails the answer before the client can read it
+        // whole.
+        let answers = usize::from(name != "badchunk" && name != "cut");
         cases.push(case(name, get(&path, ""), answers, 1));
     }
     cases.push(Case {
@@ -860,4 +876,60 @@ async fn pipelined_bytes_are_read_no_further_than_max_header_bytes_while_a_reque
         );
     }
     println!("{}", report.join("\n"));
+}
+
+/// The `sluice::access` lines of a gateway's log for `path`, and each line's `ms`.
+fn access_lines(gw: &Gateway, path: &str) -> Vec<(String, f64)> {
+    gw.log_text()
+        .lines()
+        .filter(|l| l.contains("sluice::access") && l.contains(&format!("path={path} ")))
+        .map(|l| {
+            let ms = l
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("ms="))
+                .and_then(|v| v.trim_matches('"').parse().ok())
+                .unwrap_or(f64::NAN);
+            (l.to_owned(), ms)
+        })
+        .collect()
+}
+
+/// Every request that reached a decision has its access log line on both paths, one whose
+/// answer failed mid-body (the upstream cut it short) too; and `ms` means the same on both:
+/// the time until the answer's head, not the body's transfer (an upstream that sends its body
+/// a second after its head does not make it a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_has_every_request_with_the_same_ms_on_both_paths() {
+    let up = upstream(Arc::default()).await;
+    let mut lines = Vec::new();
+    for byte_path in [true, false] {
+        let gw = Gateway::start(
+            &format!("workers = 1\nbyte_path = {byte_path}"),
+            &config(up),
+        )
+        .await;
+        let (answers, closed) = exchange(gw.port, &get("/api/r/cut", ""), 1, false).await;
+        assert!(answers.is_empty() && closed, "{answers:?}");
+        let (answers, _) = exchange(gw.port, &get("/api/r/slowbody", ""), 1, false).await;
+        assert_eq!(answers.len(), 1);
+        // The line may follow the answer by a moment.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while access_lines(&gw, "/api/r/slowbody").is_empty()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cut = access_lines(&gw, "/api/r/cut");
+        let slow = access_lines(&gw, "/api/r/slowbody");
+        lines.push(format!("byte_path = {byte_path}:\n  {cut:?}\n  {slow:?}"));
+        assert!(
+            cut.len() == 1 && cut[0].0.contains("status=200"),
+            "byte_path = {byte_path}: the lines of a request whose answer was cut short: {cut:?}"
+        );
+        assert!(
+            slow.len() == 1 && slow[0].1 < 500.0,
+            "byte_path = {byte_path}: `ms` of an answer whose body came a second after its head: {slow:?}"
+        );
+    }
+    println!("{}", lines.join("\n"));
 }

@@ -20,6 +20,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
@@ -90,6 +91,13 @@ pub struct Served<'a> {
     pub outcome: Outcome<'a>,
     /// The connection closes now: the answer said `Connection: close`.
     pub close: bool,
+    /// When the answer's head was ready to be written (for the access log's `ms`, which
+    /// hyper's path takes as its service returns the head).
+    pub answered: Instant,
+    /// Why the answer could not be sent whole, if it could not (the client's connection
+    /// failed, the upstream's body was cut short or stalled): the connection must close now,
+    /// with nothing more written.
+    pub failed: Option<io::Error>,
 }
 
 /// The client's side of a request on the byte path.
@@ -159,8 +167,9 @@ impl Gateway {
     ///
     /// # Errors
     ///
-    /// The client's connection failed or closed, or the upstream's answer was cut short
-    /// after its head was passed on: the connection must close, with no more written.
+    /// The client closed its connection (or it failed) while the request waited: the
+    /// request ends without an answer. An answer that could not be sent whole is
+    /// [`Served::failed`].
     pub async fn serve_bytes<B, C>(
         &self,
         proxy: &Proxy<B>,
@@ -189,14 +198,17 @@ impl Gateway {
         let admitted = match decided {
             Decided::Answer(answer) => {
                 *spare = emptied(request.into_parts().0.headers);
-                let (status, close) =
-                    write_answer(io, out, answer.response, head_request, &finish).await?;
+                let answered = Instant::now();
+                let (status, close, written) =
+                    write_answer(io, out, answer.response, head_request, &finish).await;
                 return Ok(Served {
                     status,
                     route: answer.route,
                     client_ip: answer.client_ip,
                     outcome: answer.outcome,
                     close,
+                    answered,
+                    failed: written.err(),
                 });
             }
             Decided::Forward(admitted) => admitted,
@@ -277,23 +289,32 @@ impl Gateway {
         }
         end_head(out, dated, close);
         drop(head);
+        let answered = Instant::now();
         let relayed = relay(&mut conn, answer.framing, self.upstream_read(), io, out).await;
-        let reusable = relayed.inspect_err(|e| {
-            if let Some(UpstreamStalled(gap)) = e.get_ref().and_then(|e| e.downcast_ref()) {
-                ReadTimeout::new(route, Protocol::Http1, *gap).expired();
-            }
-        })?;
         // The concurrency slots are held until the answer is through, as on the hyper path.
         drop(admission);
-        if reusable && answer.keep_alive && conn.buf.is_empty() {
-            proxy.checkin_raw(upstream.authority(), conn);
-        }
+        let failed = match relayed {
+            Ok(reusable) => {
+                if reusable && answer.keep_alive && conn.buf.is_empty() {
+                    proxy.checkin_raw(upstream.authority(), conn);
+                }
+                None
+            }
+            Err(e) => {
+                if let Some(UpstreamStalled(gap)) = e.get_ref().and_then(|e| e.downcast_ref()) {
+                    ReadTimeout::new(route, Protocol::Http1, *gap).expired();
+                }
+                Some(e)
+            }
+        };
         Ok(Served {
             status,
             route: Some(route),
             client_ip,
             outcome,
             close,
+            answered,
+            failed,
         })
     }
 }
@@ -331,13 +352,16 @@ async fn refused<'a, C: AsyncWrite + Unpin>(
         route.policy_list(),
         &admission.verdicts,
     );
-    let (status, close) = write_answer(io, out, response, head_request, finish).await?;
+    let answered = Instant::now();
+    let (status, close, written) = write_answer(io, out, response, head_request, finish).await;
     Ok(Served {
         status,
         route: Some(route),
         client_ip,
         outcome,
         close,
+        answered,
+        failed: written.err(),
     })
 }
 

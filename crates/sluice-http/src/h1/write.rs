@@ -128,14 +128,15 @@ pub(super) fn says_close(fields: &HeaderMap) -> bool {
 }
 
 /// Writes an answer the gateway made itself, with its length (and without its body when it
-/// answers `HEAD`). Returns its status, and whether the connection closes after it.
+/// answers `HEAD`). Returns its status, whether the connection closes after it, and whether
+/// it was written (when it was not, the connection must close with nothing more written).
 pub(super) async fn write_answer<C: AsyncWrite + Unpin>(
     io: &mut C,
     out: &mut Vec<u8>,
     response: Response<Full<Bytes>>,
     head_request: bool,
     finish: &Finish<'_>,
-) -> io::Result<(StatusCode, bool)> {
+) -> (StatusCode, bool, io::Result<()>) {
     let (mut parts, mut body) = response.into_parts();
     if let Some(id) = finish.request_id {
         parts.headers.insert(X_REQUEST_ID.clone(), id.clone());
@@ -162,8 +163,8 @@ pub(super) async fn write_answer<C: AsyncWrite + Unpin>(
     if !head_request {
         out.extend_from_slice(&body);
     }
-    io.write_all(out).await?;
-    Ok((parts.status, close))
+    let written = io.write_all(out).await;
+    (parts.status, close, written)
 }
 
 /// Passes the upstream's body on after the head already in `out`, in the framing hyper's

@@ -166,7 +166,8 @@ where
             .serve_bytes(proxy, request, peer, client, finish)
             .await;
         let Ok(served) = answered else {
-            // The client went away, or an answer was cut short: nothing more can be sent.
+            // The client went away while its request waited: no answer, and no line (as on
+            // hyper's path, whose service is dropped then).
             return Left::Closed;
         };
         ongoing.answered();
@@ -180,10 +181,15 @@ where
                 served.status,
                 &served.outcome,
                 trace.as_ref(),
-                started,
+                served.answered.saturating_duration_since(started),
             );
         }
         drop(ongoing);
+        if served.failed.is_some() {
+            // The answer was cut short (or the client's connection failed): nothing more can
+            // be sent.
+            return Left::Closed;
+        }
         if served.close {
             let _ = io.shutdown().await;
             return Left::Closed;

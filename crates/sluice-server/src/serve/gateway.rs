@@ -580,7 +580,7 @@ pub async fn handle(
             response.status(),
             &handled.outcome,
             trace.as_ref(),
-            started,
+            started.elapsed(),
         );
     }
     response
@@ -616,7 +616,11 @@ pub(super) fn identify<B>(
     (id, logged)
 }
 
-/// The `sluice::access` line of one request on the main listener.
+/// The `sluice::access` line of one request on the main listener. `took` is its `ms`: from
+/// the request's head, read, to its answer's head, ready to be sent (the decision, any wait
+/// in a queue, the upstream's time to its head; not the body's transfer, which may go on
+/// after the line, and may fail). Both paths write the line of every request that reached a
+/// decision, with the status sent.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn access_log(
     id: Option<&HeaderValue>,
@@ -627,7 +631,7 @@ pub(super) fn access_log(
     status: StatusCode,
     outcome: &Outcome<'_>,
     trace: Option<&HeaderValue>,
-    started: Instant,
+    took: Duration,
 ) {
     let (policy, reason) = match outcome {
         Outcome::Denied { policy, reason } | Outcome::ShadowDenied { policy, reason } => {
@@ -647,7 +651,7 @@ pub(super) fn access_log(
         policy,
         reason,
         trace_id = trace.and_then(|t| t.to_str().ok()),
-        ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
+        ms = %format_args!("{:.3}", took.as_secs_f64() * 1e3),
     );
 }
 
