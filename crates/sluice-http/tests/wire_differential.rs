@@ -209,6 +209,14 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "GET / HTTP/1.1\r\nX: caf\u{e9}\r\n\r\n".into(),
         ),
         ("HTTP/2.0 line", "GET / HTTP/2.0\r\n\r\n".into()),
+        (
+            "HTTP/2 preface after a request",
+            "GET / HTTP/1.1\r\n\r\nPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".into(),
+        ),
+        (
+            "the preface's first line after a request",
+            "GET / HTTP/1.1\r\n\r\nPRI * HTTP/2.0\r\n\r\n".into(),
+        ),
         ("lowercase method", "get / HTTP/1.1\r\n\r\n".into()),
         ("custom method", "PURGE /x HTTP/1.1\r\n\r\n".into()),
         ("two spaces in line", "GET  / HTTP/1.1\r\n\r\n".into()),

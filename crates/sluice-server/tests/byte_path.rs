@@ -363,6 +363,8 @@ struct Case {
     /// request again when a pooled connection closes before any answer, as nginx does;
     /// hyper's client does not.
     resent: bool,
+    /// The statuses both paths must answer with, in order (empty: only compared).
+    statuses: &'static [u16],
 }
 
 fn get(path: &str, extra: &str) -> Vec<u8> {
@@ -378,6 +380,7 @@ fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Cas
         bytes,
         head: false,
         resent: false,
+        statuses: &[],
     }
 }
 
@@ -609,8 +612,33 @@ fn corpus() -> Vec<Case> {
         1,
         0,
     ));
+    // The HTTP/2 preface is allowed only at a connection's start (RFC 9113 §3.4): after a
+    // request it is no switch to HTTP/2 but an HTTP/1.1 request hyper refuses. Whole, hyper
+    // closes the connection without an answer (it finds the preface in its buffer); its first
+    // line alone, a request of version 2.0, gets 400.
+    cases.push(Case {
+        statuses: &[200],
+        ..case(
+            "HTTP/2 preface after a request",
+            [get("/api/r/x", ""), PREFACE.to_vec()].concat(),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        statuses: &[200, 400],
+        ..case(
+            "the preface's request line after a request",
+            [get("/api/r/x", ""), PREFACE[..18].to_vec()].concat(),
+            2,
+            1,
+        )
+    });
     cases
 }
+
+/// The HTTP/2 connection preface.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 fn config(up: u16) -> String {
     format!(
@@ -712,6 +740,24 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
                 "{}: the client received\n  byte path (closed {closed_b}): {:?}\n  hyper     (closed {closed_h}): {:?}",
                 case.name, answers_b, answers_h
             ));
+        }
+        let statuses = |reads: &[Read]| -> Vec<u16> {
+            reads
+                .iter()
+                .filter_map(|r| r.status.split(' ').nth(1)?.parse().ok())
+                .collect()
+        };
+        if !case.statuses.is_empty() {
+            for (path, answers) in [("byte path", &answers_b), ("hyper", &answers_h)] {
+                if statuses(answers) != case.statuses {
+                    differ.push(format!(
+                        "{}: the {path} answered {:?}, not {:?}: {answers:?}",
+                        case.name,
+                        statuses(answers),
+                        case.statuses
+                    ));
+                }
+            }
         }
         if served != f64::from(case.bytes) {
             differ.push(format!(
