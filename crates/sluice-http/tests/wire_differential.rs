@@ -130,6 +130,19 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "POST / HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n".into(),
         ),
         (
+            "CL 0 and 00",
+            "GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 00\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
+                .into(),
+        ),
+        (
+            "two hosts",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".into(),
+        ),
+        (
+            "absolute form with another host",
+            "GET http://a:8080/ HTTP/1.1\r\nHost: b\r\n\r\n".into(),
+        ),
+        (
             "CL zero",
             "POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET / HTTP/1.1\r\n\r\n".into(),
         ),

@@ -365,6 +365,9 @@ struct Case {
     resent: bool,
     /// The statuses both paths must answer with, in order (empty: only compared).
     statuses: &'static [u16],
+    /// Lines every request head the upstream receives must have, on both paths (names in
+    /// lowercase).
+    upstream_has: &'static [&'static str],
 }
 
 fn get(path: &str, extra: &str) -> Vec<u8> {
@@ -381,6 +384,7 @@ fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Cas
         head: false,
         resent: false,
         statuses: &[],
+        upstream_has: &[],
     }
 }
 
@@ -616,6 +620,37 @@ fn corpus() -> Vec<Case> {
     // request it is no switch to HTTP/2 but an HTTP/1.1 request hyper refuses. Whole, hyper
     // closes the connection without an answer (it finds the preface in its buffer); its first
     // line alone, a request of version 2.0, gets 400.
+    // Host (RFC 9112 §3.2, §3.2.2): two are refused; an absolute-form target's host replaces
+    // the client's `Host`.
+    cases.push(Case {
+        statuses: &[400],
+        ..case("two hosts", get("/api/r/x", "Host: other.test\r\n"), 1, 1)
+    });
+    cases.push(Case {
+        statuses: &[400],
+        ..case(
+            "two hosts, the same",
+            get("/api/r/x", "Host: example.test\r\n"),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        upstream_has: &["\r\nhost: example.test:8080\r\n"],
+        ..case(
+            "absolute form, another host",
+            b"GET http://example.test:8080/api/r/x HTTP/1.1\r\nHost: other.test\r\n\r\n".to_vec(),
+            1,
+            0,
+        )
+    });
+    // Lengths hyper reads as one (it keeps the first): forwarded once.
+    cases.push(case(
+        "content-length 0 and 00",
+        get("/api/r/x", "Content-Length: 0\r\nContent-Length: 00\r\n"),
+        1,
+        1,
+    ));
     cases.push(Case {
         statuses: &[200],
         ..case(
@@ -755,6 +790,17 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
                         case.name,
                         statuses(answers),
                         case.statuses
+                    ));
+                }
+            }
+        }
+        for (path, seen) in [("byte path", &upstream_b), ("hyper", &upstream_h)] {
+            for (head, _) in seen.iter() {
+                let head = head.to_ascii_lowercase();
+                if let Some(missing) = case.upstream_has.iter().find(|l| !head.contains(*l)) {
+                    differ.push(format!(
+                        "{}: the upstream received no {missing:?} from the {path}: {head:?}",
+                        case.name
                     ));
                 }
             }

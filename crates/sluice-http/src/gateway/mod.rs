@@ -67,6 +67,8 @@ pub enum Outcome<'a> {
     UpstreamBusy,
     /// Some upstreams would read the path as another one (400; see [`crate::path`]).
     AmbiguousPath,
+    /// More than one `Host` field (400; RFC 9112 §3.2): which host is meant is not sure.
+    AmbiguousHost,
     /// The request body is larger than the route's `max_body` (413).
     BodyTooLarge,
     /// The request body stalled for longer than `client_body_timeout` (408).
@@ -95,6 +97,7 @@ impl fmt::Display for Outcome<'_> {
             Outcome::UpstreamTimeout => f.write_str("upstream_timeout"),
             Outcome::UpstreamBusy => f.write_str("upstream_busy"),
             Outcome::AmbiguousPath => f.write_str("ambiguous_path"),
+            Outcome::AmbiguousHost => f.write_str("ambiguous_host"),
             Outcome::BodyTooLarge => f.write_str("body_too_large"),
             Outcome::BodyTimeout => f.write_str("body_timeout"),
             Outcome::BodyFailed => f.write_str("body_failed"),
@@ -392,6 +395,17 @@ impl Gateway {
                 );
             }
         }
+        if ambiguous_host(request.headers()) {
+            return answer(
+                refusal(
+                    protocol,
+                    StatusCode::BAD_REQUEST,
+                    "the request has more than one Host field",
+                ),
+                None,
+                Outcome::AmbiguousHost,
+            );
+        }
         // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
         match canonical_uri(request.uri()) {
             Ok(None) => {}
@@ -588,6 +602,13 @@ impl Gateway {
             }
         }
     }
+}
+
+/// Whether a request has more than one `Host` field: a server must refuse it (400, RFC 9112
+/// §3.2), as nginx and HAProxy do; an upstream could read either.
+pub fn ambiguous_host(headers: &HeaderMap) -> bool {
+    let mut hosts = headers.get_all(http::header::HOST).iter();
+    hosts.next().is_some() && hosts.next().is_some()
 }
 
 /// The body length a request's `Content-Length` declares (hyper has refused a malformed one;

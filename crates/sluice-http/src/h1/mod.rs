@@ -55,8 +55,9 @@ const FLUSH_AT: usize = 16 * 1024;
 
 /// The request of a plain head. `bytes` is the head, whole and frozen: the target and the
 /// field values share it. Its fields go into `headers` (emptied first): a map kept from the
-/// connection's last request ([`Client::spare`]) has room for them already. `None` for what
-/// `http` does not take (hyper answers it 400).
+/// connection's last request ([`Client::spare`]) has room for them already; of several
+/// `Content-Length` lines (`wire` took them only if they agree) the first, as hyper keeps it.
+/// `None` for what `http` does not take (hyper answers it 400).
 pub fn request(
     bytes: &Bytes,
     head: &wire::RequestHead,
@@ -68,6 +69,9 @@ pub fn request(
     headers.reserve(head.fields.len());
     for field in &head.fields {
         let name = HeaderName::from_bytes(&bytes[field.name.clone()]).ok()?;
+        if name == http::header::CONTENT_LENGTH && headers.contains_key(&name) {
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(bytes.slice(field.value.clone())).ok()?;
         headers.append(name, value);
     }
@@ -490,5 +494,18 @@ mod tests {
         assert_eq!(request.uri(), "/a?b=1");
         assert_eq!(request.headers()["host"], "x");
         assert_eq!(request.headers().get_all("x-many").iter().count(), 2);
+    }
+
+    #[test]
+    fn of_equal_lengths_the_first_is_kept() {
+        let text = Bytes::from_static(
+            b"GET / HTTP/1.1\r\nContent-Length: 0\r\nX: y\r\ncontent-length: 00\r\n\r\n",
+        );
+        let wire::Request::Plain(head) = wire::Request::parse(&text, 1024) else {
+            panic!("plain");
+        };
+        let request = request(&text, &head, HeaderMap::new()).unwrap();
+        let lengths: Vec<_> = request.headers().get_all("content-length").iter().collect();
+        assert_eq!(lengths, ["0"]);
     }
 }

@@ -399,13 +399,13 @@ where
                 .insert(TE, HeaderValue::from_static("trailers"));
         }
         append_forwarded_for(&mut parts.headers, peer);
-        // `:authority` carries the client's host (its `Host`, or its own `:authority`), as
-        // `Host` does for HTTP/1.1 upstreams; HTTP/2 has no `Host` of its own.
-        let host = parts.headers.remove(HOST);
+        // `:authority` carries the client's host (as `Host` does for HTTP/1.1 upstreams, and
+        // chosen the same way); HTTP/2 has no `Host` of its own.
+        let named = host_of(&parts.uri, &parts.headers, upstream);
+        let host = named.or(parts.headers.remove(HOST));
         let authority = host
             .as_ref()
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
-            .or_else(|| parts.uri.authority().cloned())
             .unwrap_or_else(|| upstream.authority().clone());
         let mut uri = http::uri::Parts::default();
         uri.scheme = Some(upstream.scheme());
@@ -600,7 +600,7 @@ where
 
 /// The headers of a request going to an HTTP/1.1 upstream: without the hop-by-hop ones, with
 /// `TE: trailers` when a policy of the route settles on a trailer, the peer at the end of
-/// `X-Forwarded-For`, and a `Host` (the URI's authority, else the upstream's) when it had none.
+/// `X-Forwarded-For`, and the `Host` of [`host_of`].
 pub(crate) fn h1_upstream_headers(
     headers: &mut http::HeaderMap,
     uri: &Uri,
@@ -612,16 +612,22 @@ pub(crate) fn h1_upstream_headers(
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
     append_forwarded_for(headers, peer);
-    if !headers.contains_key(HOST) {
-        // An HTTP/2 client names the host in `:authority` (the URI) rather than `Host`.
-        let host = match uri.authority() {
-            Some(a) => HeaderValue::from_str(a.as_str()),
-            None => HeaderValue::from_str(route.upstream().authority().as_str()),
-        };
-        if let Ok(host) = host {
-            headers.insert(HOST, host);
-        }
+    if let Some(host) = host_of(uri, headers, route.upstream()) {
+        headers.insert(HOST, host);
     }
+}
+
+/// The host a request names, when it is not its `Host` field as it came: the URI's authority
+/// first (an absolute-form target, whose host replaces the client's `Host`, RFC 9112 §3.2.2;
+/// an HTTP/2 client's `:authority`, RFC 9113 §8.3.1), else the `Host` field, else the
+/// upstream's authority. `None`: the `Host` field stands.
+fn host_of(uri: &Uri, headers: &http::HeaderMap, upstream: &Upstream) -> Option<HeaderValue> {
+    let authority = match uri.authority() {
+        Some(a) => a,
+        None if headers.contains_key(HOST) => return None,
+        None => upstream.authority(),
+    };
+    HeaderValue::from_str(authority.as_str()).ok()
 }
 
 /// The upstream's answer to `exchange` if it came within `timeout`, without its hop-by-hop

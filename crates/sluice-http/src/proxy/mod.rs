@@ -5,9 +5,9 @@
 //! Requests and responses lose their hop-by-hop headers (`Connection` and every header it
 //! names, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`; `TE:
 //! trailers` is kept towards an HTTP/2 upstream); requests gain the peer's address at the end
-//! of `X-Forwarded-For`. The `Host` header is passed on unchanged (set from an HTTP/2 client's
-//! `:authority`, or to the upstream's, when missing); towards an HTTP/2 upstream it becomes
-//! `:authority`. A refused or failed connection is [`ProxyError::Connect`],
+//! of `X-Forwarded-For`. The `Host` header is passed on unchanged, but for a target that names
+//! its host (an absolute-form target, an HTTP/2 client's `:authority`), whose host replaces it,
+//! and set to the upstream's when missing; towards an HTTP/2 upstream it becomes `:authority`. A refused or failed connection is [`ProxyError::Connect`],
 //! [`ProxyError::Tls`] or [`ProxyError::Upstream`] (502), no response head within the route's
 //! timeout is [`ProxyError::Timeout`] (504). A request a pooled connection could not send
 //! (the upstream had closed it) is sent again on a new one.
