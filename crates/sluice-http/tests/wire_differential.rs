@@ -155,7 +155,11 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "bare LF in fields only",
             "GET / HTTP/1.1\r\nHost: a\nX: y\r\n\n".into(),
         ),
-        ("head over 8192", long_value),
+        ("head over 8192", long_value.clone()),
+        (
+            "second head over 8192",
+            format!("GET /1 HTTP/1.1\r\nHost: a\r\n\r\n{long_value}"),
+        ),
         ("101 fields", many),
         ("100 fields", hundred),
         ("target of 8100 bytes", long_target),

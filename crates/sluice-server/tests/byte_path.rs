@@ -610,6 +610,17 @@ fn corpus() -> Vec<Case> {
         1,
         0,
     ));
+    // The same bound on a connection's later heads as on its first.
+    for (name, size) in [
+        ("second head over max_header_bytes (17 KB)", 17_000),
+        ("second head over max_header_bytes (20 KB)", 20_000),
+    ] {
+        let big = get("/api/r/y", &format!("X-Big: {}\r\n", "h".repeat(size)));
+        cases.push(Case {
+            statuses: &[200, 431],
+            ..case(name, [get("/api/r/x", ""), big].concat(), 2, 1)
+        });
+    }
     cases.push(case(
         "grpc-web",
         get("/api/r/x", "Content-Type: application/grpc-web\r\n"),

@@ -221,8 +221,9 @@ const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 /// HTTP/2 preface at the start of every connection it is given, whatever it was told, so a
 /// connection the byte path hands over after its first requests would switch to HTTP/2 on a
 /// preface mid-connection (RFC 9113 §3.4 allows it at the start only; hyper's HTTP/1.1
-/// answers it 400). Which protocol a connection speaks is decided before: by ALPN, by
-/// `h2c` and the connection's first bytes ([`Prefixed::opens_with_preface`]).
+/// refuses it); and `auto` does not set `max_header_size`. Which protocol a connection speaks
+/// is decided before: by ALPN, by `h2c` and the connection's first bytes
+/// ([`Prefixed::opens_with_preface`]).
 struct Protocols {
     /// HTTP/1.1, upgrades included.
     http1: http1::Builder,
@@ -236,7 +237,13 @@ impl Protocols {
         // hyper's HTTP/1 header timer also runs while a connection waits for its next
         // request, so the header and keep-alive timeouts are kept by the socket wrapper
         // (`conn::EdgeIo`): no timer is given to HTTP/1.
-        http1.max_buf_size(max_header_bytes).keep_alive(true);
+        // `max_header_size` bounds every head, a connection's later ones too; `max_buf_size`
+        // alone bounds what the read buffer holds of one still partial, and a whole later
+        // head read at once into a buffer grown past it went through.
+        http1
+            .max_buf_size(max_header_bytes)
+            .max_header_size(max_header_bytes)
+            .keep_alive(true);
         let mut builder = auto::Builder::new(EdgeExecutor);
         builder
             .http2()
