@@ -328,6 +328,16 @@ fn response_corpus() -> Vec<(&'static str, bool, Vec<u8>)> {
             "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
         ),
         (
+            "HTTP/1.0, close then keep-alive",
+            false,
+            "HTTP/1.0 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
+        ),
+        (
+            "HTTP/1.1, close then keep-alive",
+            false,
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
+        ),
+        (
             "Connection close, non-ASCII",
             false,
             "HTTP/1.1 200 OK\r\nConnection: close, \u{e9}\r\nContent-Length: 2\r\n\r\nhi",

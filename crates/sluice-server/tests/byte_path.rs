@@ -47,6 +47,9 @@ fn script(path: &str, head: bool) -> Option<Vec<u8>> {
         "ratelimit" => format!("HTTP/1.1 200 OK\r\n{DATE}ratelimit: \"up\";r=1;t=1\r\nratelimit-policy: \"up\";q=2;w=1\r\nx-request-id: up-id\r\ncontent-length: 2\r\n\r\nok"),
         "garbage" => "NOT HTTP AT ALL\r\n\r\n".to_owned(),
         "drop" => return None,
+        // HTTP/1.0 whose first `Connection` says close (a later keep-alive undoes nothing):
+        // `serve_upstream` keeps the connection a moment, marking what still comes on it.
+        "close10" => format!("HTTP/1.0 200 OK\r\n{DATE}connection: close\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok"),
         // Half the promised body, then the close.
         "cut" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 10\r\n\r\nhello"),
         // The head at once, the body a second later (`serve_upstream` waits).
@@ -85,11 +88,31 @@ async fn upstream(seen: Seen) -> u16 {
 
 async fn serve_upstream(mut stream: TcpStream, seen: Seen) {
     let mut buf = Vec::new();
+    // An answer said the connection closes: a request that still comes on it was sent to a
+    // connection the upstream meant to close (one that would have closed it at once would
+    // have lost the request).
+    let mut closing = false;
     loop {
-        let Some((head, body)) = read_request(&mut stream, &mut buf).await else {
+        let read = read_request(&mut stream, &mut buf);
+        let read = if closing {
+            match tokio::time::timeout(Duration::from_secs(1), read).await {
+                Ok(read) => read,
+                Err(_) => return,
+            }
+        } else {
+            read.await
+        };
+        let Some((mut head, body)) = read else {
             return;
         };
+        if closing {
+            head.insert_str(0, "(after the upstream said close) ");
+        }
         let request_line = head.lines().next().unwrap_or("").to_owned();
+        let request_line = request_line
+            .strip_prefix("(after the upstream said close) ")
+            .unwrap_or(&request_line)
+            .to_owned();
         let is_head = request_line.starts_with("HEAD ");
         let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
         seen.lock().unwrap().push((head, body));
@@ -112,6 +135,7 @@ async fn serve_upstream(mut stream: TcpStream, seen: Seen) {
         if path.ends_with("/close") || path.ends_with("/cut") {
             return;
         }
+        closing |= path.ends_with("/close10");
     }
 }
 
@@ -661,6 +685,13 @@ fn corpus() -> Vec<Case> {
         get("/api/r/x", "Content-Length: 0\r\nContent-Length: 00\r\n"),
         1,
         1,
+    ));
+    // An answer's keep-alive as hyper's client reads it: a `close` stands.
+    cases.push(case(
+        "HTTP/1.0 answer, close then keep-alive",
+        [get("/api/r/close10", ""), get("/api/r/y", "")].concat(),
+        2,
+        2,
     ));
     cases.push(Case {
         statuses: &[200],

@@ -631,7 +631,8 @@ fn host_of(uri: &Uri, headers: &http::HeaderMap, upstream: &Upstream) -> Option<
 }
 
 /// The upstream's answer to `exchange` if it came within `timeout`, without its hop-by-hop
-/// headers.
+/// headers, and of the gateway's own HTTP version: an intermediary sends its own (RFC 9110
+/// §6.2), as the byte path does, not an HTTP/1.0 upstream's.
 async fn within<B>(
     timeout: Duration,
     exchange: impl std::future::Future<
@@ -640,6 +641,9 @@ async fn within<B>(
 ) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok((mut response, lease))) => {
+            if response.version() == Version::HTTP_10 {
+                *response.version_mut() = Version::HTTP_11;
+            }
             let headers = response.headers_mut();
             // A length beside a transfer coding is stale (RFC 9112 §6.3): hyper reads the
             // body by the coding, and the answer goes on without the length (kept, it would
