@@ -1,9 +1,14 @@
-//! HTTP/1.1 request heads read as bytes: `sluice_http::wire::Request::parse` against hyper's
-//! HTTP/1.1 server, on the same bytes (the harness of `tests/wire_differential.rs`).
+//! HTTP/1.1 heads read as bytes: `sluice_http::wire` against hyper, on the same bytes (the
+//! harness of `tests/wire_differential.rs`). An input that starts with `HTTP/` is an upstream's
+//! answer, read by `wire::Response::parse` and hyper's HTTP/1.1 client; any other is what a
+//! client sends, read by `wire::Request::parse` and hyper's HTTP/1.1 server.
 //!
 //! Properties: no panic; every request wire reads as plain is one hyper serves with the same
-//! method, target, fields, body and keep-alive decision, the next one starting where wire
-//! says; a request hyper refuses is never plain.
+//! method, target, body and keep-alive decision and the fields the byte path forwards, the
+//! next one starting where wire says; a request hyper refuses is never plain, and a head wire
+//! finds too large is one hyper answers 431, wherever it stands on the connection. Every
+//! answer wire reads as final is one hyper's client reads with the same status, fields, body
+//! and keep-alive decision.
 #![no_main]
 
 use std::sync::LazyLock;
@@ -22,5 +27,9 @@ fuzz_target!(|data: &[u8]| {
     if data.len() > 2 * wire_harness::MAX_HEAD {
         return;
     }
-    wire_harness::request_differential(&RUNTIME, data);
+    if data.starts_with(b"HTTP/") {
+        wire_harness::response_differential(&RUNTIME, data, false);
+    } else {
+        wire_harness::request_differential(&RUNTIME, data);
+    }
 });

@@ -1,12 +1,14 @@
 //! The bodies of the gateway: [`Body`], the response body (the upstream's, streamed, or one of
 //! our own), which holds the request's concurrency slots until it is dropped (after the last
-//! byte is sent); and [`RequestBody`], the request body on its way upstream, cut short with a
-//! [`BodyError`] when it grows past `max_body` or stalls for longer than
+//! byte is sent) and fails with [`UpstreamStalled`] when the upstream's stalls for longer than
+//! `upstream_read_timeout`; and [`RequestBody`], the request body on its way upstream, cut
+//! short with a [`BodyError`] when it grows past `max_body` or stalls for longer than
 //! `client_body_timeout`.
 
 use std::collections::VecDeque;
 use std::future::Future as _;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,10 +17,13 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use metrics::Counter;
 use sluice::PoolPermit;
 
 use crate::cost::meter::{Meter, RequestBytes};
+use crate::protocol::Protocol;
 use crate::proxy::Lease;
+use crate::route::Route;
 
 pin_project_lite::pin_project! {
     /// A gateway response body (`B` is the request body type of its upstream connection).
@@ -38,6 +43,8 @@ pin_project_lite::pin_project! {
             meter: Option<Box<Meter>>,
             permits: Vec<PoolPermit>,
             lease: Option<Lease<B>>,
+            read: Option<ReadTimeout>,
+            clock: GapClock,
         },
         Full {
             #[pin]
@@ -56,8 +63,20 @@ impl<B> Body<B> {
                 meter: None,
                 permits,
                 lease,
+                read: None,
+                clock: GapClock::default(),
             },
         }
+    }
+
+    /// Times the gaps between two reads of an upstream body with `read`: past its gap, the
+    /// next frame is an [`UpstreamStalled`] error, counted and logged. No effect on other
+    /// bodies.
+    pub(crate) fn read_timeout(mut self, read: Option<ReadTimeout>) -> Body<B> {
+        if let Inner::Upstream { read: slot, .. } = &mut self.inner {
+            *slot = read;
+        }
+        self
     }
 
     /// Watches the frames of an upstream body with `meter`, which settles the request's cost
@@ -94,21 +113,37 @@ impl<B> From<Full<Bytes>> for Body<B> {
 
 impl<B> http_body::Body for Body<B> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project().inner.project() {
-            InnerProj::Upstream { body, meter, .. } => {
-                let polled = body.poll_frame(cx);
-                if let (Some(meter), Poll::Ready(Some(Ok(frame)))) = (meter.as_mut(), &polled) {
-                    meter.observe(frame);
+            InnerProj::Upstream {
+                body,
+                meter,
+                read,
+                clock,
+                ..
+            } => match body.poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(meter) = meter.as_mut() {
+                        meter.observe(&frame);
+                    }
+                    clock.data();
+                    Poll::Ready(Some(Ok(frame)))
                 }
-                polled
-            }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => match read {
+                    Some(read) if clock.waited_out(read.gap, cx) => {
+                        Poll::Ready(Some(Err(read.expired().into())))
+                    }
+                    _ => Poll::Pending,
+                },
+            },
             InnerProj::Full { body } => match body.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
                 Poll::Ready(Some(Err(never))) => match never {},
@@ -159,6 +194,76 @@ pub enum BodyError {
     Stalled(Duration),
 }
 
+/// The upstream sent no data of its answer's body for this long between two reads
+/// (`upstream_read_timeout`): the answer, already begun, cannot be finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the upstream sent no data of its answer's body for {0:?}")]
+pub struct UpstreamStalled(pub Duration);
+
+/// The longest gap between two reads of an upstream's answer body (`upstream_read_timeout`),
+/// and where its expiry is counted (`sluice_upstream_errors_total{error="read_timeout"}`)
+/// and logged: one rule for the byte path and hyper's.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadTimeout {
+    pub(crate) gap: Duration,
+    route: Arc<str>,
+    stalled: Counter,
+}
+
+impl ReadTimeout {
+    /// The read timeout `gap` of an answer on `route` to a request of `protocol`.
+    pub(crate) fn new(route: &Route, protocol: Protocol, gap: Duration) -> ReadTimeout {
+        ReadTimeout {
+            gap,
+            route: Arc::clone(&route.metrics.name),
+            stalled: route.metrics.read_timeout[protocol as usize].clone(),
+        }
+    }
+
+    /// Counts and logs an expiry; the error the answer fails with.
+    pub(crate) fn expired(&self) -> UpstreamStalled {
+        self.stalled.increment(1);
+        tracing::warn!(
+            route = %self.route,
+            timeout = ?self.gap,
+            "the upstream's answer stalled mid-body (upstream_read_timeout): the client connection is closed"
+        );
+        UpstreamStalled(self.gap)
+    }
+}
+
+/// The clock of the gap between two reads of a body. It exists only once a read has had to
+/// wait: a body that arrives whole with its head never allocates one.
+#[derive(Debug, Default)]
+pub(crate) struct GapClock {
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Data arrived since the timer was last set: set it again at the next wait.
+    rearm: bool,
+}
+
+impl GapClock {
+    /// Data arrived: the next wait starts a new gap.
+    fn data(&mut self) {
+        self.rearm = true;
+    }
+
+    /// A read waits: whether `gap` has passed since this gap began. When it has not, `cx` is
+    /// woken when it does.
+    fn waited_out(&mut self, gap: Duration, cx: &mut Context<'_>) -> bool {
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                if self.rearm {
+                    timer.as_mut().reset(tokio::time::Instant::now() + gap);
+                }
+                timer
+            }
+            None => self.timer.insert(Box::pin(tokio::time::sleep(gap))),
+        };
+        self.rearm = false;
+        timer.as_mut().poll(cx).is_ready()
+    }
+}
+
 impl BodyError {
     /// The `BodyError` somewhere in `error`'s chain of sources, if any: what made a forwarded
     /// request fail when its body was cut short.
@@ -189,9 +294,7 @@ pub struct RequestBody<B> {
     limit: u64,
     seen: u64,
     gap: Option<Duration>,
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Data arrived since the timer was last set: set it again at the next wait.
-    rearm: bool,
+    clock: GapClock,
     /// Where the bytes read are also counted, for a cost settled on them.
     counted: Option<RequestBytes>,
 }
@@ -222,8 +325,7 @@ where
             limit,
             seen: 0,
             gap,
-            timer: None,
-            rearm: false,
+            clock: GapClock::default(),
             counted: None,
         }
     }
@@ -292,7 +394,7 @@ where
                         return Poll::Ready(Some(Err(BodyError::TooLarge(self.limit).into())));
                     }
                 }
-                self.rearm = true;
+                self.clock.data();
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
@@ -300,26 +402,13 @@ where
                 self.inner_done = true;
                 Poll::Ready(None)
             }
-            Poll::Pending => {
-                let Some(gap) = self.gap else {
-                    return Poll::Pending;
-                };
-                let timer = match &mut self.timer {
-                    Some(timer) => {
-                        if self.rearm {
-                            timer.as_mut().reset(tokio::time::Instant::now() + gap);
-                        }
-                        timer
-                    }
-                    None => self.timer.insert(Box::pin(tokio::time::sleep(gap))),
-                };
-                self.rearm = false;
-                if timer.as_mut().poll(cx).is_ready() {
+            Poll::Pending => match self.gap {
+                Some(gap) if self.clock.waited_out(gap, cx) => {
                     self.inner_done = true;
-                    return Poll::Ready(Some(Err(BodyError::Stalled(gap).into())));
+                    Poll::Ready(Some(Err(BodyError::Stalled(gap).into())))
                 }
-                Poll::Pending
-            }
+                _ => Poll::Pending,
+            },
         }
     }
 }

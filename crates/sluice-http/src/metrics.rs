@@ -78,10 +78,13 @@ impl PolicyMetrics {
 /// The handles of one route.
 #[derive(Debug, Clone)]
 pub(crate) struct RouteMetrics {
+    /// The route's `path_prefix`, for the lines logged about its requests.
+    pub(crate) name: std::sync::Arc<str>,
     status: [PerProtocol; 5],
     pub(crate) refused: PerProtocol,
     pub(crate) timeout: PerProtocol,
     pub(crate) other: PerProtocol,
+    pub(crate) read_timeout: PerProtocol,
     pub(crate) body_too_large: PerProtocol,
     pub(crate) body_timeout: PerProtocol,
     pub(crate) tunnels: Gauge,
@@ -101,12 +104,14 @@ impl RouteMetrics {
             )
         };
         RouteMetrics {
+            name: std::sync::Arc::from(route.as_str()),
             status: ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|class| {
                 per_protocol(|p| metrics::counter!("sluice_upstream_responses_total", "route" => route.clone(), "status" => class, "protocol" => p))
             }),
             refused: error("refused"),
             timeout: error("timeout"),
             other: error("other"),
+            read_timeout: error("read_timeout"),
             body_too_large: body("too_large"),
             body_timeout: body("timeout"),
             tunnels: metrics::gauge!("sluice_tunnels_open", "route" => route.clone()),
@@ -184,8 +189,10 @@ pub fn describe() {
     describe_counter!(
         "sluice_upstream_errors_total",
         Unit::Count,
-        "Requests that got no upstream response, by `route` and `error`: `refused` (502), \
-         `timeout` (504), `other` (502); and by `protocol`."
+        "Requests that got no upstream response, or no whole one, by `route` and `error`: \
+         `refused` (502), `timeout` (504), `other` (502), `read_timeout` (the answer had begun \
+         when its body stalled for longer than upstream_read_timeout: the client connection \
+         was closed, an HTTP/2 stream reset); and by `protocol`."
     );
     describe_gauge!(
         "sluice_tunnels_open",

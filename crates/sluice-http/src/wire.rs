@@ -266,6 +266,7 @@ impl Response {
         }
         let http10 = version == 0;
         let mut keep_alive = !http10;
+        let mut saw_close = false;
         let mut chunked = None;
         // Every value of every `Content-Length` line must be the same number.
         let mut length: Option<u64> = None;
@@ -293,7 +294,10 @@ impl Response {
                     Err(_) => bad_length = true,
                 }
             } else if name.eq_ignore_ascii_case(b"connection") {
-                if has_token(value, "close") {
+                // Once a line says close, a later keep-alive does not undo it (as hyper's
+                // client reads it, and as the request's `Connection` is read above).
+                if saw_close || has_token(value, "close") {
+                    saw_close = true;
                     keep_alive = false;
                 } else if http10 && has_token(value, "keep-alive") {
                     keep_alive = true;
@@ -642,6 +646,8 @@ mod tests {
         assert_eq!(framing(te, false), Some((Framing::Chunked, true)));
         let close = b"HTTP/1.1 200 OK\r\n\r\n";
         assert_eq!(framing(close, false), Some((Framing::UntilClose, false)));
+        let undone = b"HTTP/1.0 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(framing(undone, false), Some((Framing::Length(3), false)));
         let listed = b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\n\r\n";
         assert_eq!(framing(listed, false), Some((Framing::Length(3), true)));
         let differ = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n";

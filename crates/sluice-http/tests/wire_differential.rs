@@ -130,6 +130,19 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "POST / HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n".into(),
         ),
         (
+            "CL 0 and 00",
+            "GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 00\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
+                .into(),
+        ),
+        (
+            "two hosts",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".into(),
+        ),
+        (
+            "absolute form with another host",
+            "GET http://a:8080/ HTTP/1.1\r\nHost: b\r\n\r\n".into(),
+        ),
+        (
             "CL zero",
             "POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET / HTTP/1.1\r\n\r\n".into(),
         ),
@@ -142,7 +155,11 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "bare LF in fields only",
             "GET / HTTP/1.1\r\nHost: a\nX: y\r\n\n".into(),
         ),
-        ("head over 8192", long_value),
+        ("head over 8192", long_value.clone()),
+        (
+            "second head over 8192",
+            format!("GET /1 HTTP/1.1\r\nHost: a\r\n\r\n{long_value}"),
+        ),
         ("101 fields", many),
         ("100 fields", hundred),
         ("target of 8100 bytes", long_target),
@@ -209,6 +226,14 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "GET / HTTP/1.1\r\nX: caf\u{e9}\r\n\r\n".into(),
         ),
         ("HTTP/2.0 line", "GET / HTTP/2.0\r\n\r\n".into()),
+        (
+            "HTTP/2 preface after a request",
+            "GET / HTTP/1.1\r\n\r\nPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".into(),
+        ),
+        (
+            "the preface's first line after a request",
+            "GET / HTTP/1.1\r\n\r\nPRI * HTTP/2.0\r\n\r\n".into(),
+        ),
         ("lowercase method", "get / HTTP/1.1\r\n\r\n".into()),
         ("custom method", "PURGE /x HTTP/1.1\r\n\r\n".into()),
         ("two spaces in line", "GET  / HTTP/1.1\r\n\r\n".into()),
@@ -301,6 +326,16 @@ fn response_corpus() -> Vec<(&'static str, bool, Vec<u8>)> {
             "HTTP/1.0 keep-alive",
             false,
             "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
+        ),
+        (
+            "HTTP/1.0, close then keep-alive",
+            false,
+            "HTTP/1.0 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
+        ),
+        (
+            "HTTP/1.1, close then keep-alive",
+            false,
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
         ),
         (
             "Connection close, non-ASCII",

@@ -47,6 +47,13 @@ fn script(path: &str, head: bool) -> Option<Vec<u8>> {
         "ratelimit" => format!("HTTP/1.1 200 OK\r\n{DATE}ratelimit: \"up\";r=1;t=1\r\nratelimit-policy: \"up\";q=2;w=1\r\nx-request-id: up-id\r\ncontent-length: 2\r\n\r\nok"),
         "garbage" => "NOT HTTP AT ALL\r\n\r\n".to_owned(),
         "drop" => return None,
+        // HTTP/1.0 whose first `Connection` says close (a later keep-alive undoes nothing):
+        // `serve_upstream` keeps the connection a moment, marking what still comes on it.
+        "close10" => format!("HTTP/1.0 200 OK\r\n{DATE}connection: close\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok"),
+        // Half the promised body, then the close.
+        "cut" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 10\r\n\r\nhello"),
+        // The head at once, the body a second later (`serve_upstream` waits).
+        "slowbody" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 5\r\n\r\nhello"),
         "dupcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 2\r\n\r\nok"),
         "badcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 3\r\n\r\nok!"),
         "clte" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
@@ -81,23 +88,54 @@ async fn upstream(seen: Seen) -> u16 {
 
 async fn serve_upstream(mut stream: TcpStream, seen: Seen) {
     let mut buf = Vec::new();
+    // An answer said the connection closes: a request that still comes on it was sent to a
+    // connection the upstream meant to close (one that would have closed it at once would
+    // have lost the request).
+    let mut closing = false;
     loop {
-        let Some((head, body)) = read_request(&mut stream, &mut buf).await else {
+        let read = read_request(&mut stream, &mut buf);
+        let read = if closing {
+            match tokio::time::timeout(Duration::from_secs(1), read).await {
+                Ok(read) => read,
+                Err(_) => return,
+            }
+        } else {
+            read.await
+        };
+        let Some((mut head, body)) = read else {
             return;
         };
+        if closing {
+            head.insert_str(0, "(after the upstream said close) ");
+        }
         let request_line = head.lines().next().unwrap_or("").to_owned();
+        let request_line = request_line
+            .strip_prefix("(after the upstream said close) ")
+            .unwrap_or(&request_line)
+            .to_owned();
         let is_head = request_line.starts_with("HEAD ");
         let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
         seen.lock().unwrap().push((head, body));
         let Some(answer) = script(&path, is_head) else {
             return;
         };
-        if stream.write_all(&answer).await.is_err() {
+        let (head, body) = match find(&answer, b"\r\n\r\n") {
+            Some(end) if path.ends_with("/slowbody") => answer.split_at(end + 4),
+            _ => (&answer[..], &[][..]),
+        };
+        if stream.write_all(head).await.is_err() {
             return;
         }
-        if path.ends_with("/close") {
+        if !body.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if stream.write_all(body).await.is_err() {
+                return;
+            }
+        }
+        if path.ends_with("/close") || path.ends_with("/cut") {
             return;
         }
+        closing |= path.ends_with("/close10");
     }
 }
 
@@ -349,6 +387,11 @@ struct Case {
     /// request again when a pooled connection closes before any answer, as nginx does;
     /// hyper's client does not.
     resent: bool,
+    /// The statuses both paths must answer with, in order (empty: only compared).
+    statuses: &'static [u16],
+    /// Lines every request head the upstream receives must have, on both paths (names in
+    /// lowercase).
+    upstream_has: &'static [&'static str],
 }
 
 fn get(path: &str, extra: &str) -> Vec<u8> {
@@ -364,6 +407,8 @@ fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Cas
         bytes,
         head: false,
         resent: false,
+        statuses: &[],
+        upstream_has: &[],
     }
 }
 
@@ -388,10 +433,12 @@ fn corpus() -> Vec<Case> {
         "badchunk",
         "big",
         "bigchunked",
+        "cut",
     ] {
         let path = format!("/api/r/{name}");
-        // A broken chunk fails the answer before the client can read it whole.
-        let answers = usize::from(name != "badchunk");
+        // A broken chunk, or a body cut short, fails the answer before the client can read it
+        // whole.
+        let answers = usize::from(name != "badchunk" && name != "cut");
         cases.push(case(name, get(&path, ""), answers, 1));
     }
     cases.push(Case {
@@ -587,14 +634,88 @@ fn corpus() -> Vec<Case> {
         1,
         0,
     ));
+    // The same bound on a connection's later heads as on its first.
+    for (name, size) in [
+        ("second head over max_header_bytes (17 KB)", 17_000),
+        ("second head over max_header_bytes (20 KB)", 20_000),
+    ] {
+        let big = get("/api/r/y", &format!("X-Big: {}\r\n", "h".repeat(size)));
+        cases.push(Case {
+            statuses: &[200, 431],
+            ..case(name, [get("/api/r/x", ""), big].concat(), 2, 1)
+        });
+    }
     cases.push(case(
         "grpc-web",
         get("/api/r/x", "Content-Type: application/grpc-web\r\n"),
         1,
         0,
     ));
+    // The HTTP/2 preface is allowed only at a connection's start (RFC 9113 §3.4): after a
+    // request it is no switch to HTTP/2 but an HTTP/1.1 request hyper refuses. Whole, hyper
+    // closes the connection without an answer (it finds the preface in its buffer); its first
+    // line alone, a request of version 2.0, gets 400.
+    // Host (RFC 9112 §3.2, §3.2.2): two are refused; an absolute-form target's host replaces
+    // the client's `Host`.
+    cases.push(Case {
+        statuses: &[400],
+        ..case("two hosts", get("/api/r/x", "Host: other.test\r\n"), 1, 1)
+    });
+    cases.push(Case {
+        statuses: &[400],
+        ..case(
+            "two hosts, the same",
+            get("/api/r/x", "Host: example.test\r\n"),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        upstream_has: &["\r\nhost: example.test:8080\r\n"],
+        ..case(
+            "absolute form, another host",
+            b"GET http://example.test:8080/api/r/x HTTP/1.1\r\nHost: other.test\r\n\r\n".to_vec(),
+            1,
+            0,
+        )
+    });
+    // Lengths hyper reads as one (it keeps the first): forwarded once.
+    cases.push(case(
+        "content-length 0 and 00",
+        get("/api/r/x", "Content-Length: 0\r\nContent-Length: 00\r\n"),
+        1,
+        1,
+    ));
+    // An answer's keep-alive as hyper's client reads it: a `close` stands.
+    cases.push(case(
+        "HTTP/1.0 answer, close then keep-alive",
+        [get("/api/r/close10", ""), get("/api/r/y", "")].concat(),
+        2,
+        2,
+    ));
+    cases.push(Case {
+        statuses: &[200],
+        ..case(
+            "HTTP/2 preface after a request",
+            [get("/api/r/x", ""), PREFACE.to_vec()].concat(),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        statuses: &[200, 400],
+        ..case(
+            "the preface's request line after a request",
+            [get("/api/r/x", ""), PREFACE[..18].to_vec()].concat(),
+            2,
+            1,
+        )
+    });
     cases
 }
+
+/// The HTTP/2 connection preface.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 fn config(up: u16) -> String {
     format!(
@@ -697,6 +818,35 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
                 case.name, answers_b, answers_h
             ));
         }
+        let statuses = |reads: &[Read]| -> Vec<u16> {
+            reads
+                .iter()
+                .filter_map(|r| r.status.split(' ').nth(1)?.parse().ok())
+                .collect()
+        };
+        if !case.statuses.is_empty() {
+            for (path, answers) in [("byte path", &answers_b), ("hyper", &answers_h)] {
+                if statuses(answers) != case.statuses {
+                    differ.push(format!(
+                        "{}: the {path} answered {:?}, not {:?}: {answers:?}",
+                        case.name,
+                        statuses(answers),
+                        case.statuses
+                    ));
+                }
+            }
+        }
+        for (path, seen) in [("byte path", &upstream_b), ("hyper", &upstream_h)] {
+            for (head, _) in seen.iter() {
+                let head = head.to_ascii_lowercase();
+                if let Some(missing) = case.upstream_has.iter().find(|l| !head.contains(*l)) {
+                    differ.push(format!(
+                        "{}: the upstream received no {missing:?} from the {path}: {head:?}",
+                        case.name
+                    ));
+                }
+            }
+        }
         if served != f64::from(case.bytes) {
             differ.push(format!(
                 "{}: the byte path served {served} requests, not {}",
@@ -788,4 +938,132 @@ upstream = "http://127.0.0.1:{up}"
             "byte_path = {byte_path}: the queue stayed full"
         );
     }
+}
+
+/// The bytes queued on a TCP connection of this network namespace, from `/proc/net/tcp`: the
+/// receive queue of the socket `local` → `remote` (read by no one yet) and its send queue
+/// (written, not yet taken by the peer).
+fn tcp_queues(local: u16, remote: u16) -> Option<(usize, usize)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if port(fields.get(1)?)? != local || port(fields.get(2)?)? != remote {
+            return None;
+        }
+        let (tx, rx) = fields.get(4)?.split_once(':')?;
+        Some((
+            usize::from_str_radix(rx, 16).ok()?,
+            usize::from_str_radix(tx, 16).ok()?,
+        ))
+    })
+}
+
+/// While a request waits for a slow upstream, the gateway reads a client's pipelined bytes no
+/// further than `max_header_bytes` (hyper's bound on its read buffer): the rest stays in the
+/// kernel's socket buffers, and the client is pushed back. What the gateway took is what the
+/// client wrote minus what is still queued on either side of the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_bytes_are_read_no_further_than_max_header_bytes_while_a_request_waits() {
+    let up = common::Upstream::start().await;
+    let config = common::config::route("/slow/", &[], &up.url());
+    let max_header_bytes = 16 * 1024;
+    let mut report = Vec::new();
+    for byte_path in [true, false] {
+        let gw = Gateway::start(&format!("workers = 1\nbyte_path = {byte_path}"), &config).await;
+        let mut client = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        let client_port = client.local_addr().unwrap().port();
+        client.write_all(&get("/slow/3000", "")).await.unwrap();
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (mut reader, mut writer) = client.into_split();
+        let writing = {
+            let written = Arc::clone(&written);
+            tokio::spawn(async move {
+                // 600 KB of pipelined requests, more than any read-ahead allowed so far.
+                let next = get("/slow/0", &format!("X-Pad: {}\r\n", "p".repeat(900)));
+                for _ in 0..600_000 / next.len() {
+                    if writer.write_all(&next).await.is_err() {
+                        return writer;
+                    }
+                    written.fetch_add(next.len(), std::sync::atomic::Ordering::SeqCst);
+                }
+                writer
+            })
+        };
+        // The first request is still at the upstream, and the writer has filled what it can.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (gateway_unread, _) = tcp_queues(gw.port, client_port).expect("the gateway's side");
+        let (_, client_unsent) = tcp_queues(client_port, gw.port).expect("the client's side");
+        let sent = written.load(std::sync::atomic::Ordering::SeqCst);
+        let taken = sent.saturating_sub(gateway_unread + client_unsent);
+        report.push(format!(
+            "byte_path = {byte_path}: the client wrote {sent} bytes after the first request, \
+             the gateway read {taken} of them"
+        ));
+        writing.abort();
+        drop(reader.read(&mut [0u8; 1]).await);
+        // One more read's worth (8 KiB) may land before the bound is looked at.
+        assert!(
+            taken <= max_header_bytes + 8 * 1024,
+            "{}",
+            report.join("\n")
+        );
+    }
+    println!("{}", report.join("\n"));
+}
+
+/// The `sluice::access` lines of a gateway's log for `path`, and each line's `ms`.
+fn access_lines(gw: &Gateway, path: &str) -> Vec<(String, f64)> {
+    gw.log_text()
+        .lines()
+        .filter(|l| l.contains("sluice::access") && l.contains(&format!("path={path} ")))
+        .map(|l| {
+            let ms = l
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("ms="))
+                .and_then(|v| v.trim_matches('"').parse().ok())
+                .unwrap_or(f64::NAN);
+            (l.to_owned(), ms)
+        })
+        .collect()
+}
+
+/// Every request that reached a decision has its access log line on both paths, one whose
+/// answer failed mid-body (the upstream cut it short) too; and `ms` means the same on both:
+/// the time until the answer's head, not the body's transfer (an upstream that sends its body
+/// a second after its head does not make it a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_has_every_request_with_the_same_ms_on_both_paths() {
+    let up = upstream(Arc::default()).await;
+    let mut lines = Vec::new();
+    for byte_path in [true, false] {
+        let gw = Gateway::start(
+            &format!("workers = 1\nbyte_path = {byte_path}"),
+            &config(up),
+        )
+        .await;
+        let (answers, closed) = exchange(gw.port, &get("/api/r/cut", ""), 1, false).await;
+        assert!(answers.is_empty() && closed, "{answers:?}");
+        let (answers, _) = exchange(gw.port, &get("/api/r/slowbody", ""), 1, false).await;
+        assert_eq!(answers.len(), 1);
+        // The line may follow the answer by a moment.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while access_lines(&gw, "/api/r/slowbody").is_empty()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cut = access_lines(&gw, "/api/r/cut");
+        let slow = access_lines(&gw, "/api/r/slowbody");
+        lines.push(format!("byte_path = {byte_path}:\n  {cut:?}\n  {slow:?}"));
+        assert!(
+            cut.len() == 1 && cut[0].0.contains("status=200"),
+            "byte_path = {byte_path}: the lines of a request whose answer was cut short: {cut:?}"
+        );
+        assert!(
+            slow.len() == 1 && slow[0].1 < 500.0,
+            "byte_path = {byte_path}: `ms` of an answer whose body came a second after its head: {slow:?}"
+        );
+    }
+    println!("{}", lines.join("\n"));
 }

@@ -176,3 +176,175 @@ async fn an_upstream_that_does_not_accept_gets_504_after_the_connect_timeout() {
     assert!(gw.log_text().contains("decision=upstream_timeout"));
     drop(socket);
 }
+
+/// An upstream that answers every request with a head and the first 5 of 10 promised body
+/// bytes, then stalls, its connection open. Records when it saw each connection closed.
+async fn stalling_upstream() -> (SocketAddr, Arc<Mutex<Vec<Instant>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closed: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let c = Arc::clone(&closed);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            let c = Arc::clone(&c);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut answered = false;
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => {
+                            c.lock().unwrap().push(Instant::now());
+                            return;
+                        }
+                        Ok(_) if !answered => {
+                            answered = true;
+                            let _ = s
+                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello")
+                                .await;
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    (addr, closed)
+}
+
+/// An upstream that sends its answer's head and then stalls holds nothing for longer than
+/// `upstream_read_timeout` (nginx's `proxy_read_timeout`), on the byte path and hyper's: the
+/// client connection, whose answer has begun, is closed; the concurrency slot and the upstream
+/// connection are given back; the stall is counted and logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_body_that_stalls_closes_the_client_connection_after_the_read_timeout() {
+    let (addr, closed) = stalling_upstream().await;
+    let config = format!(
+        "[[policy]]\nname = \"one\"\ncapacity = 1000\nrate = \"1000/s\"\nconcurrency = 1\n\n\
+         [[route]]\npath_prefix = \"/\"\npolicies = [\"one\"]\nupstream = \"http://{addr}\"\n"
+    );
+    for byte_path in [true, false] {
+        let gw = Gateway::start(
+            &format!("workers = 1\nbyte_path = {byte_path}\nupstream_read_timeout = \"500ms\""),
+            &config,
+        )
+        .await;
+        let upstream_closes = closed.lock().unwrap().len();
+        let mut client = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        client
+            .write_all(b"GET /x HTTP/1.1\r\nHost: example.test\r\n\r\n")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let mut got = Vec::new();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut got)).await;
+        let took = started.elapsed();
+        let text = String::from_utf8_lossy(&got).into_owned();
+        assert!(
+            ended.is_ok(),
+            "byte_path = {byte_path}: the client connection is still open after 5 s: {text:?}"
+        );
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text:?}");
+        assert!(text.ends_with("hello"), "{text:?}");
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+            "byte_path = {byte_path}: closed after {took:?}"
+        );
+        // The slot is free again: the next request is admitted (and stalls in its turn).
+        let mut next = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        next.write_all(b"GET /y HTTP/1.1\r\nHost: example.test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        next.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "byte_path = {byte_path}");
+        drop(next);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            closed.lock().unwrap().len() > upstream_closes,
+            "byte_path = {byte_path}: the upstream connection is still open"
+        );
+        let errors = get(&gw.admin("/metrics")).await.unwrap();
+        let errors = String::from_utf8_lossy(&errors.body).into_owned();
+        assert!(
+            errors
+                .lines()
+                .any(|l| l.starts_with("sluice_upstream_errors_total")
+                    && l.contains("error=\"read_timeout\"")
+                    && l.ends_with(" 1")),
+            "byte_path = {byte_path}: {errors}"
+        );
+        gw.wait_log("the upstream's answer stalled", Duration::from_secs(2))
+            .await;
+    }
+}
+
+/// An upstream that answers one request on each connection, keeping it open, and closes it
+/// 1.5 s later (as one whose own idle timeout is short does).
+async fn closing_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A pooled connection the upstream closes leaves the pool at once, on the byte path as on
+/// hyper's: its socket is closed (no CLOSE_WAIT) and its place in the budget given back
+/// without waiting for a request to find it closed, or for `upstream_idle_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_upstream_closes_leaves_the_pool_at_once() {
+    let addr = closing_upstream().await;
+    let config = format!("[[route]]\npath_prefix = \"/\"\nupstream = \"http://{addr}\"\n");
+    for byte_path in [true, false] {
+        let gw = Gateway::start(&format!("workers = 1\nbyte_path = {byte_path}"), &config).await;
+        let a = get(&gw.url("/x")).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        let answered = Instant::now();
+        // The gauges follow the pool within a sweep (every second).
+        let gauges = || async {
+            (
+                common::metric(&gw, "sluice_upstream_connections_open").await,
+                common::metric(&gw, "sluice_upstream_pool_idle").await,
+            )
+        };
+        let mut seen = gauges().await;
+        while seen != (1.0, 1.0) && answered.elapsed() < Duration::from_millis(1400) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen = gauges().await;
+        }
+        assert_eq!(seen, (1.0, 1.0), "byte_path = {byte_path}: pooled");
+        // The upstream closes its side 1.5 s after its answer.
+        while seen != (0.0, 0.0) && answered.elapsed() < Duration::from_millis(3500) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen = gauges().await;
+        }
+        assert_eq!(
+            seen,
+            (0.0, 0.0),
+            "byte_path = {byte_path}: (upstream connections open, pooled) 2 s after the upstream closed its side"
+        );
+    }
+}

@@ -351,6 +351,25 @@ async fn an_ambiguous_path_is_refused_and_a_dotted_one_is_routed_canonical() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_host_fields_are_refused_as_the_gateway_refuses_them() {
+    let (_up, gw) = start().await;
+    let a = explain(
+        &gw,
+        json!({"path": "/api/x", "headers": {"host": ["a.test", "b.test"]}}),
+    )
+    .await;
+    assert_eq!(a["route"], Value::Null);
+    assert_eq!(a["route_why"], "ambiguous_host");
+    assert_eq!(a["status"], 400);
+    let a = explain(
+        &gw,
+        json!({"path": "/api/x", "headers": {"host": "a.test"}}),
+    )
+    .await;
+    assert_eq!(a["route"]["path_prefix"], "/api/");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plans_and_a_per_key_quota() {
     let (up, gw) = start().await;
     let a = explain(

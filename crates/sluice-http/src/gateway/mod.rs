@@ -21,7 +21,7 @@ pub(crate) use answer::{answered, failure};
 use answer::{refusal, too_large};
 
 use crate::admit::{admit_as, Admission, Ask, Reason};
-use crate::body::{Body, BodyError, RequestBody};
+use crate::body::{Body, BodyError, ReadTimeout, RequestBody};
 use crate::client_ip::{TrustedProxies, FORWARDED};
 use crate::cost::meter::{Meter, RequestBytes};
 use crate::cost::settle::{settle_all, Observed};
@@ -67,6 +67,8 @@ pub enum Outcome<'a> {
     UpstreamBusy,
     /// Some upstreams would read the path as another one (400; see [`crate::path`]).
     AmbiguousPath,
+    /// More than one `Host` field (400; RFC 9112 §3.2): which host is meant is not sure.
+    AmbiguousHost,
     /// The request body is larger than the route's `max_body` (413).
     BodyTooLarge,
     /// The request body stalled for longer than `client_body_timeout` (408).
@@ -95,6 +97,7 @@ impl fmt::Display for Outcome<'_> {
             Outcome::UpstreamTimeout => f.write_str("upstream_timeout"),
             Outcome::UpstreamBusy => f.write_str("upstream_busy"),
             Outcome::AmbiguousPath => f.write_str("ambiguous_path"),
+            Outcome::AmbiguousHost => f.write_str("ambiguous_host"),
             Outcome::BodyTooLarge => f.write_str("body_too_large"),
             Outcome::BodyTimeout => f.write_str("body_timeout"),
             Outcome::BodyFailed => f.write_str("body_failed"),
@@ -128,6 +131,7 @@ pub struct Gateway {
     reads_body: bool,
     trusted: TrustedProxies,
     body_timeout: Option<Duration>,
+    upstream_read: Option<Duration>,
     tunnel_idle: Option<Duration>,
 }
 
@@ -137,7 +141,7 @@ pub const READ_AHEAD: u64 = 64 * 1024;
 
 impl Gateway {
     /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`, with no limit on
-    /// the gaps in a request body.
+    /// the gaps in a request body or in an upstream's answer body.
     pub fn new(routes: RouteTable, trusted: TrustedProxies) -> Gateway {
         Gateway {
             all_take_bytes: routes.routes().iter().all(|r| r.takes_bytes()),
@@ -145,6 +149,7 @@ impl Gateway {
             routes,
             trusted,
             body_timeout: None,
+            upstream_read: None,
             tunnel_idle: None,
         }
     }
@@ -153,6 +158,19 @@ impl Gateway {
     pub fn client_body_timeout(mut self, timeout: Duration) -> Gateway {
         self.body_timeout = Some(timeout);
         self
+    }
+
+    /// The longest gap between two reads of an upstream's answer body (nginx's
+    /// `proxy_read_timeout`); then the answer, already begun, fails, and the client connection
+    /// closes (an HTTP/2 stream is reset).
+    pub fn upstream_read_timeout(mut self, timeout: Duration) -> Gateway {
+        self.upstream_read = Some(timeout);
+        self
+    }
+
+    /// The longest gap between two reads of an upstream's answer body, if any.
+    pub(crate) fn upstream_read(&self) -> Option<Duration> {
+        self.upstream_read
     }
 
     /// How long an upgraded connection (a WebSocket tunnel) may pass no byte either way
@@ -313,8 +331,13 @@ impl Gateway {
                             let owed = std::mem::take(&mut owed);
                             Meter::start(owed, response.headers(), request_bytes.clone())
                         };
+                        let read = self
+                            .upstream_read
+                            .map(|gap| ReadTimeout::new(route, protocol, gap));
                         response.map(|body| {
-                            Body::upstream(body, admission.permits, lease).metered(meter)
+                            Body::upstream(body, admission.permits, lease)
+                                .metered(meter)
+                                .read_timeout(read)
                         })
                     }),
                 Some(e) => Err(match BodyError::find(&*e) {
@@ -405,6 +428,17 @@ impl Gateway {
                     Outcome::MethodNotAllowed,
                 );
             }
+        }
+        if ambiguous_host(request.headers()) {
+            return answer(
+                refusal(
+                    protocol,
+                    StatusCode::BAD_REQUEST,
+                    "the request has more than one Host field",
+                ),
+                None,
+                Outcome::AmbiguousHost,
+            );
         }
         // Routed by, and forwarded with, the canonical path: `/free/../api/x` is `/api/x`.
         match canonical_uri(request.uri()) {
@@ -617,9 +651,21 @@ impl Gateway {
                 }
                 Ok(ok)
             }
-            _ => Ok(response.map(|body| Body::upstream(body, permits, None))),
+            _ => {
+                let read = self
+                    .upstream_read
+                    .map(|gap| ReadTimeout::new(route, Protocol::Ws, gap));
+                Ok(response.map(|body| Body::upstream(body, permits, None).read_timeout(read)))
+            }
         }
     }
+}
+
+/// Whether a request has more than one `Host` field: a server must refuse it (400, RFC 9112
+/// §3.2), as nginx and HAProxy do; an upstream could read either.
+pub fn ambiguous_host(headers: &HeaderMap) -> bool {
+    let mut hosts = headers.get_all(http::header::HOST).iter();
+    hosts.next().is_some() && hosts.next().is_some()
 }
 
 /// The body length a request's `Content-Length` declares (hyper has refused a malformed one;

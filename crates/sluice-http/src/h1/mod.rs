@@ -20,6 +20,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
@@ -30,6 +31,7 @@ mod write;
 
 use write::{end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own};
 
+use crate::body::{ReadTimeout, UpstreamStalled};
 use crate::cost::settle::{settle_all, Observed};
 use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
@@ -53,8 +55,9 @@ const FLUSH_AT: usize = 16 * 1024;
 
 /// The request of a plain head. `bytes` is the head, whole and frozen: the target and the
 /// field values share it. Its fields go into `headers` (emptied first): a map kept from the
-/// connection's last request ([`Client::spare`]) has room for them already. `None` for what
-/// `http` does not take (hyper answers it 400).
+/// connection's last request ([`Client::spare`]) has room for them already; of several
+/// `Content-Length` lines (`wire` took them only if they agree) the first, as hyper keeps it.
+/// `None` for what `http` does not take (hyper answers it 400).
 pub fn request(
     bytes: &Bytes,
     head: &wire::RequestHead,
@@ -66,6 +69,9 @@ pub fn request(
     headers.reserve(head.fields.len());
     for field in &head.fields {
         let name = HeaderName::from_bytes(&bytes[field.name.clone()]).ok()?;
+        if name == http::header::CONTENT_LENGTH && headers.contains_key(&name) {
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(bytes.slice(field.value.clone())).ok()?;
         headers.append(name, value);
     }
@@ -89,6 +95,13 @@ pub struct Served<'a> {
     pub outcome: Outcome<'a>,
     /// The connection closes now: the answer said `Connection: close`.
     pub close: bool,
+    /// When the answer's head was ready to be written (for the access log's `ms`, which
+    /// hyper's path takes as its service returns the head).
+    pub answered: Instant,
+    /// Why the answer could not be sent whole, if it could not (the client's connection
+    /// failed, the upstream's body was cut short or stalled): the connection must close now,
+    /// with nothing more written.
+    pub failed: Option<io::Error>,
 }
 
 /// The client's side of a request on the byte path.
@@ -101,6 +114,10 @@ pub struct Client<'c, C> {
     pub out: &'c mut Vec<u8>,
     /// The request's header map, emptied, for the connection's next request.
     pub spare: &'c mut HeaderMap,
+    /// The most bytes kept in `buf` while the request waits (`server.max_header_bytes`, the
+    /// bound hyper puts on its read buffer): past it the connection is not read until the
+    /// answer is through, and the kernel's buffers push back on the client.
+    pub max_ahead: usize,
 }
 
 /// How the server finishes each answer.
@@ -148,13 +165,15 @@ impl Gateway {
     /// writes its answer to the client.
     ///
     /// While the request waits (in a queue, for the upstream's answer), the client's
-    /// connection is read: bytes are kept in `client.buf`, and a client that closes it
-    /// cancels the request (it leaves its queue, the upstream exchange is dropped).
+    /// connection is read: bytes are kept in `client.buf`, up to `client.max_ahead`, and a
+    /// client that closes it cancels the request (it leaves its queue, the upstream exchange
+    /// is dropped).
     ///
     /// # Errors
     ///
-    /// The client's connection failed or closed, or the upstream's answer was cut short
-    /// after its head was passed on: the connection must close, with no more written.
+    /// The client closed its connection (or it failed) while the request waited: the
+    /// request ends without an answer. An answer that could not be sent whole is
+    /// [`Served::failed`].
     pub async fn serve_bytes<B, C>(
         &self,
         proxy: &Proxy<B>,
@@ -173,26 +192,27 @@ impl Gateway {
             buf,
             out,
             spare,
+            max_ahead,
         } = client;
         let head_request = request.method() == Method::HEAD;
-        let decided = watching(
-            io,
-            buf,
-            self.decide(&mut request, peer, Protocol::Http1, Some(&[])),
-        )
-        .await
-        .ok_or_else(gone)?;
+        let deciding = self.decide(&mut request, peer, Protocol::Http1, Some(&[]));
+        let decided = watching(io, buf, max_ahead, deciding)
+            .await
+            .ok_or_else(gone)?;
         let admitted = match decided {
             Decided::Answer(answer) => {
                 *spare = emptied(request.into_parts().0.headers);
-                let (status, close) =
-                    write_answer(io, out, answer.response, head_request, &finish).await?;
+                let answered = Instant::now();
+                let (status, close, written) =
+                    write_answer(io, out, answer.response, head_request, &finish).await;
                 return Ok(Served {
                     status,
                     route: answer.route,
                     client_ip: answer.client_ip,
                     outcome: answer.outcome,
                     close,
+                    answered,
+                    failed: written.err(),
                 });
             }
             Decided::Forward(admitted) => admitted,
@@ -238,7 +258,9 @@ impl Gateway {
             timeout,
             exchange(proxy, upstream, out, idempotent, head_request),
         );
-        let sent = watching(io, buf, exchange).await.ok_or_else(gone)?;
+        let sent = watching(io, buf, max_ahead, exchange)
+            .await
+            .ok_or_else(gone)?;
         let (mut conn, answer) = match sent {
             Ok(Ok(answer)) => answer,
             failed => {
@@ -271,18 +293,32 @@ impl Gateway {
         }
         end_head(out, dated, close);
         drop(head);
-        let reusable = relay(&mut conn, answer.framing, io, out).await?;
+        let answered = Instant::now();
+        let relayed = relay(&mut conn, answer.framing, self.upstream_read(), io, out).await;
         // The concurrency slots are held until the answer is through, as on the hyper path.
         drop(admission);
-        if reusable && answer.keep_alive && conn.buf.is_empty() {
-            proxy.checkin_raw(upstream.authority(), conn);
-        }
+        let failed = match relayed {
+            Ok(reusable) => {
+                if reusable && answer.keep_alive && conn.buf.is_empty() {
+                    proxy.checkin_raw(upstream.authority(), conn);
+                }
+                None
+            }
+            Err(e) => {
+                if let Some(UpstreamStalled(gap)) = e.get_ref().and_then(|e| e.downcast_ref()) {
+                    ReadTimeout::new(route, Protocol::Http1, *gap).expired();
+                }
+                Some(e)
+            }
+        };
         Ok(Served {
             status,
             route: Some(route),
             client_ip,
             outcome,
             close,
+            answered,
+            failed,
         })
     }
 }
@@ -320,31 +356,40 @@ async fn refused<'a, C: AsyncWrite + Unpin>(
         route.policy_list(),
         &admission.verdicts,
     );
-    let (status, close) = write_answer(io, out, response, head_request, finish).await?;
+    let answered = Instant::now();
+    let (status, close, written) = write_answer(io, out, response, head_request, finish).await;
     Ok(Served {
         status,
         route: Some(route),
         client_ip,
         outcome,
         close,
+        answered,
+        failed: written.err(),
     })
 }
 
 /// Runs `fut` while reading the client's connection: `None` if the client closes it (or
 /// it fails) first. What the client sends meanwhile (a pipelined request) is kept in `buf`,
-/// up to a head's worth.
-async fn watching<C, F>(io: &mut C, buf: &mut BytesMut, fut: F) -> Option<F::Output>
+/// up to `max_ahead` bytes; then the connection is left unread (a close is no longer seen)
+/// until `fut` is done.
+async fn watching<C, F>(
+    io: &mut C,
+    buf: &mut BytesMut,
+    max_ahead: usize,
+    fut: F,
+) -> Option<F::Output>
 where
     C: AsyncRead + Unpin,
     F: Future,
 {
     let mut fut = std::pin::pin!(fut);
     loop {
-        let room = buf.len() < MAX_RESPONSE_HEAD;
+        let room = max_ahead.saturating_sub(buf.len());
         tokio::select! {
             biased;
             done = &mut fut => return Some(done),
-            read = read_more(io, buf), if room => match read {
+            read = read_at_most(io, buf, room), if room > 0 => match read {
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
             },
@@ -360,6 +405,15 @@ async fn read_more<R: AsyncRead + Unpin>(from: &mut R, buf: &mut BytesMut) -> io
         buf.reserve(READ);
     }
     from.read_buf(buf).await
+}
+
+/// [`read_more`], taking at most `limit` bytes (`buf` may have more spare capacity).
+async fn read_at_most<R: AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> io::Result<usize> {
+    read_more(&mut from.take(limit as u64), buf).await
 }
 
 /// Sends `request` (a whole head: no body) over a pooled connection to `upstream`, or a new
@@ -383,7 +437,7 @@ where
             // Boxed: the cold path's future stays out of every request's.
             None => (Box::pin(proxy.connect_raw(upstream)).await?, false),
         };
-        if reused && !idempotent && !still_open(&conn) {
+        if reused && !idempotent && !conn.still_open() {
             continue;
         }
         if let Err(e) = conn.stream.write_all(request).await {
@@ -424,16 +478,6 @@ where
     }
 }
 
-/// Whether a pooled connection is still open as far as can be seen without waiting: no
-/// close (nor stray bytes) has arrived on it.
-fn still_open(conn: &RawConn) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(
-        conn.stream.get_ref().try_read(&mut probe),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,5 +494,18 @@ mod tests {
         assert_eq!(request.uri(), "/a?b=1");
         assert_eq!(request.headers()["host"], "x");
         assert_eq!(request.headers().get_all("x-many").iter().count(), 2);
+    }
+
+    #[test]
+    fn of_equal_lengths_the_first_is_kept() {
+        let text = Bytes::from_static(
+            b"GET / HTTP/1.1\r\nContent-Length: 0\r\nX: y\r\ncontent-length: 00\r\n\r\n",
+        );
+        let wire::Request::Plain(head) = wire::Request::parse(&text, 1024) else {
+            panic!("plain");
+        };
+        let request = request(&text, &head, HeaderMap::new()).unwrap();
+        let lengths: Vec<_> = request.headers().get_all("content-length").iter().collect();
+        assert_eq!(lengths, ["0"]);
     }
 }

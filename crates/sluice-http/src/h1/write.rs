@@ -2,6 +2,7 @@
 //! bodies it relays, in the framing hyper's server would give them.
 
 use std::io;
+use std::time::Duration;
 
 use bytes::{Buf as _, Bytes};
 use futures_util::FutureExt as _;
@@ -11,6 +12,7 @@ use http_body_util::{BodyExt as _, Full};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 
 use super::{read_more, Finish, FLUSH_AT, X_REQUEST_ID};
+use crate::body::UpstreamStalled;
 use crate::headers;
 use crate::proxy::{is_hop_by_hop_bytes, RawConn};
 use crate::wire::{self, Chunks, Framing, Step};
@@ -126,14 +128,15 @@ pub(super) fn says_close(fields: &HeaderMap) -> bool {
 }
 
 /// Writes an answer the gateway made itself, with its length (and without its body when it
-/// answers `HEAD`). Returns its status, and whether the connection closes after it.
+/// answers `HEAD`). Returns its status, whether the connection closes after it, and whether
+/// it was written (when it was not, the connection must close with nothing more written).
 pub(super) async fn write_answer<C: AsyncWrite + Unpin>(
     io: &mut C,
     out: &mut Vec<u8>,
     response: Response<Full<Bytes>>,
     head_request: bool,
     finish: &Finish<'_>,
-) -> io::Result<(StatusCode, bool)> {
+) -> (StatusCode, bool, io::Result<()>) {
     let (mut parts, mut body) = response.into_parts();
     if let Some(id) = finish.request_id {
         parts.headers.insert(X_REQUEST_ID.clone(), id.clone());
@@ -160,20 +163,23 @@ pub(super) async fn write_answer<C: AsyncWrite + Unpin>(
     if !head_request {
         out.extend_from_slice(&body);
     }
-    io.write_all(out).await?;
-    Ok((parts.status, close))
+    let written = io.write_all(out).await;
+    (parts.status, close, written)
 }
 
 /// Passes the upstream's body on after the head already in `out`, in the framing hyper's
-/// server would give it. Returns whether the upstream connection may serve another request.
+/// server would give it, waiting at most `gap` for each read of it. Returns whether the
+/// upstream connection may serve another request.
 ///
 /// # Errors
 ///
-/// The client's connection failed, or the upstream's body was cut short (the client cannot
-/// tell otherwise: its connection must close).
+/// The client's connection failed, or the upstream's body was cut short or stalled for `gap`
+/// ([`UpstreamStalled`] inside a [`io::ErrorKind::TimedOut`]): the client cannot tell
+/// otherwise, its connection must close.
 pub(super) async fn relay<C: AsyncWrite + Unpin>(
     conn: &mut RawConn,
     framing: Framing,
+    gap: Option<Duration>,
     io: &mut C,
     out: &mut Vec<u8>,
 ) -> io::Result<bool> {
@@ -200,7 +206,7 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                 io.write_all(out).await?;
                 out.clear();
             }
-            if read_more(&mut conn.stream, &mut conn.buf).await? == 0 {
+            if read_body(conn, gap).await? == 0 {
                 return Err(cut());
             }
         },
@@ -232,7 +238,7 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                             io.write_all(out).await?;
                             out.clear();
                         }
-                        if read_more(&mut conn.stream, &mut conn.buf).await? == 0 {
+                        if read_body(conn, gap).await? == 0 {
                             return Err(cut());
                         }
                     }
@@ -252,7 +258,7 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                 }
                 io.write_all(out).await?;
                 out.clear();
-                if read_more(&mut conn.stream, &mut conn.buf).await? == 0 {
+                if read_body(conn, gap).await? == 0 {
                     break;
                 }
             }
@@ -265,6 +271,20 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
     io.write_all(out).await?;
     out.clear();
     Ok(true)
+}
+
+/// Reads more of the upstream's body into `conn.buf`, waiting at most `gap`.
+async fn read_body(conn: &mut RawConn, gap: Option<Duration>) -> io::Result<usize> {
+    let read = read_more(&mut conn.stream, &mut conn.buf);
+    match gap {
+        None => read.await,
+        Some(gap) => tokio::time::timeout(gap, read).await.unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                UpstreamStalled(gap),
+            ))
+        }),
+    }
 }
 
 /// `n` in lowercase hex digits.

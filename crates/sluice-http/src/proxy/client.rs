@@ -30,6 +30,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::body::{BodyError, RequestBody};
 use crate::proxy::budget::{self, Budgeted, Socket, UpstreamShare};
 use crate::proxy::forward::{append_forwarded_for, remove_hop_by_hop};
+use crate::proxy::raw::{RawConn, RawPool};
 use crate::route::{Protocol, Route, Upstream};
 
 /// How long connecting to an upstream may take, unless set otherwise (nginx's
@@ -109,9 +110,6 @@ pub struct Proxy<B = RequestBody<Incoming>> {
 /// A pooled connection and when it went idle.
 type Idle<B> = (SendRequest<B>, Instant);
 
-/// A pooled byte-path connection and when it went idle.
-type IdleRaw = (RawConn, Instant);
-
 /// Which connections a pooled one may stand in for: the same authority, over plain TCP
 /// (`0`) or over TLS with the same client config ([`Upstream::pool_id`]).
 type Key = (Authority, usize);
@@ -122,9 +120,8 @@ struct Pool<B> {
     idle: Mutex<Vec<(Key, Vec<Idle<B>>)>>,
     /// The HTTP/2 connection of each `h2c://` upstream, shared by its requests.
     multiplexed: Mutex<Vec<(Authority, http2::SendRequest<B>)>>,
-    /// Idle connections of the byte path ([`crate::h1`]) by `http://` upstream, the oldest
-    /// first.
-    raw: Mutex<Vec<(Authority, Vec<IdleRaw>)>>,
+    /// Idle connections of the byte path ([`crate::h1`]), watched for a close.
+    raw: Arc<RawPool>,
     /// Timeouts in milliseconds, changed by [`Proxy::set_timeouts`] without a lock.
     connect_ms: AtomicU64,
     idle_ms: AtomicU64,
@@ -139,7 +136,7 @@ impl<B> Pool<B> {
 impl<B> std::fmt::Debug for Proxy<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let idle: usize = self.pool.idle.lock().iter().map(|(_, v)| v.len()).sum();
-        let raw: usize = self.pool.raw.lock().iter().map(|(_, v)| v.len()).sum();
+        let raw = self.pool.raw.len();
         f.debug_struct("Proxy")
             .field("idle", &idle)
             .field("raw", &raw)
@@ -230,7 +227,7 @@ where
             pool: Arc::new(Pool {
                 idle: Mutex::new(Vec::new()),
                 multiplexed: Mutex::new(Vec::new()),
-                raw: Mutex::new(Vec::new()),
+                raw: RawPool::new(),
                 connect_ms: AtomicU64::new(millis(DEFAULT_CONNECT_TIMEOUT)),
                 idle_ms: AtomicU64::new(millis(DEFAULT_IDLE_TIMEOUT)),
             }),
@@ -253,7 +250,8 @@ where
     }
 
     /// Closes the pooled connections idle for longer than the idle timeout, and returns how
-    /// many stay pooled. Call it now and then (the gateway: every second per worker).
+    /// many stay pooled. Call it now and then (the gateway: every second per worker). A
+    /// connection the upstream closes leaves the pool by itself.
     pub fn close_idle(&self) -> usize {
         let oldest = Instant::now().checked_sub(self.pool.idle_timeout());
         let mut kept = 0;
@@ -263,11 +261,7 @@ where
             });
             kept += list.len();
         }
-        for (_, list) in self.pool.raw.lock().iter_mut() {
-            list.retain(|(_, since)| oldest.is_none_or(|o| *since >= o));
-            kept += list.len();
-        }
-        kept
+        kept + self.pool.raw.close_idle(oldest)
     }
 
     /// Forwards `request` from `peer` to `route`'s upstream and returns its response head,
@@ -367,15 +361,7 @@ where
         if closed.is_some() {
             return Ok(Socket::instead_of_closing());
         }
-        let closed = {
-            let mut raw = self.pool.raw.lock();
-            let oldest = raw
-                .iter_mut()
-                .filter(|(_, list)| !list.is_empty())
-                .min_by_key(|(_, list)| list[0].1);
-            oldest.map(|(_, list)| list.remove(0))
-        };
-        if let Some((conn, _)) = closed {
+        if let Some(conn) = self.pool.raw.take_oldest() {
             // Its socket of the budget goes back as it closes, here: take one in its place.
             drop(conn);
             if let Some(socket) = Socket::take() {
@@ -413,13 +399,13 @@ where
                 .insert(TE, HeaderValue::from_static("trailers"));
         }
         append_forwarded_for(&mut parts.headers, peer);
-        // `:authority` carries the client's host (its `Host`, or its own `:authority`), as
-        // `Host` does for HTTP/1.1 upstreams; HTTP/2 has no `Host` of its own.
-        let host = parts.headers.remove(HOST);
+        // `:authority` carries the client's host (as `Host` does for HTTP/1.1 upstreams, and
+        // chosen the same way); HTTP/2 has no `Host` of its own.
+        let named = host_of(&parts.uri, &parts.headers, upstream);
+        let host = named.or(parts.headers.remove(HOST));
         let authority = host
             .as_ref()
             .and_then(|h| Authority::try_from(h.as_bytes()).ok())
-            .or_else(|| parts.uri.authority().cloned())
             .unwrap_or_else(|| upstream.authority().clone());
         let mut uri = http::uri::Parts::default();
         uri.scheme = Some(upstream.scheme());
@@ -590,14 +576,6 @@ where
     }
 }
 
-/// An upstream connection of the byte path ([`crate::h1`]) and the bytes read from it that
-/// no response has used yet.
-#[derive(Debug)]
-pub(crate) struct RawConn {
-    pub(crate) stream: Budgeted<TcpStream>,
-    pub(crate) buf: bytes::BytesMut,
-}
-
 impl<B> Proxy<B>
 where
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
@@ -606,41 +584,23 @@ where
     /// An idle byte-path connection to `authority` that has not been idle for longer than
     /// the idle timeout, if any (the most recently used first).
     pub(crate) fn checkout_raw(&self, authority: &Authority) -> Option<RawConn> {
-        let mut raw = self.pool.raw.lock();
-        let (_, list) = raw.iter_mut().find(|(a, _)| same(a, authority))?;
-        let (conn, since) = list.pop()?;
-        if Instant::now().saturating_duration_since(since) > self.pool.idle_timeout() {
-            // Idle too long: the upstream (or a firewall) may have dropped it silently, and
-            // every older one with it.
-            list.clear();
-            return None;
-        }
-        Some(conn)
+        self.pool.raw.checkout(authority, self.pool.idle_timeout())
     }
 
     /// Pools a byte-path connection whose last exchange ended cleanly.
     pub(crate) fn checkin_raw(&self, authority: &Authority, conn: RawConn) {
-        let now = Instant::now();
-        let mut raw = self.pool.raw.lock();
-        match raw.iter_mut().find(|(a, _)| same(a, authority)) {
-            Some((_, list)) if list.len() < MAX_IDLE_PER_UPSTREAM => list.push((conn, now)),
-            Some(_) => {}
-            None => raw.push((authority.clone(), vec![(conn, now)])),
-        }
+        self.pool.raw.checkin(authority, conn);
     }
 
     /// A new byte-path connection to an `http://` upstream.
     pub(crate) async fn connect_raw(&self, upstream: &Upstream) -> Result<RawConn, ProxyError> {
-        Ok(RawConn {
-            stream: self.connect_tcp(upstream).await?,
-            buf: bytes::BytesMut::new(),
-        })
+        Ok(RawConn::new(self.connect_tcp(upstream).await?))
     }
 }
 
 /// The headers of a request going to an HTTP/1.1 upstream: without the hop-by-hop ones, with
 /// `TE: trailers` when a policy of the route settles on a trailer, the peer at the end of
-/// `X-Forwarded-For`, and a `Host` (the URI's authority, else the upstream's) when it had none.
+/// `X-Forwarded-For`, and the `Host` of [`host_of`].
 pub(crate) fn h1_upstream_headers(
     headers: &mut http::HeaderMap,
     uri: &Uri,
@@ -652,20 +612,27 @@ pub(crate) fn h1_upstream_headers(
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
     append_forwarded_for(headers, peer);
-    if !headers.contains_key(HOST) {
-        // An HTTP/2 client names the host in `:authority` (the URI) rather than `Host`.
-        let host = match uri.authority() {
-            Some(a) => HeaderValue::from_str(a.as_str()),
-            None => HeaderValue::from_str(route.upstream().authority().as_str()),
-        };
-        if let Ok(host) = host {
-            headers.insert(HOST, host);
-        }
+    if let Some(host) = host_of(uri, headers, route.upstream()) {
+        headers.insert(HOST, host);
     }
 }
 
+/// The host a request names, when it is not its `Host` field as it came: the URI's authority
+/// first (an absolute-form target, whose host replaces the client's `Host`, RFC 9112 §3.2.2;
+/// an HTTP/2 client's `:authority`, RFC 9113 §8.3.1), else the `Host` field, else the
+/// upstream's authority. `None`: the `Host` field stands.
+fn host_of(uri: &Uri, headers: &http::HeaderMap, upstream: &Upstream) -> Option<HeaderValue> {
+    let authority = match uri.authority() {
+        Some(a) => a,
+        None if headers.contains_key(HOST) => return None,
+        None => upstream.authority(),
+    };
+    HeaderValue::from_str(authority.as_str()).ok()
+}
+
 /// The upstream's answer to `exchange` if it came within `timeout`, without its hop-by-hop
-/// headers.
+/// headers, and of the gateway's own HTTP version: an intermediary sends its own (RFC 9110
+/// §6.2), as the byte path does, not an HTTP/1.0 upstream's.
 async fn within<B>(
     timeout: Duration,
     exchange: impl std::future::Future<
@@ -674,6 +641,9 @@ async fn within<B>(
 ) -> Result<(Response<Incoming>, Option<Lease<B>>), ProxyError> {
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok((mut response, lease))) => {
+            if response.version() == Version::HTTP_10 {
+                *response.version_mut() = Version::HTTP_11;
+            }
             let headers = response.headers_mut();
             // A length beside a transfer coding is stale (RFC 9112 §6.3): hyper reads the
             // body by the coding, and the answer goes on without the length (kept, it would

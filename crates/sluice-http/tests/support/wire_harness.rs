@@ -23,7 +23,8 @@ use sluice_http::wire::{self, Chunks, Framing, Step};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
-/// The head limit on both sides: hyper's `max_buf_size` and wire's `max_head`.
+/// The head limit on both sides: hyper's `max_buf_size` and `max_header_size` (as the
+/// gateway sets them) and wire's `max_head`.
 pub const MAX_HEAD: usize = 8192;
 
 /// How long (on the paused clock) a side may stay quiet before it is taken as done.
@@ -114,6 +115,7 @@ pub async fn serve(input: &[u8]) -> ServerRun {
         let io = hyper_util::rt::TokioIo::new(server);
         let _ = hyper::server::conn::http1::Builder::new()
             .max_buf_size(MAX_HEAD)
+            .max_header_size(MAX_HEAD)
             .serve_connection(io, service)
             .with_upgrades()
             .await;
@@ -250,6 +252,16 @@ pub fn check_request(input: &[u8], run: &ServerRun) -> Result<Vec<String>, Strin
                 } else {
                     ""
                 };
+                // A head over the limit is one hyper refuses too, wherever it stands on the
+                // connection.
+                if why == wire::Other::TooLarge
+                    && run.answers.get(i).map(|&(status, _)| status) != Some(431)
+                {
+                    return Err(format!(
+                        "request {i}: wire finds its head too large, hyper: {}",
+                        run.verdict()
+                    ));
+                }
                 verdicts.push(format!("Other({why:?}){handed}"));
                 return Ok(verdicts);
             }
@@ -270,10 +282,20 @@ pub fn check_request(input: &[u8], run: &ServerRun) -> Result<Vec<String>, Strin
                 head.http10, seen.method, seen.uri, seen.http10
             ));
         }
-        let fields = grouped(rest, &head.fields);
+        // The fields as the byte path forwards them: the map `h1::request` makes of the head
+        // (`None`: `http` refuses a part, and the byte path hands the request to hyper).
+        let bytes = bytes::Bytes::copy_from_slice(&rest[..head.len]);
+        let fields = match sluice_http::h1::request(&bytes, &head, http::HeaderMap::new()) {
+            Some(request) => request
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            None => grouped(rest, &head.fields),
+        };
         if fields != seen.headers {
             return Err(format!(
-                "request {i}: wire fields {fields:?}, hyper {:?}",
+                "request {i}: the byte path's fields {fields:?}, hyper {:?}",
                 seen.headers
             ));
         }

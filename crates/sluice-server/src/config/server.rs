@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub upstream_connect_timeout: Duration,
     /// How long a pooled upstream connection may stay idle before it is closed.
     pub upstream_idle_timeout: Duration,
+    /// The longest gap between two reads of an upstream's answer body; then the client
+    /// connection, whose answer has begun, is closed.
+    pub upstream_read_timeout: Duration,
     /// Whether the gateway makes up an `X-Request-Id` for requests without one and echoes it.
     pub request_id: bool,
     /// The bearer token every admin endpoint but `/healthz` requires, if any.
@@ -330,6 +333,12 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         Duration::from_secs(60),
         errors,
     );
+    let upstream_read_timeout = positive_duration(
+        &mut f,
+        "upstream_read_timeout",
+        Duration::from_secs(60),
+        errors,
+    );
     let send_timeout = positive_duration(&mut f, "send_timeout", Duration::from_secs(60), errors);
     let keep_alive_timeout = positive_duration(
         &mut f,
@@ -349,6 +358,7 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> ServerConfig {
         keep_alive_timeout,
         upstream_connect_timeout,
         upstream_idle_timeout,
+        upstream_read_timeout,
         request_id,
         max_connections,
         max_connections_sized_from,

@@ -247,6 +247,7 @@ pub fn build_with(
         TrustedProxies::new(config.server.trusted_proxies.iter().copied()),
     )
     .client_body_timeout(config.server.client_body_timeout)
+    .upstream_read_timeout(config.server.upstream_read_timeout)
     .tunnel_idle_timeout(config.server.keep_alive_timeout);
     let browser = config.browser.as_ref().map(|b| {
         crate::browser::Browser::new(

@@ -73,6 +73,7 @@ pub fn describe(old: &Config, new: &Config) -> String {
             keep_alive_timeout,
             upstream_connect_timeout,
             upstream_idle_timeout,
+            upstream_read_timeout,
             max_connections,
             max_upstream_connections,
             max_upstream_per_connection,

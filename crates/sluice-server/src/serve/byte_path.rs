@@ -59,8 +59,14 @@ fn handed_over(reason: &'static str) {
 pub(super) enum Left {
     /// It is over: closed by either side, by a timeout, or by a shutdown.
     Closed,
-    /// hyper serves the rest; these bytes were read from it and not used.
-    Handover(BytesMut),
+    /// hyper serves the rest.
+    Handover {
+        /// What was read from the connection and not used.
+        read: BytesMut,
+        /// No request was served yet: the connection is at its start, where the HTTP/2
+        /// preface may open it (RFC 9113 §3.4); later, it is a request HTTP/1.1 refuses.
+        fresh: bool,
+    },
 }
 
 /// The client's connection and where it stands, for [`serve`].
@@ -91,6 +97,7 @@ where
     let mut out = Vec::new();
     let mut spare = http::HeaderMap::new();
     let requests = metrics::counter!("sluice_byte_path_requests_total");
+    let mut fresh = true;
     loop {
         let head = loop {
             if !buf.is_empty() {
@@ -104,7 +111,7 @@ where
                     wire::Request::Partial => {}
                     _ => {
                         handed_over("head");
-                        return Left::Handover(buf);
+                        return Left::Handover { read: buf, fresh };
                     }
                 }
             } else if *stop.borrow() || exchange.is_draining() {
@@ -126,7 +133,7 @@ where
         let bytes = buf.split_to(head.len).freeze();
         let Some(mut request) = h1::request(&bytes, &head, std::mem::take(&mut spare)) else {
             handed_over("head");
-            return handover(&bytes, buf);
+            return handover(&bytes, buf, fresh);
         };
         let runtime = shared.current();
         let browser = runtime
@@ -135,14 +142,15 @@ where
             .is_some_and(|b| b.owns(request.uri().path()));
         if browser || shared.spans.is_some() || Protocol::of(&request) != Protocol::Http1 {
             handed_over("other");
-            return handover(&bytes, buf);
+            return handover(&bytes, buf, fresh);
         }
         if !runtime.gateway.takes_bytes(&request) {
             handed_over("route");
-            return handover(&bytes, buf);
+            return handover(&bytes, buf, fresh);
         }
         let mut ongoing = exchange.start();
         requests.increment(1);
+        fresh = false;
         let ids = runtime.config.server.request_id;
         let log = tracing::enabled!(target: "sluice::access", tracing::Level::INFO);
         let started = Instant::now();
@@ -155,6 +163,7 @@ where
             buf: &mut buf,
             out: &mut out,
             spare: &mut spare,
+            max_ahead: max_head,
         };
         let finish = Finish {
             request_id: if ids { id.as_ref() } else { None },
@@ -165,7 +174,8 @@ where
             .serve_bytes(proxy, request, peer, client, finish)
             .await;
         let Ok(served) = answered else {
-            // The client went away, or an answer was cut short: nothing more can be sent.
+            // The client went away while its request waited: no answer, and no line (as on
+            // hyper's path, whose service is dropped then).
             return Left::Closed;
         };
         ongoing.answered();
@@ -179,10 +189,15 @@ where
                 served.status,
                 &served.outcome,
                 trace.as_ref(),
-                started,
+                served.answered.saturating_duration_since(started),
             );
         }
         drop(ongoing);
+        if served.failed.is_some() {
+            // The answer was cut short (or the client's connection failed): nothing more can
+            // be sent.
+            return Left::Closed;
+        }
         if served.close {
             let _ = io.shutdown().await;
             return Left::Closed;
@@ -190,12 +205,13 @@ where
     }
 }
 
-/// Gives hyper the connection from the request whose head is `head`, with what was read after it.
-fn handover(head: &Bytes, rest: BytesMut) -> Left {
+/// Gives hyper the connection from the request whose head is `head`, with what was read after
+/// it (`fresh`: no request was served before).
+fn handover(head: &Bytes, rest: BytesMut, fresh: bool) -> Left {
     let mut read = BytesMut::with_capacity(head.len() + rest.len());
     read.extend_from_slice(head);
     read.extend_from_slice(&rest);
-    Left::Handover(read)
+    Left::Handover { read, fresh }
 }
 
 /// A connection whose first bytes were already read: they are read again first.
@@ -208,6 +224,30 @@ impl<T> Prefixed<T> {
     /// `io`, read from `read` first.
     pub(super) fn new(read: BytesMut, io: T) -> Prefixed<T> {
         Prefixed { read, io }
+    }
+}
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+impl<T: AsyncRead + Unpin> Prefixed<T> {
+    /// Whether the connection opens with the HTTP/2 preface (prior knowledge), reading as
+    /// much of it as that takes; what is read is read again first. Call it before any read.
+    /// A connection that ends, or fails, first does not.
+    pub(super) async fn opens_with_preface(&mut self) -> bool {
+        loop {
+            let n = self.read.len().min(PREFACE.len());
+            if self.read[..n] != PREFACE[..n] {
+                return false;
+            }
+            if n == PREFACE.len() {
+                return true;
+            }
+            match self.io.read_buf(&mut self.read).await {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
     }
 }
 
@@ -261,6 +301,27 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_preface_is_told_apart_and_read_again() {
+        for (chunks, h2) in [
+            (&[&PREFACE[..3], &PREFACE[3..10], &PREFACE[10..]][..], true),
+            (&[b"PRI * HTTP/1.1\r\n\r\n".as_slice()][..], false),
+            (&[b"GET / HTTP/1.1\r\n\r\n".as_slice()][..], false),
+            (&[b"PRI".as_slice()][..], false),
+        ] {
+            let (mut tx, rx) = tokio::io::duplex(64);
+            for chunk in chunks {
+                tx.write_all(chunk).await.unwrap();
+            }
+            drop(tx);
+            let mut io = Prefixed::new(BytesMut::new(), rx);
+            assert_eq!(io.opens_with_preface().await, h2, "{chunks:?}");
+            let mut all = Vec::new();
+            io.read_to_end(&mut all).await.unwrap();
+            assert_eq!(all, chunks.concat());
+        }
+    }
 
     #[tokio::test]
     async fn what_was_read_is_read_again_first() {

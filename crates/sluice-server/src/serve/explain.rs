@@ -36,7 +36,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value as Json};
 use sluice_core::{Decision, Kind, Quota};
 use sluice_http::admit::{Ask, Reason};
-use sluice_http::gateway::{body_may_wait, declared_length};
+use sluice_http::gateway::{ambiguous_host, body_may_wait, declared_length};
 use sluice_http::path::canonical_uri;
 use sluice_http::policy::QuotaSource;
 use sluice_http::protocol::{asks_websocket_upgrade, Protocol};
@@ -183,6 +183,13 @@ async fn explain_request(runtime: &Runtime, request: &http::Request<()>, peer: I
             405,
             "method_not_allowed",
             String::from("CONNECT is not allowed: this is a reverse proxy"),
+        );
+    }
+    if ambiguous_host(headers) {
+        return refused(
+            400,
+            "ambiguous_host",
+            String::from("refused with 400: the request has more than one Host field"),
         );
     }
     let uri = match canonical_uri(request.uri()) {

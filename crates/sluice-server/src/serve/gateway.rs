@@ -18,6 +18,7 @@ use bytes::BytesMut;
 use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -215,25 +216,35 @@ const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// hyper's connection builders for one setting of `max_header_bytes`.
+///
+/// HTTP/1.1 is hyper's own server rather than hyper-util's `auto` one: `auto` looks for the
+/// HTTP/2 preface at the start of every connection it is given, whatever it was told, so a
+/// connection the byte path hands over after its first requests would switch to HTTP/2 on a
+/// preface mid-connection (RFC 9113 §3.4 allows it at the start only; hyper's HTTP/1.1
+/// refuses it); and `auto` does not set `max_header_size`. Which protocol a connection speaks
+/// is decided before: by ALPN, by `h2c` and the connection's first bytes
+/// ([`Prefixed::opens_with_preface`]).
 struct Protocols {
-    /// HTTP/1.1, or HTTP/2 when the connection opens with its preface (prior knowledge).
-    detect: auto::Builder<EdgeExecutor>,
-    /// HTTP/1.1 only (TLS with ALPN `http/1.1` or none; plain text with `h2c = false`).
-    http1: auto::Builder<EdgeExecutor>,
-    /// HTTP/2 only (TLS with ALPN `h2`).
+    /// HTTP/1.1, upgrades included.
+    http1: http1::Builder,
+    /// HTTP/2 (TLS with ALPN `h2`, or plain text with prior knowledge).
     http2: auto::Builder<EdgeExecutor>,
 }
 
 impl Protocols {
     fn new(max_header_bytes: usize) -> Protocols {
-        let mut builder = auto::Builder::new(EdgeExecutor);
+        let mut http1 = http1::Builder::new();
         // hyper's HTTP/1 header timer also runs while a connection waits for its next
         // request, so the header and keep-alive timeouts are kept by the socket wrapper
         // (`conn::EdgeIo`): no timer is given to HTTP/1.
-        builder
-            .http1()
+        // `max_header_size` bounds every head, a connection's later ones too; `max_buf_size`
+        // alone bounds what the read buffer holds of one still partial, and a whole later
+        // head read at once into a buffer grown past it went through.
+        http1
             .max_buf_size(max_header_bytes)
+            .max_header_size(max_header_bytes)
             .keep_alive(true);
+        let mut builder = auto::Builder::new(EdgeExecutor);
         builder
             .http2()
             .timer(TokioTimer::new())
@@ -244,8 +255,7 @@ impl Protocols {
             .keep_alive_interval(H2_PING_INTERVAL)
             .keep_alive_timeout(H2_PING_TIMEOUT);
         Protocols {
-            detect: builder.clone(),
-            http1: builder.clone().http1_only(),
+            http1,
             http2: builder.http2_only(),
         }
     }
@@ -438,25 +448,33 @@ async fn accept_loop(
                         stop: &mut stop,
                         max_head: current,
                     };
-                    let Some(read) = bytes_first(byte_path, &mut io, conn).await else {
+                    let Some((read, fresh)) = bytes_first(byte_path, &mut io, conn).await else {
                         drop((counted, alive));
                         return;
                     };
-                    let io = Prefixed::new(read, io);
-                    // Upgrades (WebSocket) on every HTTP/1.1 connection. hyper-util's upgrade-
-                    // capable builder detects HTTP/2 whatever it was told, so the connections
-                    // that must speak HTTP/1.1 only refuse the preface themselves (`Http1Only`).
-                    let served = if h2c {
+                    let mut io = Prefixed::new(read, io);
+                    let served = if h2c && fresh && io.opens_with_preface().await {
+                        let connection =
+                            protocols.http2.serve_connection(TokioIo::new(io), service);
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
+                    } else if h2c || !fresh {
                         let connection = protocols
-                            .detect
-                            .serve_connection_with_upgrades(TokioIo::new(io), service);
-                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
+                            .http1
+                            .serve_connection(TokioIo::new(io), service)
+                            .with_upgrades();
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop)
+                            .await
+                            .map_err(Into::into)
                     } else {
-                        let connection = protocols.http1.serve_connection_with_upgrades(
-                            TokioIo::new(Http1Only::new(io)),
-                            service,
-                        );
-                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
+                        // A connection that opens with the preface where HTTP/2 is off is
+                        // closed (`Http1Only`); later, hyper's HTTP/1.1 answers it 400.
+                        let connection = protocols
+                            .http1
+                            .serve_connection(TokioIo::new(Http1Only::new(io)), service)
+                            .with_upgrades();
+                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop)
+                            .await
+                            .map_err(Into::into)
                     };
                     if let Err(e) = served {
                         tracing::debug!(error = %e, %peer, "connection ended with an error");
@@ -492,15 +510,26 @@ async fn accept_loop(
                             stop: &mut stop,
                             max_head: current,
                         };
-                        let Some(read) = bytes_first(byte_path, &mut stream, conn).await else {
+                        let Some((read, fresh)) = bytes_first(byte_path, &mut stream, conn).await
+                        else {
                             drop((counted, alive));
                             return;
                         };
-                        let connection = protocols.http1.serve_connection_with_upgrades(
-                            TokioIo::new(Http1Only::new(Prefixed::new(read, stream))),
-                            service,
-                        );
-                        drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
+                        let io = Prefixed::new(read, stream);
+                        let served = if fresh {
+                            let connection = protocols
+                                .http1
+                                .serve_connection(TokioIo::new(Http1Only::new(io)), service)
+                                .with_upgrades();
+                            drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
+                        } else {
+                            let connection = protocols
+                                .http1
+                                .serve_connection(TokioIo::new(io), service)
+                                .with_upgrades();
+                            drive(connection, |c| c.graceful_shutdown(), &for_task, stop).await
+                        };
+                        served.map_err(Into::into)
                     };
                     if let Err(e) = served {
                         tracing::debug!(error = %e, %peer, "connection ended with an error");
@@ -515,17 +544,18 @@ async fn accept_loop(
 }
 
 /// Serves an HTTP/1.1 connection's plain requests on the byte path when `on`; then what
-/// hyper must read first when it takes over, or `None` when the connection is over.
-async fn bytes_first<C>(on: bool, io: &mut C, conn: Connection<'_>) -> Option<BytesMut>
+/// hyper must read first when it takes over, and whether the connection is still at its
+/// start (no request served), or `None` when the connection is over.
+async fn bytes_first<C>(on: bool, io: &mut C, conn: Connection<'_>) -> Option<(BytesMut, bool)>
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     if !on {
-        return Some(BytesMut::new());
+        return Some((BytesMut::new(), true));
     }
     match byte_path::serve(io, conn).await {
         Left::Closed => None,
-        Left::Handover(read) => Some(read),
+        Left::Handover { read, fresh } => Some((read, fresh)),
     }
 }
 
@@ -580,7 +610,7 @@ pub async fn handle(
             response.status(),
             &handled.outcome,
             trace.as_ref(),
-            started,
+            started.elapsed(),
         );
     }
     response
@@ -616,7 +646,11 @@ pub(super) fn identify<B>(
     (id, logged)
 }
 
-/// The `sluice::access` line of one request on the main listener.
+/// The `sluice::access` line of one request on the main listener. `took` is its `ms`: from
+/// the request's head, read, to its answer's head, ready to be sent (the decision, any wait
+/// in a queue, the upstream's time to its head; not the body's transfer, which may go on
+/// after the line, and may fail). Both paths write the line of every request that reached a
+/// decision, with the status sent.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn access_log(
     id: Option<&HeaderValue>,
@@ -627,7 +661,7 @@ pub(super) fn access_log(
     status: StatusCode,
     outcome: &Outcome<'_>,
     trace: Option<&HeaderValue>,
-    started: Instant,
+    took: Duration,
 ) {
     let (policy, reason) = match outcome {
         Outcome::Denied { policy, reason } | Outcome::ShadowDenied { policy, reason } => {
@@ -647,7 +681,7 @@ pub(super) fn access_log(
         policy,
         reason,
         trace_id = trace.and_then(|t| t.to_str().ok()),
-        ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
+        ms = %format_args!("{:.3}", took.as_secs_f64() * 1e3),
     );
 }
 
