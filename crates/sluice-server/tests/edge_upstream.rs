@@ -173,6 +173,13 @@ async fn an_upstream_that_does_not_accept_gets_504_after_the_connect_timeout() {
         took >= Duration::from_millis(450) && took < Duration::from_secs(3),
         "{took:?}"
     );
+    // The access line is written once the answer is sent: wait for it, within a bound.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !gw.log_text().contains("decision=upstream_timeout")
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(gw.log_text().contains("decision=upstream_timeout"));
     drop(socket);
 }

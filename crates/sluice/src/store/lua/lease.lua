@@ -33,17 +33,28 @@ for j = #leases, 1, -1 do
     found = 1
   end
 end
-if ARGV[5] ~= '' then
+-- A lease settled at its expiry, only if none is held under the name: the give-back is then
+-- that lease's, late.
+if found == 0 and ARGV[5] ~= '' then
   for j = #settled, 1, -1 do
     local l = settled[j]
     if l[1] == id then
-      -- Settled at its expiry as all spent; its holder reports less: the rest comes back.
+      -- Settled at its expiry as all spent; its holder reports less: the rest comes back, as
+      -- far as the settlement is still owed. The refill since the expiry may already have
+      -- paid it, and counting that as paid first keeps the refund from giving back tokens the
+      -- refill already gave.
       local unspent = l[2] - math.min(tonumber(ARGV[5]), l[2])
-      debt = debt - unspent * interval
+      local us, un = split(l[3])
+      local since = GRACE - ((us - s) * E9 + (un - nn))
+      local owed_still = l[2] * interval - since
+      local back = unspent * interval
+      if back > owed_still then back = owed_still end
+      if back > 0 then debt = debt - back end
       if debt < 0 then debt = 0 end
       table.remove(settled, j)
       dirty = true
       found = 1
+      break
     end
   end
 end
