@@ -191,7 +191,6 @@
 
 mod at;
 mod cache;
-mod charge;
 mod config;
 mod deferred;
 mod lease;
@@ -201,6 +200,7 @@ mod overrides;
 mod queue;
 mod script;
 mod sentinel;
+mod settle;
 mod store;
 
 pub use config::{OnError, RedisConfig, RedisStoreError};

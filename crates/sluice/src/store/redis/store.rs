@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::limiter::AcquireOptions;
 use crate::store::redis::cache::DenialCache;
 use crate::store::redis::config::{OnError, RedisConfig, RedisStoreError};
-use crate::store::redis::deferred::{Change, Deferred};
+use crate::store::redis::deferred::Deferred;
 use crate::store::redis::lease::Leases;
 use crate::store::redis::leased::leases_unsupported;
 use crate::store::redis::link::{self, Conn, Gate, Health};
@@ -484,91 +484,6 @@ impl Inner {
             .saturating_add(nanos(self.config.retry_interval));
         self.health.failure(probe, retry_at_ns, error);
         Err(Unanswered { retry_at_ns })
-    }
-
-    /// Gives back `cost` admitted `ago` for `key` where it was granted: in Redis (or the slice
-    /// it most likely came from), or in the local store that answered while Redis did not.
-    /// Never in the other one: a refund there would give a key tokens it never spent. Redis
-    /// not answering, a refund of its admission waits for it (see `deferred`).
-    pub(crate) async fn refund_to(&self, origin: Origin, key: &str, cost: u64, ago: Duration) {
-        if cost == 0 {
-            return;
-        }
-        let settings = self.settings();
-        match origin {
-            Origin::Nowhere => return,
-            Origin::Fallback => {
-                match &settings.fallback {
-                    Fallback::Local(local) => local.keyed().refund(key, cost, ago),
-                    _ => self.metrics.unsettled.increment(cost),
-                }
-                return;
-            }
-            Origin::Store => {}
-        }
-        if let Some(leases) = &self.leases {
-            // Back into the slice it most likely came from, while that is still held.
-            let entry = leases.entry(key);
-            let mut slice = entry.slice.lock();
-            if slice.granted > 0 && tokio::time::Instant::now() < slice.deadline {
-                slice.left = (slice.left + cost).min(slice.granted);
-                return;
-            }
-        }
-        self.settle_deferred().await;
-        let admitted = tokio::time::Instant::now()
-            .checked_sub(ago)
-            .unwrap_or_else(tokio::time::Instant::now);
-        self.send(key, Change::Refund { cost, admitted }).await;
-    }
-
-    /// Sends `change` to Redis, or keeps it for when Redis answers again if it cannot be sent
-    /// now. Returns what a charge forgave (0 for a refund, and for a change kept). A change
-    /// sent whose reply was lost is counted as unsettled, never sent again: it may have been
-    /// applied.
-    pub(crate) async fn send(&self, key: &str, change: Change) -> u64 {
-        if !self.health.is_up() {
-            if !self.deferred.keep(key, change) {
-                self.metrics.unsettled.increment(change.cost());
-                return change.cost();
-            }
-            return 0;
-        }
-        let settings = self.settings();
-        let own = self.overrides.program(key);
-        let program = own.as_deref().unwrap_or(&settings.program);
-        let now = self.clock.now_ns();
-        let sent = match change {
-            Change::Refund { cost, admitted } => {
-                let ago = nanos(admitted.elapsed());
-                let cmd = program.refund_command(&self.config.prefix, key, cost, ago, None);
-                self.round_trip(program.script(), &cmd, now, false, |reply| {
-                    matches!(reply, redis::Value::Array(_)).then_some(0)
-                })
-                .await
-            }
-            Change::Charge { cost, max_debt } => {
-                let cmd = program.charge_command(&self.config.prefix, key, cost, max_debt, None);
-                self.round_trip(program.script(), &cmd, now, true, Program::charged)
-                    .await
-                    .map(|taken| cost.saturating_sub(taken))
-            }
-        };
-        sent.unwrap_or_else(|_| {
-            self.metrics.unsettled.increment(change.cost());
-            change.cost()
-        })
-    }
-
-    /// Sends the settlements kept while Redis did not answer, once it does (before this
-    /// process's next decision, refund or charge on Redis).
-    pub(crate) async fn settle_deferred(&self) {
-        if !self.deferred.any() || !self.health.is_up() {
-            return;
-        }
-        for (key, change) in self.deferred.take() {
-            self.send(&key, change).await;
-        }
     }
 
     /// What the policy decides while Redis does not answer.
