@@ -34,6 +34,7 @@ use crate::config::ServerConfig;
 use crate::runtime::state::Shared;
 use crate::serve::byte_path::{self, Connection, Left, Prefixed};
 use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
+use crate::serve::ids::{request_id, trace_id};
 use crate::serve::stall::{self, EdgeExecutor};
 
 pub use sluice_http::h1::X_REQUEST_ID;
@@ -683,32 +684,4 @@ pub(super) fn access_log(
         trace_id = trace.and_then(|t| t.to_str().ok()),
         ms = %format_args!("{:.3}", took.as_secs_f64() * 1e3),
     );
-}
-
-/// The trace id of a well-formed W3C `traceparent` (`VERSION-TRACEID-PARENTID-FLAGS`, the
-/// trace id 32 lowercase hex digits, not all zero), for the access log; `None` without one.
-/// The header itself (and `tracestate`) goes upstream untouched either way.
-fn trace_id(headers: &http::HeaderMap) -> Option<HeaderValue> {
-    let value = headers.get("traceparent")?.as_bytes();
-    let id = value.get(3..35)?;
-    let well_formed = value.len() >= 55
-        && value[2] == b'-'
-        && value[35] == b'-'
-        && id.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        && id.iter().any(|&b| b != b'0');
-    well_formed.then(|| HeaderValue::from_bytes(id).ok())?
-}
-
-/// The request's id: a well-formed incoming `X-Request-Id` (visible ASCII, at most 64
-/// bytes) is kept, anything else replaced; forwarded upstream and echoed in the response.
-fn request_id<B>(shared: &Shared, req: &mut Request<B>) -> HeaderValue {
-    if let Some(v) = req.headers().get(&X_REQUEST_ID) {
-        let b = v.as_bytes();
-        if !b.is_empty() && b.len() <= 64 && b.iter().all(u8::is_ascii_graphic) {
-            return v.clone();
-        }
-    }
-    let id = shared.ids.next();
-    req.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
-    id
 }

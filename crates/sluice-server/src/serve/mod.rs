@@ -28,6 +28,7 @@ pub mod conn;
 pub mod demo;
 pub mod explain;
 pub mod gateway;
+mod ids;
 pub mod keys;
 pub mod policies;
 pub mod stall;
