@@ -59,22 +59,28 @@ function sweep() {
   const ids = new Set();
   for (const w of waiting.values()) if (w.clientId) ids.add(w.clientId);
   if (ids.size === 0) return Promise.resolve();
+  // Every lookup first, then one cancel: cancelling as each lookup comes back would pump the
+  // queue with a token due while another closed tab's lookup is still out, and hand that token
+  // to its waiter, whose request would go out for a tab that is gone.
   sweeping = Promise.all(
     [...ids].map((id) =>
       self.clients.get(id).then(
-        (client) => {
-          if (!client) cancelWhere((w) => w.clientId === id);
-        },
-        () => {},
+        (client) => (client ? null : id),
+        () => null,
       ),
     ),
-  ).then(() => {
+  ).then((found) => {
     sweeping = null;
+    const closed = new Set(found.filter((id) => id !== null));
+    if (closed.size > 0) cancelWhere((w) => closed.has(w.clientId));
   });
   return sweeping;
 }
 
-/** Takes the waiters `match` selects out of the queue: no token spent; the next may go. */
+/**
+ * Takes every waiter `match` selects out of the queue, then pumps it once: no token spent, and
+ * the next in line that is left takes it.
+ */
 export function cancelWhere(match) {
   let any = false;
   for (const [ticket, w] of waiting) {

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { openTab, setup, sleep, testConfig, workerState } from './harness.mjs';
+import { workerSession } from './worker-cdp.mjs';
 
 test('a closed tab leaves the queue: the next tab gets the refilled token at once', { timeout: 60000 }, async () => {
   const env = await setup(testConfig({ capacity: 1, rate: '1/s', queue: { depth: 20, max_wait_ms: 20000 } }));
@@ -35,6 +36,63 @@ test('a closed tab leaves the queue: the next tab gets the refilled token at onc
     assert.equal(state.totals.cancelled, 10);
     await sleep(500);
     assert.deepEqual(env.upstream.hitsFor('/api/a/q'), [], 'a closed tab\'s request went upstream');
+  } finally {
+    await env.close();
+  }
+});
+
+test('two tabs that close before a wake-up both leave the queue: the open tab takes the token', { timeout: 60000 }, async () => {
+  const env = await setup(testConfig({ capacity: 1, rate: '1/s', queue: { depth: 20, max_wait_ms: 20000 } }));
+  try {
+    const a = await openTab(env.context, env.front);
+    const b = await openTab(env.context, env.front);
+    const c = await openTab(env.context, env.front);
+    // B spends the token; then B, C and A queue one request each, in that order (due at 1 s,
+    // 2 s and 3 s after the spend).
+    await b.evaluate(async () => {
+      await (await fetch('/api/b/first', { cache: 'no-store' })).text();
+    });
+    const spent = performance.now();
+    const queue = async (page, path, n) => {
+      await page.evaluate((p) => void fetch(p, { cache: 'no-store' }).catch(() => {}), path);
+      for (let i = 0; (await workerState(a)).queued < n; i++) {
+        assert.ok(i < 100, `${path} never queued`);
+        await sleep(10);
+      }
+    };
+    await queue(b, '/api/b/w', 1);
+    await queue(c, '/api/c/w', 2);
+    const answered = a
+      .evaluate(async () => {
+        const res = await fetch('/api/a/w', { cache: 'no-store' });
+        await res.text();
+        return res.status;
+      })
+      .then((status) => ({ status, at: performance.now() - spent }));
+    for (let i = 0; (await workerState(a)).queued < 3; i++) {
+      assert.ok(i < 100, '/api/a/w never queued');
+      await sleep(10);
+    }
+    // B and C close while the worker is busy (a loop run in it through DevTools) until past the
+    // first token's time: the first sweep that finds them closed is the one before that
+    // wake-up, with the token due. Both waiters must be gone before the token is handed out.
+    const worker = await workerSession(a);
+    const busyMs = Math.max(0, spent + 1400 - performance.now());
+    const busy = worker.send('Runtime.evaluate', {
+      expression: `{ const until = performance.now() + ${busyMs}; while (performance.now() < until) {} }`,
+    });
+    await Promise.all([b.close(), c.close()]);
+    await busy;
+    await worker.detach();
+    const r = await answered;
+    assert.equal(r.status, 200);
+    assert.ok(r.at < 1900, `the open tab's waiter was answered ${Math.round(r.at)} ms after the spend: it waited for the second token while a closed tab's waiter took the first`);
+    const state = await workerState(a);
+    assert.equal(state.queued, 0);
+    assert.equal(state.totals.cancelled, 2);
+    await sleep(300);
+    assert.deepEqual(env.upstream.hitsFor('/api/b/w'), [], 'a closed tab\'s request went upstream');
+    assert.deepEqual(env.upstream.hitsFor('/api/c/w'), [], 'a closed tab\'s request went upstream');
   } finally {
     await env.close();
   }

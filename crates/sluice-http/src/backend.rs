@@ -98,7 +98,9 @@ impl Store for Backend {
         match self {
             Backend::Memory(s) => s.check_now(key, cost),
             Backend::Redis(s) => s.check(key, cost).await,
-            Backend::File(s) => s.check_now(key, cost),
+            // Not `check_now`: after this process was stopped, the check waits for the file's
+            // writer to renew its lease, and must not block the worker's thread meanwhile.
+            Backend::File(s) => s.check(key, cost).await,
         }
     }
 

@@ -1,12 +1,13 @@
 //! `[store]` as the gateway reads it: a one-element `url` list is a Cluster, `max_loss` sets the
-//! file store's D, and a state file serves one process only.
+//! file store's D, a state file serves one process only, and a gateway on a file store that
+//! was stopped for longer than D refuses none of its queued requests when it runs again.
 
 mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{config_text, free_port, Gateway, TempDir};
+use common::{config_text, free_port, Gateway, TempDir, Upstream};
 use sluice_http::Backend;
 use sluice_server::config;
 use sluice_server::runtime::build::build;
@@ -127,4 +128,73 @@ async fn a_second_gateway_on_the_same_state_file_exits_1_naming_the_file_and_the
         let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
     }
+}
+
+/// A gateway on a file store stopped (SIGSTOP: a VM paused or migrated) for longer than
+/// `max_loss` while requests wait in a policy's queue, then continued (SIGCONT). Its lease
+/// has run out on the monotonic clock, but only because the process was not running: the
+/// disk is fine. The requests whose turn comes first when it runs again are decided before the
+/// store's writer has had its turn, and must wait for the writer's renewal, not be answered
+/// 503. Three rounds of 16. `max_loss` is 1 s rather than the default 100 ms so that a write
+/// slowed by other work on a shared machine's disk (a real stall, refused by design) does not
+/// pass for the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_stopped_longer_than_max_loss_refuses_none_of_its_queued_requests() {
+    let up = Upstream::start().await;
+    let state = TempDir::new();
+    let rest = format!(
+        r#"
+[store]
+backend = "file"
+path = "{}"
+max_loss = "1s"
+
+[[policy]]
+name = "queued"
+algorithm = "gcra"
+capacity = 1
+rate = "16/s"
+key = "global"
+queue = {{ depth = 64, max_wait = "10s" }}
+
+[[route]]
+path_prefix = "/q/"
+policies = ["queued"]
+upstream = "{}"
+"#,
+        state.0.join("state").display(),
+        up.url()
+    );
+    let gw = Gateway::start("", &rest).await;
+    let mut refused = Vec::new();
+    for round in 0..3 {
+        // The bucket full again, then spent: the 16 wait for a token each, 1/16 s apart, all
+        // due when the stop ends.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let spend = common::get(&gw.url("/q/spend")).await.unwrap();
+        assert_eq!(spend.status, http::StatusCode::OK);
+        let waiting: Vec<_> = (0..16)
+            .map(|i| {
+                let url = gw.url(&format!("/q/{round}/{i}"));
+                tokio::spawn(async move { common::get(&url).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gw.signal("STOP");
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        gw.signal("CONT");
+        for (i, answer) in waiting.into_iter().enumerate() {
+            let answer = answer.await.unwrap().unwrap();
+            if answer.status != http::StatusCode::OK {
+                refused.push((round, i, answer.status));
+            }
+        }
+    }
+    let log = gw.log_text();
+    let store_lines: Vec<&str> = log.lines().filter(|l| l.contains("limit store")).collect();
+    assert!(
+        refused.is_empty(),
+        "{} of 48 queued requests refused after a stop of 2.5 s (max_loss 1s): {refused:?}; the store said: {store_lines:#?}",
+        refused.len()
+    );
 }

@@ -1,6 +1,7 @@
 //! The file store: a clean restart restores exactly, a kill -9 restarts without a burst above
 //! the documented bound, a corrupt file is refused with the file and the problem named, a
-//! store that cannot write its file stops admitting.
+//! store that cannot write its file stops admitting (a stalled write within D, spending no
+//! token), and a process that was stopped for longer than D admits again when it runs.
 
 #![cfg(feature = "file")]
 
@@ -293,6 +294,231 @@ fn writes_slower_than_a_quarter_of_d_keep_the_lease() {
         refused.len() + admitted,
         refused[0].0,
         refused[0].1
+    );
+    store.close().unwrap();
+}
+
+/// The writer thread stopped at the start of a write while `held`, as a process stopped
+/// mid-write (SIGSTOP, a paused VM) or a disk that keeps the write would stop it.
+#[derive(Default)]
+struct Freeze {
+    held: std::sync::Mutex<bool>,
+    thaw: std::sync::Condvar,
+    /// The writer is waiting in the hook.
+    parked: std::sync::atomic::AtomicBool,
+    /// Writes that went past the hook.
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+impl Freeze {
+    fn options(self: &std::sync::Arc<Self>, d: Duration) -> FileStoreOptions {
+        let me = std::sync::Arc::clone(self);
+        options().write_interval(d).before_write(move || {
+            let mut held = me.held.lock().unwrap();
+            while *held {
+                me.parked.store(true, std::sync::atomic::Ordering::SeqCst);
+                held = me.thaw.wait(held).unwrap();
+            }
+            me.parked.store(false, std::sync::atomic::Ordering::SeqCst);
+            me.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+    }
+
+    /// Holds the writer at its next write and returns once it waits there (this thread, the
+    /// test's runtime, is blocked meanwhile, as the whole process would be).
+    fn hold(&self) {
+        *self.held.lock().unwrap() = true;
+        let since = Instant::now();
+        while !self.parked.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "the writer never wrote"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Lets the writer go, and returns once it has completed a write started after that (the
+    /// write after it has started): the lease is renewed.
+    fn release_and_renew(&self) {
+        let before = self.writes.load(std::sync::atomic::Ordering::SeqCst);
+        *self.held.lock().unwrap() = false;
+        self.thaw.notify_all();
+        let since = Instant::now();
+        // The held write, the one it owes (started now), then the next: the second is done.
+        while self.writes.load(std::sync::atomic::Ordering::SeqCst) < before + 3 {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "the writer did not write again"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Lets the writer go when dropped, before the store it holds: a failed assertion must not
+/// leave the store's last drop waiting for a held writer.
+struct Thaw(std::sync::Arc<Freeze>);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        *self.0.held.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.0.thaw.notify_all();
+    }
+}
+
+/// A process stopped for longer than D (SIGSTOP, a paused VM) finds its lease out on the
+/// monotonic clock when it runs again, before its writer has had a turn to renew it: the
+/// disk is fine, the process was not running. The requests that queued before the stop get
+/// their tokens at once when it ends, and none may be refused for it. The stop is staged
+/// within the process: the writer is held at a write and the runtime (tokio's paused clock)
+/// is blocked while real time runs past the lease; then tokio's clock jumps as it would, every
+/// waiter's token comes due, and they run before the writer is let go, the worst order.
+#[tokio::test(start_paused = true)]
+async fn a_process_stopped_for_longer_than_d_admits_its_queued_requests_when_it_runs_again() {
+    let dir = TempDir::new("file-stopped");
+    let path = dir.path().join("limits.json");
+    let d = Duration::from_millis(200);
+    let freeze = std::sync::Arc::new(Freeze::default());
+    let opened = freeze.options(d).queue(16, Duration::from_secs(30));
+    let store = FileStore::open(&path, gcra(1, "16/s"), opened).unwrap();
+    let _thaw = Thaw(std::sync::Arc::clone(&freeze));
+    store.check("k", 1).await.unwrap();
+    // 16 waiters for the key's next tokens, due every 1/16 s, and a check on another key.
+    let waiters: Vec<_> = (0..16)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire("k", 1, sluice::AcquireOptions::default())
+                    .await
+            })
+        })
+        .collect();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    // The stop.
+    freeze.hold();
+    std::thread::sleep(3 * d);
+    // It ends: tokio's clock has moved on as the real one did.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let other = {
+        let store = store.clone();
+        tokio::spawn(async move { store.check("other", 1).await })
+    };
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    freeze.release_and_renew();
+    let mut refused = Vec::new();
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        if let Err(e) = waiter.await.unwrap() {
+            refused.push((i, e));
+        }
+    }
+    let other = other.await.unwrap();
+    assert!(
+        refused.is_empty() && other.is_ok(),
+        "{} of 16 queued requests refused after the stop: {refused:?}; a check on another key: {other:?}",
+        refused.len()
+    );
+    store.close().unwrap();
+}
+
+/// A disk that keeps a write for longer than D is stalled (not a process that was stopped):
+/// the store waits at most D for the write, then refuses with `Unavailable` (503), and the
+/// refused request spends no token. The checks after it refuse at once until a write
+/// completes; then the store admits again.
+#[tokio::test]
+async fn a_stalled_write_is_refused_within_d_without_spending_a_token() {
+    let dir = TempDir::new("file-stalled");
+    let path = dir.path().join("limits.json");
+    let d = Duration::from_millis(200);
+    let freeze = std::sync::Arc::new(Freeze::default());
+    let store = FileStore::open(&path, gcra(5, "1/min"), freeze.options(d)).unwrap();
+    let _thaw = Thaw(std::sync::Arc::clone(&freeze));
+    store.check("k", 1).await.unwrap();
+    // The write stalls; its lease (from the write before it) runs out.
+    freeze.hold();
+    std::thread::sleep(d);
+    let start = Instant::now();
+    let first = store.check("k", 1).await;
+    let waited = start.elapsed();
+    let left = store.peek("k").await.unwrap().remaining;
+    assert!(matches!(first, Err(Error::Unavailable { .. })), "{first:?}");
+    assert_eq!(left, 4, "the refused check spent a token: {left} of 5 left");
+    assert!(
+        waited >= d * 9 / 10 && waited < 5 * d,
+        "refused after {waited:?}: not after waiting D ({d:?}) for the write"
+    );
+    // Known stalled: the next checks, sync or not, refuse at once, and spend nothing either.
+    let start = Instant::now();
+    assert!(matches!(
+        store.check("k", 1).await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(matches!(
+        store.check_now("k", 1),
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(start.elapsed() < d / 2, "{:?}", start.elapsed());
+    assert_eq!(store.peek("k").await.unwrap().remaining, 4);
+    // The disk comes back: the next write renews the lease.
+    freeze.release_and_renew();
+    assert_eq!(store.check("k", 1).await.unwrap().remaining, 3);
+    store.close().unwrap();
+}
+
+/// A queued request refused for a stalled write gives its token back, which goes to the next
+/// in line: refused at once in turn, the whole queue would be refused in a moment by a disk
+/// that is back a little later. Each queued request waits up to D for the write instead, so a
+/// stall of about 3 D costs the queue about 3 requests, and the rest are admitted after it.
+#[tokio::test]
+async fn a_stalled_write_refuses_a_queue_one_request_per_d_not_all_at_once() {
+    let dir = TempDir::new("file-stalled-queue");
+    let path = dir.path().join("limits.json");
+    let d = Duration::from_millis(200);
+    let freeze = std::sync::Arc::new(Freeze::default());
+    let opened = freeze.options(d).queue(8, Duration::from_secs(30));
+    // A token every D: the queue's turns come no faster than its refusals.
+    let store = FileStore::open(&path, gcra(1, "5/s"), opened).unwrap();
+    let _thaw = Thaw(std::sync::Arc::clone(&freeze));
+    store.check("k", 1).await.unwrap();
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire("k", 1, sluice::AcquireOptions::default())
+                    .await
+            })
+        })
+        .collect();
+    tokio::task::spawn_blocking({
+        let freeze = std::sync::Arc::clone(&freeze);
+        move || freeze.hold()
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(4 * d).await;
+    tokio::task::spawn_blocking({
+        let freeze = std::sync::Arc::clone(&freeze);
+        move || freeze.release_and_renew()
+    })
+    .await
+    .unwrap();
+    let mut refused = 0;
+    for waiter in waiters {
+        match waiter.await.unwrap() {
+            Ok(_) => {}
+            Err(Error::Unavailable { .. }) => refused += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(
+        (1..=5).contains(&refused),
+        "{refused} of 8 queued requests refused by a stall of about 4 D (one per D expected)"
     );
     store.close().unwrap();
 }

@@ -17,6 +17,16 @@
 //! hyper makes each stream's task right after calling the service for it, on the same
 //! thread, with no other service call in between: the service leaves the stream's clock in
 //! `NEXT` and the executor takes it from there.
+//!
+//! Both orders (the service call before the stream's task; the body polled for a chunk before
+//! the wait for window to send it) are how hyper 1.12 works, not what its API promises: the
+//! workspace requires hyper 1.12 or later (`Cargo.toml`, `[workspace.dependencies]`), and the
+//! tripwire for an upgrade that changes either is
+//! `tests/attacks.rs::a_stream_without_flow_control_window_is_reset_after_send_timeout`. With
+//! the service called after the task is spawned, the task would find no clock in `NEXT` and
+//! go untimed; with the body polled only once window is granted, a stream given none would
+//! never have a chunk unsent. Either way that test's zero-window stream is never reset. The HTTP/2 flood tests
+//! (`tests/h2_floods.rs`) pin down the rest of what the listener takes from hyper and h2.
 
 use std::cell::Cell;
 use std::future::Future;

@@ -9,14 +9,30 @@
 //! that is not idle, atomically: write `<file>.tmp`, fsync it, rename it over the file, fsync
 //! the directory. Each write also renews a **lease**: the store admits only while less than D
 //! has passed since the start of the last completed write; past that (a stalled disk, a full
-//! disk) it refuses with [`Error::Unavailable`] until a write succeeds. Writes start every D/2
-//! counted from the start of the previous one (not from its end), so the lease holds as long
-//! as each write takes less than D/2: a disk that cannot replace a small file in D/2 (50 ms
-//! by default) needs a larger D. A failed write is logged once (warn), and so is the first
-//! write that succeeds after it (info). The file records the
-//! lease end as `written_at + 2D` (one D of margin for the last in-flight decision and for the
-//! wall clock against the monotonic one). So a crash loses at most the last D of consumption,
-//! and no admission is ever later than the lease end in the file.
+//! disk) it refuses with [`Error::Unavailable`] until a write succeeds, and a refused request
+//! spends no token (its admission is given back). Writes start every D/2 counted from the start
+//! of the previous one (not from its end), so the lease holds as long as each write takes less
+//! than D/2: a disk that cannot replace a small file in D/2 (50 ms by default) needs a larger
+//! D. A failed write is logged once (warn), and so is the first write that succeeds after it
+//! (info).
+//!
+//! A lease can also run out because the process itself was not running: stopped (SIGSTOP),
+//! its VM paused or migrated, starved of CPU. When it runs again its requests may be decided
+//! before its writer has had a turn, and the disk is fine. So a check that finds the lease out
+//! while no write has failed waits for the writer's renewal: a writer that was merely not
+//! running renews within D of running again (the write in progress, then the one it owes, each
+//! under D/2). The check waits at most D, without blocking its thread ([`FileStore::check_now`]
+//! blocks); a write still unfinished then is a stalled disk, logged once (warn), and every
+//! check refuses at once until a write completes, except a queued request's
+//! ([`Store::acquire`]), which waits up to D for a write whatever the disk's state: refused at
+//! once, each would hand its token to the next in line and the whole queue would be refused in
+//! a moment. Nothing is admitted outside a lease: an admission made while the lease was out
+//! stands only once a write whose lease covers it (one started after it, or less than D before
+//! it) has completed.
+//!
+//! The file records the lease end as `written_at + 2D` (one D of margin for the last in-flight
+//! decision and for the wall clock against the monotonic one). So a crash loses at most the
+//! last D of consumption, and no admission is ever later than the lease end in the file.
 //!
 //! # The restore rule
 //!
@@ -119,6 +135,7 @@ use crate::store::Store;
 
 use lock::Lock;
 use options::Hook;
+use writer::{Patience, Renewed};
 
 /// Keyed limits that survive a restart: in memory, written back to a local file every D/2.
 /// Clones share the table and the file.
@@ -185,9 +202,12 @@ struct Inner {
     lease_until_ns: AtomicU64,
     /// When the last write started (as `lease_until_ns`): the writer's schedule.
     last_write_ns: AtomicU64,
-    /// Whether the last write failed (health changes are logged once each).
+    /// Whether the last write failed, or one was judged stalled (health changes are logged
+    /// once each).
     failing: AtomicBool,
     closed: AtomicBool,
+    /// Wakes the checks waiting for the writer ([`Inner::confirm`]) after each write.
+    renewed: Renewed,
     restored: Restored,
     /// This process's lock on the file; one write at a time through it, and none after the
     /// clean one.
@@ -271,7 +291,9 @@ impl FileStore {
     ///
     /// [`FileStoreError::Io`].
     pub fn flush(&self) -> Result<(), FileStoreError> {
-        self.inner.write(false)
+        let result = self.inner.write(false);
+        self.inner.renewed.wake();
+        result
     }
 
     /// Stops admitting ([`Error::Closed`] from now on), stops the writer and writes the final,
@@ -286,19 +308,21 @@ impl FileStore {
         self.inner.close()
     }
 
-    /// The same check, without the future.
+    /// The same check, without the future: when the lease has run out while the writer is
+    /// sound (this process was stopped), it waits on this thread for the writer's renewal, at
+    /// most D ([`Store::check`] waits without blocking the thread).
     ///
     /// # Errors
     ///
-    /// As [`Store::check`], and [`Error::Unavailable`] while the file cannot be written,
-    /// [`Error::Closed`] after [`FileStore::close`].
+    /// As [`Store::check`], and [`Error::Unavailable`] while the file cannot be written (a
+    /// refused check spends no token), [`Error::Closed`] after [`FileStore::close`].
     pub fn check_now(&self, key: &str, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             return Err(Error::Closed);
         }
         let decision = inner.keyed.try_acquire(key, cost)?;
-        inner.confirm(cost)?;
+        inner.confirm(key, cost)?;
         Ok(decision)
     }
 }
@@ -311,7 +335,13 @@ impl Drop for Inner {
 
 impl Store for FileStore {
     async fn check(&self, key: &str, cost: u64) -> Result<Decision, Error> {
-        self.check_now(key, cost)
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let decision = inner.keyed.try_acquire(key, cost)?;
+        inner.confirm_async(key, cost, Patience::Now).await?;
+        Ok(decision)
     }
 
     async fn acquire(
@@ -325,7 +355,7 @@ impl Store for FileStore {
             return Err(Error::Closed);
         }
         let decision = inner.keyed.acquire(key, cost, options).await?;
-        inner.confirm(cost)?;
+        inner.confirm_async(key, cost, Patience::Queued).await?;
         Ok(decision)
     }
 

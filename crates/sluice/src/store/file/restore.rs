@@ -15,6 +15,7 @@ use sluice_core::AnyAlgorithm;
 use crate::keyed::Keyed;
 use crate::store::file::image::{read, Image};
 use crate::store::file::lock::Lock;
+use crate::store::file::writer::Renewed;
 use crate::store::file::{unix_ms, FileStore, FileStoreError, FileStoreOptions, Inner};
 
 /// What [`FileStore::open`] found.
@@ -125,6 +126,7 @@ impl FileStore {
             last_write_ns: AtomicU64::new(0),
             failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            renewed: Renewed::default(),
             restored,
             lock,
             stop: Arc::clone(&stop),

@@ -1,6 +1,8 @@
 //! The write-back: the writer thread, each write (a snapshot of the table replacing the file
 //! atomically and durably) and the lease it renews, which every admission checks
-//! ([`Inner::confirm`]) so that an admission is either in the next write or refused.
+//! ([`Inner::confirm`]) so that an admission is either in the next write or refused. A check
+//! that finds the lease out while the writer is sound waits for its renewal ([`Renewed`]): the
+//! process was not running, which is no reason to refuse.
 //!
 //! Writes the state file and nothing else; reads nothing back (a store never reads its own
 //! file after it opened it).
@@ -10,7 +12,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use sluice_core::{Algorithm, SavedState};
@@ -106,27 +108,177 @@ fn write_back(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Dura
         }
         let result = inner.write(false);
         inner.record(result);
+        inner.renewed.wake();
     }
 }
 
+/// Wakes the checks that wait for the writer: after each write, whatever its outcome, and at
+/// close. One signal for the checks that wait on their thread, one for those that await.
+#[derive(Debug, Default)]
+pub(super) struct Renewed {
+    turn: Mutex<()>,
+    threads: Condvar,
+    tasks: tokio::sync::Notify,
+}
+
+impl Renewed {
+    pub(super) fn wake(&self) {
+        // Taken and let go, so that a thread that saw the old lease under it is waiting now.
+        drop(self.turn.lock());
+        self.threads.notify_all();
+        self.tasks.notify_waiters();
+    }
+}
+
+/// How a check that finds the lease out takes a failing disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Patience {
+    /// Refused at once while the disk is known to fail (a write failed, or one was judged
+    /// stalled): a request that was not going to wait.
+    Now,
+    /// Waits up to D for a write all the same: a queued request, whose refusal gives its token
+    /// to the next in line. Refused at once, each would hand it on to the next, and the whole
+    /// queue would be refused in a moment by a disk that may be back within D; waiting, the
+    /// queue is refused at most one request per D while the disk fails.
+    Queued,
+}
+
 impl Inner {
-    /// After the table admitted `cost`: is this admission covered by the file? Checked after
-    /// the update, so that an admission is either in the next write or refused.
+    /// After the table admitted `cost` for `key`: is this admission covered by the file?
+    /// Checked after the update, so that an admission is either in the next write or refused;
+    /// refused, it is given back. When the lease is out while the writer is sound (this
+    /// process was not running), waits on this thread for its renewal, at most D.
     #[inline]
-    pub(super) fn confirm(&self, cost: u64) -> Result<(), Error> {
+    pub(super) fn confirm(&self, key: &str, cost: u64) -> Result<(), Error> {
         if cost == 0 {
             return Ok(());
         }
+        let at = nanos(self.base.elapsed());
+        match self.covers(at, Patience::Now) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(self.refused(key, cost, self.keyed.now_ns(), e)),
+            None => self.wait_on_thread(key, cost, at),
+        }
+    }
+
+    /// [`Inner::confirm`] for a task: the wait for the renewal does not block the thread.
+    #[inline]
+    pub(super) async fn confirm_async(
+        &self,
+        key: &str,
+        cost: u64,
+        patience: Patience,
+    ) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let at = nanos(self.base.elapsed());
+        match self.covers(at, patience) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(self.refused(key, cost, self.keyed.now_ns(), e)),
+            None => self.wait_in_task(key, cost, at, patience).await,
+        }
+    }
+
+    /// The lease's answer for an admission made before `at`, once it has one: covered, or
+    /// refused (a closed store; with [`Patience::Now`], a failing or stalled disk). `None`:
+    /// the lease is out and the next write will tell; with no write failed, the writer may
+    /// just not have run (this process was stopped). Closed is read first: an admission that
+    /// finds the store open is in its clean file.
+    #[inline]
+    fn covers(&self, at: u64, patience: Patience) -> Option<Result<(), Error>> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
+            return Some(Err(Error::Closed));
         }
-        let now = nanos(self.base.elapsed());
-        if now >= self.lease_until_ns.load(Ordering::Acquire) {
-            return Err(Error::Unavailable {
-                retry_after: self.write_interval,
-            });
+        if at < self.lease_until_ns.load(Ordering::Acquire) {
+            return Some(Ok(()));
         }
-        Ok(())
+        if patience == Patience::Now && self.failing.load(Ordering::Relaxed) {
+            return Some(Err(self.unavailable()));
+        }
+        None
+    }
+
+    fn unavailable(&self) -> Error {
+        Error::Unavailable {
+            retry_after: self.write_interval,
+        }
+    }
+
+    #[cold]
+    fn wait_on_thread(&self, key: &str, cost: u64, at: u64) -> Result<(), Error> {
+        let taken = self.keyed.now_ns();
+        let deadline = Instant::now() + self.write_interval;
+        let mut turn = self.renewed.turn.lock();
+        loop {
+            if let Some(answer) = self.covers(at, Patience::Now) {
+                drop(turn);
+                return answer.map_err(|e| self.refused(key, cost, taken, e));
+            }
+            if self
+                .renewed
+                .threads
+                .wait_until(&mut turn, deadline)
+                .timed_out()
+            {
+                drop(turn);
+                return self.waited_out(key, cost, at, taken);
+            }
+        }
+    }
+
+    #[cold]
+    async fn wait_in_task(
+        &self,
+        key: &str,
+        cost: u64,
+        at: u64,
+        patience: Patience,
+    ) -> Result<(), Error> {
+        let taken = self.keyed.now_ns();
+        let deadline = tokio::time::Instant::now() + self.write_interval;
+        loop {
+            let renewed = self.renewed.tasks.notified();
+            let mut renewed = std::pin::pin!(renewed);
+            // Registered before the lease is read again: a write completing in between wakes it.
+            renewed.as_mut().enable();
+            if let Some(answer) = self.covers(at, patience) {
+                return answer.map_err(|e| self.refused(key, cost, taken, e));
+            }
+            if tokio::time::timeout_at(deadline, renewed).await.is_err() {
+                return self.waited_out(key, cost, at, taken);
+            }
+        }
+    }
+
+    /// D has passed without a write that covers the admission: the disk holds a write for
+    /// longer than D (a writer that was only stopped would have written by now), or fails.
+    /// Judged failing until a write completes (the writer's next success clears it, and says
+    /// so), so that the checks after this one refuse at once instead of waiting.
+    fn waited_out(&self, key: &str, cost: u64, at: u64, taken: u64) -> Result<(), Error> {
+        if let Some(answer) = self.covers(at, Patience::Queued) {
+            return answer.map_err(|e| self.refused(key, cost, taken, e));
+        }
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                path = %self.path.display(),
+                waited = ?self.write_interval,
+                "limit store file write has not completed: refusing (503) until a write completes"
+            );
+        }
+        Err(self.refused(key, cost, taken, self.unavailable()))
+    }
+
+    /// Gives back an admission the lease refused (taken at `taken` on the table's clock), so
+    /// that a refused request spends nothing. A closed store keeps it: its clean file is
+    /// written, or being written, with it.
+    #[cold]
+    fn refused(&self, key: &str, cost: u64, taken: u64, e: Error) -> Error {
+        if matches!(e, Error::Unavailable { .. }) {
+            let ago = Duration::from_nanos(self.keyed.now_ns().saturating_sub(taken));
+            self.keyed.refund(key, cost, ago);
+        }
+        e
     }
 
     pub(super) fn write(&self, clean: bool) -> Result<(), FileStoreError> {
@@ -226,6 +378,7 @@ impl Inner {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.renewed.wake();
         self.stop_writer();
         self.write(true)
     }
