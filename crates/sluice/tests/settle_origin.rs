@@ -174,3 +174,53 @@ async fn a_charge_of_what_redis_took_never_lands_in_the_local_store() {
     // Once Redis answers, the charge lands there: 10 - 1 - 7.
     assert_eq!(drain(&store, "k").await, vec![Origin::Store; 2]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_kept_while_redis_was_paused_land_before_the_decision_that_finds_it_back() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server, "origin-probe-order").await;
+    assert_eq!(admit(&store, "k").await, Some(Origin::Store));
+    pause(&server, &store).await;
+    // The answer cost 10 where 1 was reserved: the overage waits for Redis.
+    assert_eq!(store.charge_to(Origin::Store, "k", 9, u64::MAX).await, 0);
+    server.signal("CONT");
+    // Past the retry interval, the next decision is the one that finds Redis back: the key's
+    // charge is applied before it, so the key is spent.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let next = store.check_granted("k", 1).await;
+    assert!(
+        matches!(next, Err(Error::Limited { .. })),
+        "the decision that found Redis back was made before the charge it owed: {next:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_kept_while_redis_was_paused_land_without_waiting_for_a_decision() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let idle = store(&server, "origin-idle").await;
+    let other = RedisStore::connect(algorithm(), idle.config().clone())
+        .await
+        .unwrap();
+    assert_eq!(admit(&idle, "k").await, Some(Origin::Store));
+    pause(&server, &idle).await;
+    assert_eq!(idle.charge_to(Origin::Store, "k", 9, u64::MAX).await, 0);
+    server.signal("CONT");
+    // The gateway that owes the charge takes no more decisions: the charge still reaches
+    // Redis, where another gateway sees the key spent.
+    let start = std::time::Instant::now();
+    loop {
+        let left = other.check_granted("k", 0).await.unwrap().0.remaining;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the charge kept for Redis was not applied within 5 s of Redis answering: {left} left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

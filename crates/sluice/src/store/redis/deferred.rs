@@ -35,6 +35,8 @@ pub(crate) struct Deferred {
     pending: Mutex<Vec<(String, Change)>>,
     /// Whether `pending` may hold any: read on every decision, so a plain flag.
     waiting: AtomicBool,
+    /// Whether a task is sending them once Redis answers.
+    flushing: AtomicBool,
     bound: usize,
 }
 
@@ -44,6 +46,7 @@ impl Deferred {
         Deferred {
             pending: Mutex::new(Vec::new()),
             waiting: AtomicBool::new(false),
+            flushing: AtomicBool::new(false),
             bound,
         }
     }
@@ -66,6 +69,16 @@ impl Deferred {
     /// Acquire pairs with `keep`'s Release: a caller that sees the flag sees the entry.
     pub(crate) fn any(&self) -> bool {
         self.waiting.load(Ordering::Acquire)
+    }
+
+    /// Claims the flushing task's place: `true` when no task held it.
+    pub(crate) fn start_flusher(&self) -> bool {
+        !self.flushing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Gives the flushing task's place up.
+    pub(crate) fn stop_flusher(&self) {
+        self.flushing.store(false, Ordering::Release);
     }
 
     /// Takes every one kept, oldest first.

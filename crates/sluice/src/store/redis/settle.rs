@@ -106,6 +106,7 @@ impl Inner {
                 self.metrics.unsettled.increment(change.cost());
                 return change.cost();
             }
+            self.flush_when_redis_answers();
             return 0;
         }
         let settings = self.settings();
@@ -134,14 +135,46 @@ impl Inner {
         })
     }
 
-    /// Sends the settlements kept while Redis did not answer, once it does (before this
-    /// process's next decision, refund or charge on Redis).
+    /// Sends the settlements kept while Redis did not answer, once it does: before this
+    /// process's next decision, refund or charge on Redis (which, when Redis is due a probe,
+    /// probes it first, so that the decision that finds Redis back is made after them), or
+    /// from the task `flush_when_redis_answers` started, when no decision comes.
     pub(crate) async fn settle_deferred(&self) {
-        if !self.deferred.any() || !self.health.is_up() {
+        if !self.deferred.any() || !self.answers().await {
             return;
         }
         for (key, change) in self.deferred.take() {
             self.send(&key, change).await;
         }
+    }
+
+    /// Starts, unless one runs, a task that sends the kept settlements once Redis answers,
+    /// probing it every retry interval: a gateway that takes no more decisions on this store
+    /// still pays what its keys owe. The task holds the store weakly, and ends with it.
+    fn flush_when_redis_answers(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.deferred.start_flusher() {
+            return;
+        }
+        let me = self.me.clone();
+        let every = self.config.retry_interval;
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = me.upgrade() else {
+                    return;
+                };
+                inner.settle_deferred().await;
+                if !inner.deferred.any() {
+                    inner.deferred.stop_flusher();
+                    // A change kept after the check above started no task: look once more.
+                    if !inner.deferred.any() || !inner.deferred.start_flusher() {
+                        return;
+                    }
+                }
+            }
+        });
     }
 }

@@ -64,6 +64,9 @@ pub(crate) struct Inner {
     pub(crate) overrides: crate::store::redis::overrides::Overrides,
     /// Refunds and charges of Redis's admissions that came due while it did not answer.
     pub(crate) deferred: Deferred,
+    /// This store, for the task that sends `deferred` once Redis answers (it must not keep
+    /// the store alive).
+    pub(crate) me: Weak<Inner>,
 }
 
 /// The algorithm's script and stamp, the policy's local store and the queue limits: swapped
@@ -211,7 +214,8 @@ impl RedisStore {
         let health = Health::new(&config);
         let counter = |name: &'static str| metrics::counter!(name, "store" => "redis", "prefix" => label.clone());
         Ok(RedisStore {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|me| Inner {
+                me: me.clone(),
                 metrics: StoreMetrics {
                     round_trips: counter("sluice_store_round_trips_total"),
                     cached_denials: counter("sluice_store_cached_denials_total"),
@@ -376,6 +380,39 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl Inner {
+    /// Whether Redis answers now: `true` while it is in use, `false` while it is down and no
+    /// probe is due; when one is due, this is it (a `PING` within the timeout, through the
+    /// same health bookkeeping as a decision's probe).
+    pub(crate) async fn answers(&self) -> bool {
+        let conn = match self.health.gate(self.clock.now_ns()) {
+            Gate::Use(_) => return true,
+            Gate::Fallback { .. } => return false,
+            Gate::Probe(conn) => conn,
+        };
+        let mut guard = ProbeGuard {
+            health: &self.health,
+            armed: true,
+        };
+        self.metrics.round_trips.increment(1);
+        let error = match tokio::time::timeout(self.config.timeout, conn.ping()).await {
+            Ok(Ok(())) => {
+                guard.armed = false;
+                self.health.success(true);
+                return true;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.config.timeout),
+        };
+        guard.armed = false;
+        self.metrics.errors.increment(1);
+        let retry_at_ns = self
+            .clock
+            .now_ns()
+            .saturating_add(nanos(self.config.retry_interval));
+        self.health.failure(true, retry_at_ns, error);
+        false
+    }
+
     /// The settings in use now.
     pub(crate) fn settings(&self) -> Arc<Settings> {
         Arc::clone(&self.current.read())
