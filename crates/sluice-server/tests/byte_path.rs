@@ -217,16 +217,26 @@ struct Read {
 }
 
 /// Reads the client's side after `request`: `answers` responses, or up to the close. Also
-/// whether the connection closed.
-async fn exchange(port: u16, request: &[u8], answers: usize, head: bool) -> (Vec<Read>, bool) {
+/// whether the connection closed. With `cut`, the client closes its side after the request
+/// (cutting what it did not send) and reads until the gateway closes.
+async fn exchange(
+    port: u16,
+    request: &[u8],
+    answers: usize,
+    head: bool,
+    cut: bool,
+) -> (Vec<Read>, bool) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     stream.write_all(request).await.unwrap();
+    if cut {
+        stream.shutdown().await.unwrap();
+    }
     let mut raw = Vec::new();
     let mut closed = false;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let reads = loop {
         let reads = parse_responses(&raw, head, closed);
-        if closed || reads.len() >= answers {
+        if closed || (!cut && reads.len() >= answers) {
             break reads;
         }
         let mut chunk = [0u8; 64 * 1024];
@@ -383,6 +393,8 @@ struct Case {
     bytes: u32,
     /// Whether the request is a `HEAD` (its answers have no body).
     head: bool,
+    /// Whether the client closes its side after sending the request.
+    cut: bool,
     /// Whether what the upstream receives may differ: the byte path sends an idempotent
     /// request again when a pooled connection closes before any answer, as nginx does;
     /// hyper's client does not.
@@ -399,6 +411,14 @@ fn get(path: &str, extra: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+fn post(path: &str, body: &[u8]) -> Vec<u8> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: example.test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    [head.as_bytes(), body].concat()
+}
+
 fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Case {
     Case {
         name,
@@ -406,6 +426,7 @@ fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Cas
         answers,
         bytes,
         head: false,
+        cut: false,
         resent: false,
         statuses: &[],
         upstream_has: &[],
@@ -564,21 +585,98 @@ fn corpus() -> Vec<Case> {
         "pipelined, then a body",
         [
             get("/api/r/x", ""),
-            b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nContent-Length: 3\r\n\r\nabc"
-                .to_vec(),
+            post("/api/r/p", b"abc"),
             get("/api/r/z", ""),
         ]
         .concat(),
         3,
+        3,
+    ));
+    // Request bodies with a length: read whole on the byte path, up to 64 KiB.
+    cases.push(case("body", post("/api/r/p", b"hello"), 1, 1));
+    cases.push(case(
+        "a 1 KiB JSON body",
+        post(
+            "/api/r/p",
+            format!("{{\"input\":\"{}\"}}", "j".repeat(1010)).as_bytes(),
+        ),
+        1,
         1,
     ));
-    // Left to hyper: the comparison checks the hand-over replays what was read.
     cases.push(case(
-        "body",
-        b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+        "a 64 KiB body",
+        post("/api/r/p", &vec![b'b'; 64 * 1024]),
+        1,
+        1,
+    ));
+    // Longer: hyper streams it (the comparison checks the hand-over replays what was read).
+    cases.push(case(
+        "a body over 64 KiB",
+        post("/api/r/p", &vec![b'b'; 64 * 1024 + 1]),
         1,
         0,
     ));
+    cases.push(case(
+        "two bodies, then a GET",
+        [
+            post("/api/r/p", b"first"),
+            post("/api/r/p", b"second body"),
+            get("/api/r/z", ""),
+        ]
+        .concat(),
+        3,
+        3,
+    ));
+    // Denied with the body sent along: skipped, the connection kept for the next request.
+    cases.push(Case {
+        statuses: &[429, 429, 429],
+        ..case(
+            "bodies denied",
+            [
+                post("/limited/b", b"one"),
+                post("/limited/b", b"two"),
+                post("/limited/b", b"three"),
+            ]
+            .concat(),
+            3,
+            3,
+        )
+    });
+    // Over the route's max_body: 413 before the body is read, and the connection closes.
+    cases.push(Case {
+        statuses: &[413],
+        ..case(
+            "a body over max_body",
+            [post("/small/p", b"0123456789abcdef!"), get("/small/x", "")].concat(),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        statuses: &[200, 413],
+        ..case(
+            "max_body, then over it",
+            [
+                post("/small/p", b"0123456789abcdef"),
+                post("/small/p", b"0123456789abcdef!"),
+            ]
+            .concat(),
+            2,
+            2,
+        )
+    });
+    // A body cut short by the client's close (its write side): an error answer, nothing
+    // upstream, the connection closed.
+    cases.push(Case {
+        cut: true,
+        ..case(
+            "a body cut mid-way",
+            b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nContent-Length: 10\r\n\r\nhello"
+                .to_vec(),
+            1,
+            1,
+        )
+    });
     cases.push(case(
         "chunked request",
         b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec(),
@@ -743,6 +841,11 @@ policies = ["shut"]
 upstream = "http://127.0.0.1:{up}"
 
 [[route]]
+path_prefix = "/small/"
+max_body = "16"
+upstream = "http://127.0.0.1:{up}"
+
+[[route]]
 path_prefix = "/only-get/"
 methods = ["GET"]
 upstream = "http://127.0.0.1:{up}"
@@ -767,11 +870,11 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
         let before = metric(&bytes, "sluice_byte_path_requests_total").await;
         seen.lock().unwrap().clear();
         let (answers_b, closed_b) =
-            exchange(bytes.port, &case.request, case.answers, case.head).await;
+            exchange(bytes.port, &case.request, case.answers, case.head, case.cut).await;
         let upstream_b = std::mem::take(&mut *seen.lock().unwrap());
         let served = metric(&bytes, "sluice_byte_path_requests_total").await - before;
         let (answers_h, closed_h) =
-            exchange(hyper.port, &case.request, case.answers, case.head).await;
+            exchange(hyper.port, &case.request, case.answers, case.head, case.cut).await;
         let upstream_h = std::mem::take(&mut *seen.lock().unwrap());
         let view = |seen: &[(String, Vec<u8>)]| -> Vec<(String, Vec<u8>)> {
             seen.iter()
@@ -916,7 +1019,7 @@ upstream = "http://127.0.0.1:{up}"
     );
     for byte_path in [true, false] {
         let gw = Gateway::start(&format!("workers = 1\nbyte_path = {byte_path}"), &config).await;
-        let (answers, _) = exchange(gw.port, &get("/q/first", ""), 1, false).await;
+        let (answers, _) = exchange(gw.port, &get("/q/first", ""), 1, false, false).await;
         assert!(answers[0].status.contains(" 200 "), "{answers:?}");
         // The next one waits for the token an hour away.
         let mut waiting = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
@@ -1042,9 +1145,9 @@ async fn the_access_log_has_every_request_with_the_same_ms_on_both_paths() {
             &config(up),
         )
         .await;
-        let (answers, closed) = exchange(gw.port, &get("/api/r/cut", ""), 1, false).await;
+        let (answers, closed) = exchange(gw.port, &get("/api/r/cut", ""), 1, false, false).await;
         assert!(answers.is_empty() && closed, "{answers:?}");
-        let (answers, _) = exchange(gw.port, &get("/api/r/slowbody", ""), 1, false).await;
+        let (answers, _) = exchange(gw.port, &get("/api/r/slowbody", ""), 1, false, false).await;
         assert_eq!(answers.len(), 1);
         // The line may follow the answer by a moment.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);

@@ -60,7 +60,7 @@ pub(crate) fn failure(
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             (r, Outcome::UpstreamBusy)
         }
-        e if e.body_error().is_some() || matches!(e, ProxyError::Client(_)) => {
+        e if e.body_error().is_some() || e.is_client_body() => {
             let (status, outcome, detail) = match e.body_error() {
                 Some(BodyError::TooLarge(_)) => (
                     StatusCode::PAYLOAD_TOO_LARGE,

@@ -130,7 +130,7 @@ pub struct Gateway {
     /// Some route has a policy whose reservation is read from the request body.
     reads_body: bool,
     trusted: TrustedProxies,
-    body_timeout: Option<Duration>,
+    pub(crate) body_timeout: Option<Duration>,
     upstream_read: Option<Duration>,
     tunnel_idle: Option<Duration>,
 }

@@ -1,4 +1,5 @@
-//! The HTTP/1.1 byte path: a plain request without a body, read by [`wire`], decided by the
+//! The HTTP/1.1 byte path: a plain request (without a body, or with a `Content-Length` of at
+//! most [`MAX_BODY`], read whole once admitted), read by [`wire`], decided by the
 //! same [`Gateway`] code as every other request, and forwarded over a pooled upstream
 //! connection as bytes, with its answer passed back as bytes.
 //!
@@ -31,7 +32,7 @@ mod write;
 
 use write::{end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own};
 
-use crate::body::{ReadTimeout, UpstreamStalled};
+use crate::body::{BodyError, ReadTimeout, UpstreamStalled};
 use crate::cost::settle::{settle_all, Observed};
 use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
@@ -52,6 +53,12 @@ const READ: usize = 8 * 1024;
 
 /// Response bytes gathered before they are written to the client.
 const FLUSH_AT: usize = 16 * 1024;
+
+/// The longest request body the byte path takes (a `Content-Length` at most this): it is
+/// read whole, once admitted, and sent upstream with the head, as hyper's path reads a body
+/// of unknown length up to the same bound before forwarding it. A longer one goes to hyper,
+/// which streams it.
+pub const MAX_BODY: u64 = 64 * 1024;
 
 /// The request of a plain head. `bytes` is the head, whole and frozen: the target and the
 /// field values share it. Its fields go into `headers` (emptied first): a map kept from the
@@ -114,6 +121,9 @@ pub struct Client<'c, C> {
     pub out: &'c mut Vec<u8>,
     /// The request's header map, emptied, for the connection's next request.
     pub spare: &'c mut HeaderMap,
+    /// The length of the request's body (its `Content-Length`, at most [`MAX_BODY`]), which
+    /// follows the head: in `buf` already, or still to be read.
+    pub body: u64,
     /// The most bytes kept in `buf` while the request waits (`server.max_header_bytes`, the
     /// bound hyper puts on its read buffer): past it the connection is not read until the
     /// answer is through, and the kernel's buffers push back on the client.
@@ -161,8 +171,14 @@ impl Gateway {
         }
     }
 
-    /// Handles `request` from `peer` (one [`Gateway::takes_bytes`] took, without a body) and
-    /// writes its answer to the client.
+    /// Handles `request` from `peer` (one [`Gateway::takes_bytes`] took) and writes its
+    /// answer to the client.
+    ///
+    /// A body (`client.body` bytes) is read once the request is admitted, each read within
+    /// `client_body_timeout` (408 after it, the connection closed), and sent upstream with the
+    /// head. A request answered by the gateway itself (denied, no route, 413) leaves its body
+    /// unread: skipped when it is all in `client.buf` already, and the connection kept;
+    /// otherwise the answer closes the connection, as hyper's path does.
     ///
     /// While the request waits (in a queue, for the upstream's answer), the client's
     /// connection is read: bytes are kept in `client.buf`, up to `client.max_ahead`, and a
@@ -192,16 +208,28 @@ impl Gateway {
             buf,
             out,
             spare,
+            body,
             max_ahead,
         } = client;
         let head_request = request.method() == Method::HEAD;
-        let deciding = self.decide(&mut request, peer, Protocol::Http1, Some(&[]));
+        // The policies see a body only when it is empty: none on this path reads it.
+        let seen = (body == 0).then_some(&[][..]);
+        let deciding = self.decide(&mut request, peer, Protocol::Http1, seen);
         let decided = watching(io, buf, max_ahead, deciding)
             .await
             .ok_or_else(gone)?;
         let admitted = match decided {
             Decided::Answer(answer) => {
                 *spare = emptied(request.into_parts().0.headers);
+                let unread = (buf.len() as u64) < body;
+                if !unread {
+                    buf.advance(body as usize);
+                }
+                let closing = || unread || (finish.closing)();
+                let finish = Finish {
+                    request_id: finish.request_id,
+                    closing: &closing,
+                };
                 let answered = Instant::now();
                 let (status, close, written) =
                     write_answer(io, out, answer.response, head_request, &finish).await;
@@ -253,6 +281,30 @@ impl Gateway {
         write_fields(out, &fields);
         out.extend_from_slice(b"\r\n");
         *spare = emptied(fields);
+        if body > 0 {
+            match read_body(io, buf, body, self.body_timeout).await {
+                Ok(()) => {
+                    out.extend_from_slice(&buf[..body as usize]);
+                    buf.advance(body as usize);
+                }
+                Err(cut) => {
+                    // Part of the body is unread: the connection cannot carry another request.
+                    let closing = || true;
+                    let finish = Finish {
+                        request_id: finish.request_id,
+                        closing: &closing,
+                    };
+                    let e = match cut {
+                        BodyRead::Stalled(gap) => ProxyError::Body(BodyError::Stalled(gap)),
+                        BodyRead::Cut => ProxyError::Client(
+                            "the client closed its side of the connection mid-body".into(),
+                        ),
+                    };
+                    let answer = (client_ip, &admission, policy_header);
+                    return refused(io, out, route, answer, e, head_request, &finish).await;
+                }
+            }
+        }
         let timeout = route.timeout();
         let exchange = tokio::time::timeout(
             timeout,
@@ -367,6 +419,39 @@ async fn refused<'a, C: AsyncWrite + Unpin>(
         answered,
         failed: written.err(),
     })
+}
+
+/// Why a request body could not be read whole.
+enum BodyRead {
+    /// The client's side of the connection ended (or failed) first.
+    Cut,
+    /// No byte of it came for this long (`client_body_timeout`).
+    Stalled(std::time::Duration),
+}
+
+/// Reads from `io` into `buf` until it holds `len` bytes, each read within `timeout`.
+async fn read_body<C: AsyncRead + Unpin>(
+    io: &mut C,
+    buf: &mut BytesMut,
+    len: u64,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), BodyRead> {
+    while (buf.len() as u64) < len {
+        let want = len as usize - buf.len();
+        buf.reserve(want);
+        let read = read_at_most(io, buf, want);
+        let read = match timeout {
+            Some(gap) => tokio::time::timeout(gap, read)
+                .await
+                .map_err(|_| BodyRead::Stalled(gap))?,
+            None => read.await,
+        };
+        match read {
+            Ok(0) | Err(_) => return Err(BodyRead::Cut),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Runs `fut` while reading the client's connection: `None` if the client closes it (or

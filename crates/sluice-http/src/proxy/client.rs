@@ -92,6 +92,21 @@ impl ProxyError {
         matches!(self, ProxyError::Tls(_))
     }
 
+    /// Whether the client's request body failed (the client closed its side mid-body, or
+    /// broke its framing): an error of the client's, not the upstream's. hyper's client
+    /// reports it as an error of the body it was sending, caused by the incoming body's.
+    pub fn is_client_body(&self) -> bool {
+        match self {
+            ProxyError::Client(_) => true,
+            ProxyError::Upstream(e) => {
+                e.is_user()
+                    && std::error::Error::source(e)
+                        .is_some_and(|cause| cause.downcast_ref::<hyper::Error>().is_some())
+            }
+            _ => false,
+        }
+    }
+
     /// Why the request body was cut short, when that is what failed the request.
     pub fn body_error(&self) -> Option<BodyError> {
         match self {

@@ -1,10 +1,11 @@
 //! The main listener's HTTP/1.1 byte path (`server.byte_path`, on by default).
 //!
 //! A connection starts here. Each request head is read with `sluice_http::wire`; a plain
-//! HTTP/1.1 request without a body whose route allows it ([`Gateway::takes_bytes`]) is
+//! HTTP/1.1 request without a body, or with a `Content-Length` of at most
+//! [`h1::MAX_BODY`], whose route allows it ([`Gateway::takes_bytes`]) is
 //! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
 //! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
-//! anything else (a body, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
+//! anything else (a chunked body or a longer one, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
 //! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream or with a
 //! settled cost, any request while `[telemetry]` traces) ends the loop: hyper serves the rest
 //! of the connection, reading first the bytes read here ([`Prefixed`]).
@@ -46,7 +47,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_byte_path_handovers_total",
         metrics::Unit::Count,
-        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a body, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream, or with a settled cost), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body or one over 64 KiB, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream, or with a settled cost), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
     );
 }
 
@@ -104,7 +105,11 @@ where
                 match wire::Request::parse(&buf, max_head) {
                     wire::Request::Plain(head)
                         if !head.http10
-                            && matches!(head.framing, Framing::Empty | Framing::Length(0)) =>
+                            && match head.framing {
+                                Framing::Empty => true,
+                                Framing::Length(n) => n <= h1::MAX_BODY,
+                                Framing::Chunked | Framing::UntilClose => false,
+                            } =>
                     {
                         break head
                     }
@@ -163,6 +168,10 @@ where
             buf: &mut buf,
             out: &mut out,
             spare: &mut spare,
+            body: match head.framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
             max_ahead: max_head,
         };
         let finish = Finish {
