@@ -6,6 +6,9 @@
 #
 #   scripts/bench-settle.sh [DURATION_SECONDS] [ROUNDS] [OPEN_STREAMS]
 #
+# With BASE_SLUICE=/path/to/an/older/sluice, that binary runs the settled policy too (row
+# "base"), beside this tree's, in the same rounds: the same policy before a change.
+#
 # Per gateway and round (interleaved, wrk -t2 --latency):
 #   small   a 4 KiB stream (20 events, then usage, then [DONE]), 16 connections: requests/s,
 #           p50 and p99 of the whole answer (its first byte is a few hundred bytes earlier)
@@ -66,6 +69,7 @@ PY=$(free_port)
 NG=$(free_port)
 SETTLED=$(free_port)
 PLAIN=$(free_port)
+BASE=$(free_port)
 
 nginx_start() { # name, conf body
     local dir="$WORK/nginx-$1"
@@ -113,8 +117,8 @@ nginx_start proxy "
         }
     }"
 
-sluice_start() { # port, cost line
-    local dir="$WORK/sluice-$1"
+sluice_start() { # port, cost line, [binary]
+    local dir="$WORK/sluice-$1" bin=${3:-$SLUICE}
     mkdir -p "$dir"
     cat > "$dir/sluice.toml" <<EOF
 [server]
@@ -142,12 +146,18 @@ path_prefix = "/t/"
 policies = ["llm"]
 upstream = "http://127.0.0.1:$PY"
 EOF
-    SLUICE_LOG=warn "$SLUICE" serve --config "$dir/sluice.toml" 2> "$dir/log" &
+    SLUICE_LOG=warn "$bin" serve --config "$dir/sluice.toml" 2> "$dir/log" &
     PIDS+=($!)
     echo $! > "$dir/pid"
 }
 sluice_start "$SETTLED" 'cost = { reserve = 1000, settle = "openai" }'
 sluice_start "$PLAIN" ''
+GATEWAYS=(settled plain nginx)
+if [ -n "${BASE_SLUICE:-}" ]; then
+    sluice_start "$BASE" 'cost = { reserve = 1000, settle = "openai" }' "$BASE_SLUICE"
+    wait_port "$BASE"
+    GATEWAYS=(settled base plain nginx)
+fi
 for p in "$UP" "$PY" "$NG" "$SETTLED" "$PLAIN"; do wait_port "$p"; done
 
 rss_kib() { # pids...
@@ -161,10 +171,11 @@ pids_of() { # name
     case "$1" in
         settled) cat "$WORK/sluice-$SETTLED/pid" ;;
         plain) cat "$WORK/sluice-$PLAIN/pid" ;;
+        base) cat "$WORK/sluice-$BASE/pid" ;;
         nginx) pgrep -P "$(cat "$WORK/nginx-proxy/nginx.pid")" | tr '\n' ' ' ;;
     esac
 }
-port_of() { case "$1" in settled) echo "$SETTLED" ;; plain) echo "$PLAIN" ;; nginx) echo "$NG" ;; direct) echo "$PY" ;; esac; }
+port_of() { case "$1" in settled) echo "$SETTLED" ;; plain) echo "$PLAIN" ;; base) echo "$BASE" ;; nginx) echo "$NG" ;; direct) echo "$PY" ;; esac; }
 paced() { # gateway, round
     local out
     out=$(python3 "$ROOT/scripts/bench/stream_latency.py" client "http://127.0.0.1:$(port_of "$1")/t/s?events=20&gap_ms=5" 30)
@@ -190,7 +201,6 @@ rps() { awk '/Requests\/sec/ {print $2}'; }
 mbs() { awk '/Transfer\/sec/ {v=$2; if (v ~ /GB$/) {sub(/GB/,"",v); v*=1024} else if (v ~ /MB$/) {sub(/MB/,"",v)} else if (v ~ /KB$/) {sub(/KB/,"",v); v/=1024}; print v}'; }
 
 declare -A R
-GATEWAYS=(settled plain nginx)
 for round in $(seq 1 "$ROUNDS"); do
     paced direct "$round"
     for g in "${GATEWAYS[@]}"; do
@@ -243,3 +253,8 @@ s=$(col settled small | median); p=$(col plain small | median); n=$(col nginx sm
 sb=$(col settled big | median); pb=$(col plain big | median); nb=$(col nginx big | median)
 awk -v s="$s" -v p="$p" -v n="$n" -v sb="$sb" -v pb="$pb" -v nb="$nb" 'BEGIN {
     printf "\nsettled / plain: %.2f (4 KiB req/s), %.2f (1 MiB MB/s); settled / nginx: %.2f, %.2f\n", s/p, sb/pb, s/n, sb/nb }'
+if [ -n "${BASE_SLUICE:-}" ]; then
+    b=$(col base small | median); bb=$(col base big | median)
+    awk -v s="$s" -v b="$b" -v sb="$sb" -v bb="$bb" 'BEGIN {
+        printf "settled / base (the same policy, the older binary): %.2f (4 KiB req/s), %.2f (1 MiB MB/s)\n", s/b, sb/bb }'
+fi
