@@ -57,6 +57,21 @@ fn script(path: &str, head: bool) -> Option<Vec<u8>> {
         "dupcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 2\r\n\r\nok"),
         "badcl" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 2\r\ncontent-length: 3\r\n\r\nok!"),
         "clte" => format!("HTTP/1.1 200 OK\r\n{DATE}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
+        // An OpenAI-style event stream, chunked, its usage in the last event before
+        // `[DONE]`; and a chunked answer whose cost is in a trailer.
+        "sse" => {
+            let events = [
+                "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+                "data: {\"choices\":[],\"usage\":{\"total_tokens\":42}}\n\n",
+                "data: [DONE]\n\n",
+            ];
+            let chunks: String = events
+                .iter()
+                .map(|e| format!("{:x}\r\n{e}\r\n", e.len()))
+                .collect();
+            format!("HTTP/1.1 200 OK\r\n{DATE}content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{chunks}0\r\n\r\n")
+        }
+        "costtrailer" => format!("HTTP/1.1 200 OK\r\n{DATE}transfer-encoding: chunked\r\ntrailer: x-cost\r\n\r\n2\r\nok\r\n0\r\nx-cost: 7\r\n\r\n"),
         "badchunk" => format!("HTTP/1.1 200 OK\r\n{DATE}transfer-encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n"),
         "big" => {
             let body = "b".repeat(100_000);
@@ -665,6 +680,26 @@ fn corpus() -> Vec<Case> {
             2,
         )
     });
+    // Settled costs: the answer relayed as it comes, read by the meter on the way.
+    cases.push(case(
+        "settled, an event stream",
+        get("/settled/r/sse", ""),
+        1,
+        1,
+    ));
+    cases.push(case(
+        "settled, an event stream, then a GET",
+        [get("/settled/r/sse", ""), get("/api/r/x", "")].concat(),
+        2,
+        2,
+    ));
+    cases.push(case("settled, JSON", get("/settled/r/plain", ""), 1, 1));
+    cases.push(case(
+        "settled by a trailer",
+        get("/trailered/r/costtrailer", ""),
+        1,
+        1,
+    ));
     // A body cut short by the client's close (its write side): an error answer, nothing
     // upstream, the connection closed.
     cases.push(Case {
@@ -840,6 +875,30 @@ path_prefix = "/limited/"
 policies = ["shut"]
 upstream = "http://127.0.0.1:{up}"
 
+[[policy]]
+name = "metered"
+capacity = 1000
+rate = "1/h"
+key = "ip"
+cost = {{ reserve = 10, settle = "openai" }}
+
+[[policy]]
+name = "trailered"
+capacity = 1000
+rate = "1/h"
+key = "ip"
+cost = {{ reserve = 10, settle = "trailer:x-cost" }}
+
+[[route]]
+path_prefix = "/settled/"
+policies = ["metered"]
+upstream = "http://127.0.0.1:{up}"
+
+[[route]]
+path_prefix = "/trailered/"
+policies = ["trailered"]
+upstream = "http://127.0.0.1:{up}"
+
 [[route]]
 path_prefix = "/small/"
 max_body = "16"
@@ -975,6 +1034,23 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
         };
         if answers_b.iter().any(|r| !r.dated && !interim(r)) {
             differ.push(format!("{}: an answer without a date", case.name));
+        }
+    }
+    // The settled cases charged the same on both: the two streams' 42 tokens each and the
+    // JSON answer's estimate of 10 (it reports no usage); the trailer's 7.
+    for (gw, path) in [(&bytes, "byte path"), (&hyper, "hyper")] {
+        for (policy, want) in [("metered", 1000 - 42 - 42 - 10), ("trailered", 1000 - 7)] {
+            let body = format!(r#"{{"policy":"{policy}","key":"127.0.0.1","cost":0}}"#);
+            let mut left = 0;
+            for _ in 0..100 {
+                let answer = common::post(&gw.admin("/v1/check"), &body).await;
+                left = answer.json()["remaining"].as_u64().unwrap();
+                if left == want {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(left, want, "{policy} on the {path}");
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n\n"));

@@ -185,6 +185,11 @@ async fn each_source_settles(store: &str, tag: &str) {
         "{tag}: settled with a report {reported}, with the estimate {estimate}, forgiven {forgiven}"
     );
     assert_eq!((reported, estimate, forgiven), (6.0, 1.0, 0.0));
+    // The requests to `http://` upstreams were served as bytes, their answers metered as
+    // they were relayed: the JSON, event-stream, silent, header and trailer cases, and the
+    // heavy key's two.
+    let bytes = common::metric(&gw, "sluice_byte_path_requests_total").await;
+    assert!(bytes >= 8.0, "{bytes} requests served on the byte path");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,13 +77,24 @@ impl Meter {
     #[inline]
     pub fn observe(&mut self, frame: &Frame<Bytes>) {
         if let Some(data) = frame.data_ref() {
-            self.response_bytes += data.len() as u64;
-            if let Some(scanner) = &mut self.scanner {
-                scanner.feed(data);
-            }
+            self.observe_data(data);
         } else if let Some(trailers) = frame.trailers_ref() {
             self.trailers = Some(trailers.clone());
         }
+    }
+
+    /// Reads bytes of the body (its content, without framing) on their way to the client.
+    #[inline]
+    pub fn observe_data(&mut self, data: &[u8]) {
+        self.response_bytes += data.len() as u64;
+        if let Some(scanner) = &mut self.scanner {
+            scanner.feed(data);
+        }
+    }
+
+    /// Keeps the body's trailers.
+    pub fn observe_trailers(&mut self, trailers: HeaderMap) {
+        self.trailers = Some(trailers);
     }
 }
 

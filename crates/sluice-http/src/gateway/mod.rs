@@ -128,8 +128,8 @@ pub struct Gateway {
     /// request needs no route lookup to know it (its decision does one).
     pub(crate) all_take_bytes: bool,
     /// Some route has a policy whose reservation is read from the request body.
-    reads_body: bool,
-    trusted: TrustedProxies,
+    pub(crate) reads_body: bool,
+    pub(crate) trusted: TrustedProxies,
     pub(crate) body_timeout: Option<Duration>,
     upstream_read: Option<Duration>,
     tunnel_idle: Option<Duration>,
@@ -540,7 +540,7 @@ impl Gateway {
     /// The route of `request` (by its canonical path) if one of its policies reads its
     /// reservation from the body. A path that does not canonicalise is refused by
     /// [`Gateway::decide`] without reading anything.
-    fn route_reading_body<B>(&self, request: &Request<B>) -> Option<&Route> {
+    pub(crate) fn route_reading_body<B>(&self, request: &Request<B>) -> Option<&Route> {
         let uri = canonical_uri(request.uri()).ok()?;
         let path = uri.as_ref().unwrap_or(request.uri()).path();
         match self.routes.find(request.method(), path) {

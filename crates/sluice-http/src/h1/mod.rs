@@ -15,8 +15,11 @@
 //! read to the close sent chunked.
 //!
 //! The server decides which requests take this path ([`Gateway::takes_bytes`]): routes to
-//! `http://` upstreams without a settled cost; the rest of a connection goes to hyper from
-//! the first request that does not.
+//! `http://` upstreams; the rest of a connection goes to hyper from the first request that
+//! does not. A settled cost's [`Meter`] reads an answer's content and trailers as they are
+//! relayed, in the same pass (nothing is copied for it), and settles when the relay ends or
+//! the client leaves; a reservation computed from the body reads the body before any policy
+//! decides.
 
 use std::future::Future;
 use std::io;
@@ -30,9 +33,12 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
 mod write;
 
-use write::{end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own};
+use write::{
+    answer_fields, end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own,
+};
 
 use crate::body::{BodyError, ReadTimeout, UpstreamStalled};
+use crate::cost::meter::Meter;
 use crate::cost::settle::{settle_all, Observed};
 use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
@@ -140,11 +146,10 @@ pub struct Finish<'f> {
 }
 
 impl Route {
-    /// Whether the byte path forwards this route's requests: an `http://` upstream, and no
-    /// policy settling a cost (which reads the answer's body as it passes).
+    /// Whether the byte path forwards this route's requests: an `http://` upstream. A
+    /// settled cost's meter reads the answer's body as it is relayed.
     pub fn takes_bytes(&self) -> bool {
         self.upstream().protocol() == crate::route::Protocol::Http1
-            && self.policy_list().iter().all(|p| p.cost().is_none())
     }
 }
 
@@ -212,8 +217,42 @@ impl Gateway {
             max_ahead,
         } = client;
         let head_request = request.method() == Method::HEAD;
-        // The policies see a body only when it is empty: none on this path reads it.
-        let seen = (body == 0).then_some(&[][..]);
+        // A reservation computed from the body: read it whole (within the route's max_body)
+        // before any policy decides.
+        let mut whole: Option<Bytes> = None;
+        if body > 0 && self.reads_body {
+            let reading = self
+                .route_reading_body(&request)
+                .filter(|r| body <= r.body_limit());
+            if let Some(route) = reading {
+                if let Err(cut) = read_body(io, buf, body, self.body_timeout).await {
+                    let client_ip = self.trusted.client_ip(peer.ip(), request.headers());
+                    let (response, outcome) = failure(route, Protocol::Http1, &cut.error());
+                    let closing = || true;
+                    let finish = Finish {
+                        request_id: finish.request_id,
+                        closing: &closing,
+                    };
+                    let answered = Instant::now();
+                    let (status, close, written) =
+                        write_answer(io, out, response, head_request, &finish).await;
+                    return Ok(Served {
+                        status,
+                        route: Some(route),
+                        client_ip,
+                        outcome,
+                        close,
+                        answered,
+                        failed: written.err(),
+                    });
+                }
+                whole = Some(buf.split_to(body as usize).freeze());
+            }
+        }
+        let seen = match &whole {
+            Some(whole) => Some(&whole[..]),
+            None => (body == 0).then_some(&[][..]),
+        };
         let deciding = self.decide(&mut request, peer, Protocol::Http1, seen);
         let decided = watching(io, buf, max_ahead, deciding)
             .await
@@ -221,9 +260,10 @@ impl Gateway {
         let admitted = match decided {
             Decided::Answer(answer) => {
                 *spare = emptied(request.into_parts().0.headers);
-                let unread = (buf.len() as u64) < body;
+                let left = if whole.is_some() { 0 } else { body };
+                let unread = (buf.len() as u64) < left;
                 if !unread {
-                    buf.advance(body as usize);
+                    buf.advance(left as usize);
                 }
                 let closing = || unread || (finish.closing)();
                 let finish = Finish {
@@ -251,10 +291,7 @@ impl Gateway {
             mut admission,
             policy_header,
         } = admitted;
-        if !admission.owed.is_empty() {
-            // No route with a settled cost takes this path; should one, its estimate stands.
-            settle_all(std::mem::take(&mut admission.owed), &Observed::default());
-        }
+        let owed = std::mem::take(&mut admission.owed);
         let idempotent = matches!(
             *request.method(),
             Method::GET
@@ -281,7 +318,9 @@ impl Gateway {
         write_fields(out, &fields);
         out.extend_from_slice(b"\r\n");
         *spare = emptied(fields);
-        if body > 0 {
+        if let Some(whole) = &whole {
+            out.extend_from_slice(whole);
+        } else if body > 0 {
             match read_body(io, buf, body, self.body_timeout).await {
                 Ok(()) => {
                     out.extend_from_slice(&buf[..body as usize]);
@@ -294,13 +333,10 @@ impl Gateway {
                         request_id: finish.request_id,
                         closing: &closing,
                     };
-                    let e = match cut {
-                        BodyRead::Stalled(gap) => ProxyError::Body(BodyError::Stalled(gap)),
-                        BodyRead::Cut => ProxyError::Client(
-                            "the client closed its side of the connection mid-body".into(),
-                        ),
-                    };
+                    // Nothing reached the upstream: the estimates stand.
+                    settle_all(owed, &Observed::default());
                     let answer = (client_ip, &admission, policy_header);
+                    let e = cut.error();
                     return refused(io, out, route, answer, e, head_request, &finish).await;
                 }
             }
@@ -316,6 +352,15 @@ impl Gateway {
         let (mut conn, answer) = match sent {
             Ok(Ok(answer)) => answer,
             failed => {
+                // No upstream answer to read: the estimates stand (the body's length, sent or
+                // not, is known).
+                settle_all(
+                    owed,
+                    &Observed {
+                        request_bytes: body,
+                        ..Observed::default()
+                    },
+                );
                 let e = match failed {
                     Ok(Err(e)) => e,
                     _ => ProxyError::Timeout(timeout),
@@ -325,6 +370,15 @@ impl Gateway {
             }
         };
         let head = conn.buf.split_to(answer.len).freeze();
+        let mut meter = if owed.is_empty() {
+            None
+        } else {
+            let request_bytes = owed
+                .iter()
+                .any(|o| o.counts_request_body)
+                .then(|| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(body)));
+            Meter::start(owed, &answer_fields(&head, &answer), request_bytes)
+        };
         let status = StatusCode::from_u16(answer.status).map_err(io::Error::other)?;
         let outcome = answered(route, &admission.shadow_denied, status, Protocol::Http1);
         let close = (finish.closing)();
@@ -346,7 +400,17 @@ impl Gateway {
         end_head(out, dated, close);
         drop(head);
         let answered = Instant::now();
-        let relayed = relay(&mut conn, answer.framing, self.upstream_read(), io, out).await;
+        let relayed = relay(
+            &mut conn,
+            answer.framing,
+            self.upstream_read(),
+            (io, buf, max_ahead),
+            out,
+            meter.as_deref_mut(),
+        )
+        .await;
+        // The settlement, with what the body showed (all of it, or as far as it went).
+        drop(meter);
         // The concurrency slots are held until the answer is through, as on the hyper path.
         drop(admission);
         let failed = match relayed {
@@ -422,11 +486,24 @@ async fn refused<'a, C: AsyncWrite + Unpin>(
 }
 
 /// Why a request body could not be read whole.
+#[derive(Debug, Clone, Copy)]
 enum BodyRead {
     /// The client's side of the connection ended (or failed) first.
     Cut,
     /// No byte of it came for this long (`client_body_timeout`).
     Stalled(std::time::Duration),
+}
+
+impl BodyRead {
+    /// The error answered for it: 408, or 400 for a body cut short.
+    fn error(self) -> ProxyError {
+        match self {
+            BodyRead::Stalled(gap) => ProxyError::Body(BodyError::Stalled(gap)),
+            BodyRead::Cut => {
+                ProxyError::Client("the client closed its side of the connection mid-body".into())
+            }
+        }
+    }
 }
 
 /// Reads from `io` into `buf` until it holds `len` bytes, each read within `timeout`.

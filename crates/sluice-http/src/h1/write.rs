@@ -4,15 +4,16 @@
 use std::io;
 use std::time::Duration;
 
-use bytes::{Buf as _, Bytes};
+use bytes::{Buf as _, Bytes, BytesMut};
 use futures_util::FutureExt as _;
 use http::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, DATE};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
-use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 
-use super::{read_more, Finish, FLUSH_AT, X_REQUEST_ID};
+use super::{read_at_most, read_more, Finish, FLUSH_AT, X_REQUEST_ID};
 use crate::body::UpstreamStalled;
+use crate::cost::meter::Meter;
 use crate::headers;
 use crate::proxy::{is_hop_by_hop_bytes, RawConn};
 use crate::wire::{self, Chunks, Framing, Step};
@@ -176,13 +177,24 @@ pub(super) async fn write_answer<C: AsyncWrite + Unpin>(
 /// The client's connection failed, or the upstream's body was cut short or stalled for `gap`
 /// ([`UpstreamStalled`] inside a [`io::ErrorKind::TimedOut`]): the client cannot tell
 /// otherwise, its connection must close.
-pub(super) async fn relay<C: AsyncWrite + Unpin>(
+///
+/// A `meter` (a settled cost) reads the body's content as it passes, and its trailers, which
+/// are not passed on.
+///
+/// While it waits for the upstream, the client's connection is read as while the request
+/// waited (pipelined bytes kept in `client.1`, up to `client.2`): a client that closes it ends
+/// the relay at once, so that the upstream exchange is dropped and a settled cost is settled
+/// with what the client was sent, as hyper's path does.
+pub(super) async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut RawConn,
     framing: Framing,
     gap: Option<Duration>,
-    io: &mut C,
+    client: (&mut C, &mut BytesMut, usize),
     out: &mut Vec<u8>,
+    mut meter: Option<&mut Meter>,
 ) -> io::Result<bool> {
+    let (io, buf, max_ahead) = client;
+    let mut client = (&mut *io, buf, max_ahead);
     let cut = || {
         io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -196,6 +208,9 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                 .buf
                 .len()
                 .min(usize::try_from(left).unwrap_or(usize::MAX));
+            if let Some(meter) = meter.as_deref_mut() {
+                meter.observe_data(&conn.buf[..n]);
+            }
             out.extend_from_slice(&conn.buf[..n]);
             conn.buf.advance(n);
             left -= n as u64;
@@ -203,10 +218,10 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                 break;
             }
             if out.len() >= FLUSH_AT || conn.buf.is_empty() {
-                io.write_all(out).await?;
+                client.0.write_all(out).await?;
                 out.clear();
             }
-            if read_body(conn, gap).await? == 0 {
+            if read_upstream(conn, gap, &mut client).await? == 0 {
                 return Err(cut());
             }
         },
@@ -225,7 +240,18 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                             }
                             (Chunks::Size, _) => out.extend_from_slice(b"0\r\n"),
                             // The trailers hyper would not pass on: the blank line only.
-                            (Chunks::Trailers, _) => out.extend_from_slice(b"\r\n"),
+                            (Chunks::Trailers, _) => {
+                                if let Some(meter) = meter.as_deref_mut() {
+                                    meter.observe_trailers(trailer_fields(&conn.buf[..n]));
+                                }
+                                out.extend_from_slice(b"\r\n")
+                            }
+                            (Chunks::Data(_), _) => {
+                                if let Some(meter) = meter.as_deref_mut() {
+                                    meter.observe_data(&conn.buf[..n]);
+                                }
+                                out.extend_from_slice(&conn.buf[..n])
+                            }
                             _ => out.extend_from_slice(&conn.buf[..n]),
                         }
                         conn.buf.advance(n);
@@ -235,10 +261,10 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
                     }
                     Step::More => {
                         if out.len() >= FLUSH_AT || !out.is_empty() && conn.buf.is_empty() {
-                            io.write_all(out).await?;
+                            client.0.write_all(out).await?;
                             out.clear();
                         }
-                        if read_body(conn, gap).await? == 0 {
+                        if read_upstream(conn, gap, &mut client).await? == 0 {
                             return Err(cut());
                         }
                     }
@@ -250,27 +276,90 @@ pub(super) async fn relay<C: AsyncWrite + Unpin>(
             let mut hex = [0u8; 16];
             loop {
                 if !conn.buf.is_empty() {
+                    if let Some(meter) = meter.as_deref_mut() {
+                        meter.observe_data(&conn.buf);
+                    }
                     out.extend_from_slice(hex_size(conn.buf.len() as u64, &mut hex));
                     out.extend_from_slice(b"\r\n");
                     out.extend_from_slice(&conn.buf);
                     out.extend_from_slice(b"\r\n");
                     conn.buf.clear();
                 }
-                io.write_all(out).await?;
+                client.0.write_all(out).await?;
                 out.clear();
-                if read_body(conn, gap).await? == 0 {
+                if read_upstream(conn, gap, &mut client).await? == 0 {
                     break;
                 }
             }
             out.extend_from_slice(b"0\r\n\r\n");
-            io.write_all(out).await?;
+            client.0.write_all(out).await?;
             out.clear();
             return Ok(false);
         }
     }
-    io.write_all(out).await?;
+    client.0.write_all(out).await?;
     out.clear();
     Ok(true)
+}
+
+/// The fields of a chunked body's trailer section (`Chunks` read it whole); fields `http`
+/// does not take are left out.
+fn trailer_fields(section: &[u8]) -> HeaderMap {
+    let mut fields = [httparse::EMPTY_HEADER; wire::MAX_HEADERS];
+    let mut map = HeaderMap::new();
+    if let Ok(httparse::Status::Complete((_, fields))) =
+        httparse::parse_headers(section, &mut fields)
+    {
+        for field in fields {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(field.name.as_bytes()),
+                HeaderValue::from_bytes(field.value),
+            ) {
+                map.append(name, value);
+            }
+        }
+    }
+    map
+}
+
+/// The fields of an upstream answer's head, as a map (for a settled cost's meter).
+pub(super) fn answer_fields(head: &[u8], answer: &wire::ResponseHead) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(answer.fields.len());
+    for field in &answer.fields {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(&head[field.name.clone()]),
+            HeaderValue::from_bytes(&head[field.value.clone()]),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// [`read_body`], reading the client's connection meanwhile: an error if the client closes it
+/// (or it fails) first.
+async fn read_upstream<C: AsyncRead + Unpin>(
+    conn: &mut RawConn,
+    gap: Option<Duration>,
+    client: &mut (&mut C, &mut BytesMut, usize),
+) -> io::Result<usize> {
+    loop {
+        let room = client.2.saturating_sub(client.1.len());
+        tokio::select! {
+            biased;
+            read = read_body(conn, gap) => return read,
+            read = read_at_most(&mut *client.0, client.1, room), if room > 0 => match read {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the client closed the connection mid-answer",
+                    ))
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            },
+        }
+    }
 }
 
 /// Reads more of the upstream's body into `conn.buf`, waiting at most `gap`.

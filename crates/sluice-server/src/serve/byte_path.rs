@@ -6,8 +6,8 @@
 //! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
 //! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
 //! anything else (a chunked body or a longer one, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
-//! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream or with a
-//! settled cost, any request while `[telemetry]` traces) ends the loop: hyper serves the rest
+//! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream, any
+//! request while `[telemetry]` traces) ends the loop: hyper serves the rest
 //! of the connection, reading first the bytes read here ([`Prefixed`]).
 //!
 //! The connection's timeouts are the socket's ([`EdgeIo`](super::conn::EdgeIo)) whichever
@@ -47,7 +47,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_byte_path_handovers_total",
         metrics::Unit::Count,
-        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body or one over 64 KiB, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream, or with a settled cost), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body or one over 64 KiB, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
     );
 }
 
