@@ -47,7 +47,8 @@ pub enum Framing {
     Empty,
     /// `Content-Length` bytes.
     Length(u64),
-    /// Chunked (a response only: a chunked request is left to hyper).
+    /// Chunked (a request's only when `Transfer-Encoding: chunked` is its one coding field
+    /// and it has no length).
     Chunked,
     /// Read until the connection closes (a response only).
     UntilClose,
@@ -67,7 +68,7 @@ pub struct RequestHead {
     pub http10: bool,
     /// The header fields, in order.
     pub fields: SmallVec<[Field; 16]>,
-    /// The body's framing: [`Framing::Empty`] or [`Framing::Length`].
+    /// The body's framing: [`Framing::Empty`], [`Framing::Length`] or [`Framing::Chunked`].
     pub framing: Framing,
     /// Whether the connection stays open after the exchange.
     pub keep_alive: bool,
@@ -154,6 +155,9 @@ impl Request {
         let mut keep_alive = !http10;
         let mut saw_close = false;
         let mut length: Option<u64> = None;
+        // `Transfer-Encoding` fields seen, and whether the one seen says `chunked` alone.
+        let mut codings = 0;
+        let mut chunked = false;
         let mut fields = SmallVec::new();
         for header in req.headers.iter() {
             let name = header.name.as_bytes();
@@ -162,7 +166,8 @@ impl Request {
                 return Request::Other(Other::Invalid);
             }
             if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                return Request::Other(Other::TransferEncoding);
+                codings += 1;
+                chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
             } else if name.eq_ignore_ascii_case(b"content-length") {
                 let Some(n) = digits(value).filter(|n| *n <= MAX_LENGTH) else {
                     return Request::Other(Other::BadLength);
@@ -188,16 +193,22 @@ impl Request {
                 value: offset(buf, value),
             });
         }
+        // One `Transfer-Encoding: chunked`, on HTTP/1.1, without a length: the chunked body
+        // the byte path reads. Any other coding, several fields, one beside a length (a
+        // request smuggling's classic shape) or on HTTP/1.0: hyper decides.
+        let framing = match (codings, length) {
+            (0, None | Some(0)) => Framing::Empty,
+            (0, Some(n)) => Framing::Length(n),
+            (1, None) if chunked && !http10 => Framing::Chunked,
+            _ => return Request::Other(Other::TransferEncoding),
+        };
         Request::Plain(RequestHead {
             len,
             method: offset(buf, method.as_bytes()),
             target: offset(buf, target.as_bytes()),
             http10,
             fields,
-            framing: match length {
-                None | Some(0) => Framing::Empty,
-                Some(n) => Framing::Length(n),
-            },
+            framing,
             keep_alive,
         })
     }
@@ -437,6 +448,54 @@ impl Chunks {
     }
 }
 
+/// A chunked body read whole by [`dechunk`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dechunked {
+    /// The body, read whole.
+    Whole {
+        /// Its content (chunk extensions and trailers dropped, as hyper's decoder drops them).
+        data: Vec<u8>,
+        /// How many bytes of the buffer it took.
+        len: usize,
+        /// Whether its trailer section had fields.
+        trailers: bool,
+    },
+    /// Not all of it is in the buffer, or it is longer than the bound.
+    Partial,
+    /// The framing is broken.
+    Broken,
+}
+
+/// The chunked body at the start of `buf`, if it is all there within `max` bytes.
+pub fn dechunk(buf: &[u8], max: usize) -> Dechunked {
+    let buf = &buf[..buf.len().min(max)];
+    let mut state = Chunks::Size;
+    let mut data = Vec::new();
+    let mut used = 0;
+    let mut trailers = false;
+    while state != Chunks::Done {
+        let before = state;
+        match state.advance(&buf[used..]) {
+            Step::Take(n) => {
+                match before {
+                    Chunks::Data(_) => data.extend_from_slice(&buf[used..used + n]),
+                    // More than the blank line that ends the section.
+                    Chunks::Trailers => trailers = n > 2,
+                    _ => {}
+                }
+                used += n;
+            }
+            Step::More => return Dechunked::Partial,
+            Step::Broken => return Dechunked::Broken,
+        }
+    }
+    Dechunked::Whole {
+        data,
+        len: used,
+        trailers,
+    }
+}
+
 /// The longest chunk-size line taken (hyper takes 16 KiB of extensions).
 const MAX_SIZE_LINE: usize = 4096;
 
@@ -580,10 +639,49 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+        for smuggling in [
+            &b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(
+                other(smuggling),
+                Other::TransferEncoding,
+                "{:?}",
+                String::from_utf8_lossy(smuggling)
+            );
+        }
+        let head = plain(b"POST / HTTP/1.1\r\nTransfer-Encoding:  Chunked \r\n\r\n");
+        assert_eq!(head.framing, Framing::Chunked);
+    }
+
+    #[test]
+    fn a_chunked_body_is_read_whole_or_not_at_all() {
+        let body = b"4;ext=1\r\nwiki\r\n5\r\npedia\r\n0\r\nX-T: 1\r\n\r\nNEXT";
         assert_eq!(
-            other(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"),
-            Other::TransferEncoding
+            dechunk(body, 1024),
+            Dechunked::Whole {
+                data: b"wikipedia".to_vec(),
+                len: body.len() - 4,
+                trailers: true,
+            }
         );
+        assert_eq!(
+            dechunk(b"0\r\n\r\n", 1024),
+            Dechunked::Whole {
+                data: Vec::new(),
+                len: 5,
+                trailers: false,
+            }
+        );
+        assert_eq!(dechunk(&body[..12], 1024), Dechunked::Partial);
+        assert_eq!(dechunk(body, 12), Dechunked::Partial, "beyond the bound");
+        assert_eq!(dechunk(b"zz\r\nok\r\n0\r\n\r\n", 1024), Dechunked::Broken);
+        assert_eq!(dechunk(b"2\r\nokX\r\n0\r\n\r\n", 1024), Dechunked::Broken);
     }
 
     #[test]

@@ -55,6 +55,26 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\nHo".into(),
         ),
         (
+            "chunked POST, then a GET",
+            "POST /1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+             GET /2 HTTP/1.1\r\n\r\n"
+                .into(),
+        ),
+        (
+            "chunked POST with an extension and a trailer",
+            "POST / HTTP/1.1\r\nTransfer-Encoding:  chunked \r\n\r\n3;x=y\r\nabc\r\n0\r\n\
+             X-Sum: 1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"
+                .into(),
+        ),
+        (
+            "chunked POST, broken chunks",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".into(),
+        ),
+        (
+            "chunked POST, cut",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab".into(),
+        ),
+        (
             "POST with a short body",
             "POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc".into(),
         ),

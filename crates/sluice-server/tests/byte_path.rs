@@ -712,12 +712,88 @@ fn corpus() -> Vec<Case> {
             1,
         )
     });
+    // Chunked request bodies that come whole with their head: forwarded with a length, as
+    // hyper's path forwards a body it read whole; extensions and trailers dropped.
     cases.push(case(
         "chunked request",
         b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".to_vec(),
         1,
+        1,
+    ));
+    cases.push(case(
+        "chunked request, extensions and trailers, then a GET",
+        [
+            b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n3;a=b\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Sum: 7\r\n\r\n".to_vec(),
+            get("/api/r/z", ""),
+        ]
+        .concat(),
+        2,
+        2,
+    ));
+    cases.push(case(
+        "chunked request, empty",
+        b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
+        1,
+        1,
+    ));
+    cases.push(Case {
+        statuses: &[429, 429],
+        ..case(
+            "chunked requests denied",
+            [
+                b"POST /limited/c HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n".to_vec(),
+                b"POST /limited/c HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nho\r\n0\r\n\r\n".to_vec(),
+            ]
+            .concat(),
+            2,
+            2,
+        )
+    });
+    cases.push(Case {
+        statuses: &[413],
+        ..case(
+            "chunked request over max_body",
+            b"POST /small/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n0123456789abcdef!\r\n0\r\n\r\n".to_vec(),
+            1,
+            1,
+        )
+    });
+    // Left to hyper: a body over 64 KiB, broken chunks, and the smuggling shapes (a length
+    // beside the coding, two coding fields, another coding).
+    let big = "b".repeat(64 * 1024 + 1);
+    cases.push(case(
+        "chunked request over 64 KiB",
+        format!("POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n", big.len()).into_bytes(),
+        1,
         0,
     ));
+    cases.push(case(
+        "chunked request, broken chunks",
+        b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".to_vec(),
+        1,
+        0,
+    ));
+    for (name, fields) in [
+        (
+            "length and coding",
+            "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n",
+        ),
+        (
+            "two codings",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+        ),
+        ("gzip, chunked", "Transfer-Encoding: gzip, chunked\r\n"),
+    ] {
+        cases.push(case(
+            name,
+            format!(
+                "POST /api/r/p HTTP/1.1\r\nHost: example.test\r\n{fields}\r\n3\r\nabc\r\n0\r\n\r\n"
+            )
+            .into_bytes(),
+            1,
+            0,
+        ));
+    }
     cases.push(case(
         "HTTP/1.0",
         b"GET /api/r/x HTTP/1.0\r\nHost: example.test\r\n\r\n".to_vec(),

@@ -128,12 +128,26 @@ pub struct Client<'c, C> {
     /// The request's header map, emptied, for the connection's next request.
     pub spare: &'c mut HeaderMap,
     /// The length of the request's body (its `Content-Length`, at most [`MAX_BODY`]), which
-    /// follows the head: in `buf` already, or still to be read.
+    /// follows the head: in `buf` already, or still to be read. For a chunked body, the
+    /// length of its chunks, all in `buf`.
     pub body: u64,
+    /// A chunked body, read whole.
+    pub chunked: Option<Chunked>,
     /// The most bytes kept in `buf` while the request waits (`server.max_header_bytes`, the
     /// bound hyper puts on its read buffer): past it the connection is not read until the
     /// answer is through, and the kernel's buffers push back on the client.
     pub max_ahead: usize,
+}
+
+/// A chunked request body the byte path read whole. It goes upstream as hyper's path sends a
+/// body it read whole: with its length; chunked again (one chunk, the trailers dropped) when
+/// it had trailers; without either when it is empty.
+#[derive(Debug, Clone)]
+pub struct Chunked {
+    /// Its content (chunk extensions and trailers dropped).
+    pub data: Bytes,
+    /// Whether its trailer section had fields.
+    pub trailers: bool,
 }
 
 /// How the server finishes each answer.
@@ -214,13 +228,24 @@ impl Gateway {
             out,
             spare,
             body,
+            chunked,
             max_ahead,
         } = client;
         let head_request = request.method() == Method::HEAD;
+        // A chunked body is all here: taken off the connection now, forwarded with a length.
+        let mut whole: Option<Bytes> = None;
+        let mut body = body;
+        let chunked_body = chunked.is_some();
+        let mut rechunk = false;
+        if let Some(Chunked { data, trailers }) = chunked {
+            buf.advance(body as usize);
+            body = data.len() as u64;
+            rechunk = trailers && body > 0;
+            whole = Some(data);
+        }
         // A reservation computed from the body: read it whole (within the route's max_body)
         // before any policy decides.
-        let mut whole: Option<Bytes> = None;
-        if body > 0 && self.reads_body {
+        if whole.is_none() && body > 0 && self.reads_body {
             let reading = self
                 .route_reading_body(&request)
                 .filter(|r| body <= r.body_limit());
@@ -303,7 +328,29 @@ impl Gateway {
         );
         let (parts, ()) = request.into_parts();
         let mut fields = parts.headers;
+        if chunked_body && body > route.body_limit() {
+            // A length declared up front was checked by `decide`; a chunked one is known now.
+            *spare = emptied(fields);
+            let closing = || true;
+            let finish = Finish {
+                request_id: finish.request_id,
+                closing: &closing,
+            };
+            settle_all(owed, &Observed::default());
+            let answer = (client_ip, &admission, policy_header);
+            let e = ProxyError::Body(BodyError::TooLarge(route.body_limit()));
+            return refused(io, out, route, answer, e, head_request, &finish).await;
+        }
         h1_upstream_headers(&mut fields, &parts.uri, route, peer.ip());
+        if rechunk {
+            fields.insert(
+                http::header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        } else if chunked_body && body > 0 {
+            // Its transfer coding went with the hop-by-hop fields: it goes with its length.
+            fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body));
+        }
         let upstream = route.upstream();
         out.clear();
         out.extend_from_slice(parts.method.as_str().as_bytes());
@@ -318,7 +365,11 @@ impl Gateway {
         write_fields(out, &fields);
         out.extend_from_slice(b"\r\n");
         *spare = emptied(fields);
-        if let Some(whole) = &whole {
+        if let Some(whole) = whole.as_ref().filter(|_| rechunk) {
+            out.extend_from_slice(format!("{:x}\r\n", whole.len()).as_bytes());
+            out.extend_from_slice(whole);
+            out.extend_from_slice(b"\r\n0\r\n\r\n");
+        } else if let Some(whole) = &whole {
             out.extend_from_slice(whole);
         } else if body > 0 {
             match read_body(io, buf, body, self.body_timeout).await {

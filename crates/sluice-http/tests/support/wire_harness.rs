@@ -299,9 +299,25 @@ pub fn check_request(input: &[u8], run: &ServerRun) -> Result<Vec<String>, Strin
                 seen.headers
             ));
         }
-        let length = match head.framing {
-            Framing::Empty => 0,
-            Framing::Length(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        let (length, decoded) = match head.framing {
+            Framing::Empty => (0, None),
+            Framing::Length(n) => (usize::try_from(n).unwrap_or(usize::MAX), None),
+            Framing::Chunked => match wire::dechunk(&rest[head.len..], usize::MAX) {
+                wire::Dechunked::Whole { data, len, .. } => (len, Some(data)),
+                wire::Dechunked::Partial => (usize::MAX, None),
+                wire::Dechunked::Broken => {
+                    // Broken chunks: hyper's body must fail, and nothing follows.
+                    return match &seen.body {
+                        Some(Err(_)) => {
+                            verdicts.push("chunks broken".to_owned());
+                            Ok(verdicts)
+                        }
+                        other => Err(format!(
+                            "request {i}: wire finds the chunks broken, hyper's body {other:?}"
+                        )),
+                    };
+                }
+            },
             other => return Err(format!("request {i}: wire framing {other:?}")),
         };
         let body_end = head.len.saturating_add(length);
@@ -314,7 +330,10 @@ pub fn check_request(input: &[u8], run: &ServerRun) -> Result<Vec<String>, Strin
             }
             return Ok(verdicts);
         }
-        let body = &rest[head.len..body_end];
+        let body = match &decoded {
+            Some(data) => &data[..],
+            None => &rest[head.len..body_end],
+        };
         if seen.body.as_ref().map(|b| b.as_deref()) != Some(Ok(body)) {
             return Err(format!(
                 "request {i}: wire body {body:?}, hyper {:?}",

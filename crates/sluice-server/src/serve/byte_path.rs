@@ -108,7 +108,13 @@ where
                             && match head.framing {
                                 Framing::Empty => true,
                                 Framing::Length(n) => n <= h1::MAX_BODY,
-                                Framing::Chunked | Framing::UntilClose => false,
+                                // Taken when it came whole with its head (the usual small
+                                // body): the byte path does not wait for chunks.
+                                Framing::Chunked => matches!(
+                                    wire::dechunk(&buf[head.len..], h1::MAX_BODY as usize),
+                                    wire::Dechunked::Whole { .. }
+                                ),
+                                Framing::UntilClose => false,
                             } =>
                     {
                         break head
@@ -136,6 +142,24 @@ where
             }
         };
         let bytes = buf.split_to(head.len).freeze();
+        // A chunked body, read whole above: its content, its bytes still at the start of `buf`.
+        let chunked = match head.framing {
+            Framing::Chunked => match wire::dechunk(&buf, h1::MAX_BODY as usize) {
+                wire::Dechunked::Whole {
+                    data,
+                    len,
+                    trailers,
+                } => Some((
+                    h1::Chunked {
+                        data: Bytes::from(data),
+                        trailers,
+                    },
+                    len as u64,
+                )),
+                _ => None,
+            },
+            _ => None,
+        };
         let Some(mut request) = h1::request(&bytes, &head, std::mem::take(&mut spare)) else {
             handed_over("head");
             return handover(&bytes, buf, fresh);
@@ -168,10 +192,12 @@ where
             buf: &mut buf,
             out: &mut out,
             spare: &mut spare,
-            body: match head.framing {
-                Framing::Length(n) => n,
+            body: match (head.framing, &chunked) {
+                (Framing::Length(n), _) => n,
+                (_, Some((_, raw))) => *raw,
                 _ => 0,
             },
+            chunked: chunked.map(|(body, _)| body),
             max_ahead: max_head,
         };
         let finish = Finish {
