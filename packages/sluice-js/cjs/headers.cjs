@@ -168,13 +168,13 @@ function parseIetf(policyText, limitText) {
     if (name === null || !isCount(m.params.q)) continue;
     const unit = typeof m.params.qu === "string" ? m.params.qu : "requests";
     const windowMs = isCount(m.params.w) ? m.params.w * 1e3 : null;
-    policies.set(keyOf(name, m.params), { id: name, unit, limit: m.params.q, windowMs, remaining: null, resetMs: null });
+    policies.set(keyOf(name, m.params), { id: name, unit, limit: m.params.q, windowMs, remaining: null, resetMs: null, refill: "window" });
   }
   for (const m of limitText === null ? [] : parseList(limitText) ?? []) {
     const name = nameOf(m.value);
     if (name === null || !isCount(m.params.r)) continue;
     const key = keyOf(name, m.params);
-    const p = policies.get(key) ?? { id: name, unit: "requests", limit: null, windowMs: null, remaining: null, resetMs: null };
+    const p = policies.get(key) ?? { id: name, unit: "requests", limit: null, windowMs: null, remaining: null, resetMs: null, refill: "window" };
     p.remaining = m.params.r;
     p.resetMs = isCount(m.params.t) ? m.params.t * 1e3 : null;
     policies.set(key, p);
@@ -244,25 +244,27 @@ function parseOpenAI(get) {
       limit: num(get(`x-ratelimit-limit-${unit}`)),
       windowMs: null,
       remaining,
-      resetMs: parseDuration(get(`x-ratelimit-reset-${unit}`))
+      resetMs: parseDuration(get(`x-ratelimit-reset-${unit}`)),
+      refill: "continuous"
     });
   }
   return out;
 }
-function parseAnthropic(get, nowMs, skewMs = 0, dateMs = null) {
+function parseAnthropic(get, nowMs, skewMs = 0) {
   const out = [];
   for (const unit of ["requests", "tokens", "input-tokens", "output-tokens"]) {
     const remaining = num(get(`anthropic-ratelimit-${unit}-remaining`));
     if (remaining === null) continue;
     const at = parseRfc3339(get(`anthropic-ratelimit-${unit}-reset`));
-    const serverNow = dateMs ?? nowMs + skewMs;
+    const serverNow = nowMs + skewMs;
     out.push({
       id: unit,
       unit,
       limit: num(get(`anthropic-ratelimit-${unit}-limit`)),
       windowMs: null,
       remaining,
-      resetMs: at === null ? null : Math.max(0, at - serverNow)
+      resetMs: at === null ? null : Math.max(0, at - serverNow),
+      refill: "continuous"
     });
   }
   return out;
@@ -278,7 +280,7 @@ function parseGitHub(get, nowMs, skewMs = 0) {
   }
   const used = num(get("x-ratelimit-used"));
   const limit = num(get("x-ratelimit-limit")) ?? (used === null ? null : used + remaining);
-  return [{ id: get("x-ratelimit-resource")?.trim() || "default", unit: "requests", limit, windowMs: null, remaining, resetMs }];
+  return [{ id: get("x-ratelimit-resource")?.trim() || "default", unit: "requests", limit, windowMs: null, remaining, resetMs, refill: "window" }];
 }
 function readRateLimits(responseOrHeaders, options = {}) {
   const headers = responseOrHeaders?.headers ?? responseOrHeaders;
@@ -303,7 +305,7 @@ function readRateLimits(responseOrHeaders, options = {}) {
   }
   if (get("anthropic-ratelimit-requests-remaining") !== null || get("anthropic-ratelimit-tokens-remaining") !== null || get("anthropic-ratelimit-input-tokens-remaining") !== null) {
     out.family = "anthropic";
-    out.limits = parseAnthropic(get, nowMs, skewMs ?? 0, dateMs);
+    out.limits = parseAnthropic(get, nowMs, skewMs ?? 0);
     return out;
   }
   if (get("x-ratelimit-remaining") !== null) {

@@ -43,9 +43,11 @@ function newState(configured = {}, now = 0) {
       remaining: q.limit,
       resetAt: now + q.windowMs,
       next: now,
+      at: now,
       inflight: 0,
       seq: 0,
-      configured: true
+      configured: true,
+      continuous: false
     };
   }
   return state;
@@ -57,7 +59,15 @@ function costFor(cost, unit) {
   return 0;
 }
 function roll(l, now) {
-  if (l.resetAt === null || now < l.resetAt + RESET_MARGIN_MS) return;
+  if (l.resetAt === null) return;
+  if (now < l.resetAt + RESET_MARGIN_MS) {
+    if (l.continuous && l.limit !== null && l.remaining !== null && l.remaining < l.limit && now > l.at) {
+      const span = l.resetAt + RESET_MARGIN_MS - l.at;
+      l.remaining += (l.limit - l.remaining) * (now - l.at) / span;
+      l.at = now;
+    }
+    return;
+  }
   if (l.limit !== null) l.remaining = Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -66,6 +76,7 @@ function roll(l, now) {
     l.resetAt = null;
   }
   l.next = now;
+  l.at = now;
 }
 function* applying(state) {
   for (const [key, l] of Object.entries(state.limits)) {
@@ -83,7 +94,9 @@ function admit(state, now, cost = {}) {
     if (c === 0 && l.unit !== "requests") continue;
     roll(l, now);
     if (l.remaining !== null && l.remaining < c) {
-      if (l.resetAt !== null) wait = Math.max(wait, l.resetAt + RESET_MARGIN_MS - now);
+      if (l.resetAt !== null && l.continuous && l.limit !== null && l.limit > l.remaining) {
+        wait = Math.max(wait, (c - l.remaining) * (l.resetAt + RESET_MARGIN_MS - now) / (l.limit - l.remaining));
+      } else if (l.resetAt !== null) wait = Math.max(wait, l.resetAt + RESET_MARGIN_MS - now);
       else if (l.inflight > 0) wait = Infinity;
       continue;
     }
@@ -129,11 +142,14 @@ function observe(state, now, reading, status, ticket = null) {
         remaining: null,
         resetAt: null,
         next: now,
+        at: now,
         inflight: 0,
-        seq: -1
+        seq: -1,
+        continuous: false
       };
     }
     state.heard = true;
+    l.continuous = r.refill === "continuous";
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;
@@ -148,6 +164,7 @@ function observe(state, now, reading, status, ticket = null) {
     l.resetAt = resetAt;
     if (r.remaining !== null) {
       l.remaining = Math.max(0, r.remaining - l.inflight);
+      l.at = now;
       if (l.resetAt !== null && l.remaining > 0) l.next = Math.min(l.next, now + (l.resetAt - now) / l.remaining);
     }
     if (r.remaining === 0 && l.resetAt !== null) spentReset = Math.max(spentReset ?? 0, l.resetAt);

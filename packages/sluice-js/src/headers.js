@@ -156,13 +156,13 @@ export function parseIetf(policyText, limitText) {
     if (name === null || !isCount(m.params.q)) continue;
     const unit = typeof m.params.qu === 'string' ? m.params.qu : 'requests';
     const windowMs = isCount(m.params.w) ? m.params.w * 1000 : null;
-    policies.set(keyOf(name, m.params), { id: name, unit, limit: m.params.q, windowMs, remaining: null, resetMs: null });
+    policies.set(keyOf(name, m.params), { id: name, unit, limit: m.params.q, windowMs, remaining: null, resetMs: null, refill: 'window' });
   }
   for (const m of (limitText === null ? [] : parseList(limitText) ?? [])) {
     const name = nameOf(m.value);
     if (name === null || !isCount(m.params.r)) continue;
     const key = keyOf(name, m.params);
-    const p = policies.get(key) ?? { id: name, unit: 'requests', limit: null, windowMs: null, remaining: null, resetMs: null };
+    const p = policies.get(key) ?? { id: name, unit: 'requests', limit: null, windowMs: null, remaining: null, resetMs: null, refill: 'window' };
     p.remaining = m.params.r;
     p.resetMs = isCount(m.params.t) ? m.params.t * 1000 : null;
     policies.set(key, p);
@@ -264,7 +264,7 @@ export function parseOpenAI(get) {
     if (remaining === null) continue;
     out.push({
       id: unit, unit, limit: num(get(`x-ratelimit-limit-${unit}`)), windowMs: null, remaining,
-      resetMs: parseDuration(get(`x-ratelimit-reset-${unit}`)),
+      resetMs: parseDuration(get(`x-ratelimit-reset-${unit}`)), refill: 'continuous',
     });
   }
   return out;
@@ -272,19 +272,20 @@ export function parseOpenAI(get) {
 
 /**
  * Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`,
- * resets as RFC 3339 times, measured against the response's `Date` when present (the server's
- * clock on both sides) and else against the local clock corrected by `skewMs`.
+ * resets as RFC 3339 times, measured against the local clock corrected by `skewMs` (server
+ * minus local, see measureSkew): the server's clock on both sides, to better than the whole
+ * second of one `Date` field.
  */
-export function parseAnthropic(get, nowMs, skewMs = 0, dateMs = null) {
+export function parseAnthropic(get, nowMs, skewMs = 0) {
   const out = [];
   for (const unit of ['requests', 'tokens', 'input-tokens', 'output-tokens']) {
     const remaining = num(get(`anthropic-ratelimit-${unit}-remaining`));
     if (remaining === null) continue;
     const at = parseRfc3339(get(`anthropic-ratelimit-${unit}-reset`));
-    const serverNow = dateMs ?? nowMs + skewMs;
+    const serverNow = nowMs + skewMs;
     out.push({
       id: unit, unit, limit: num(get(`anthropic-ratelimit-${unit}-limit`)), windowMs: null, remaining,
-      resetMs: at === null ? null : Math.max(0, at - serverNow),
+      resetMs: at === null ? null : Math.max(0, at - serverNow), refill: 'continuous',
     });
   }
   return out;
@@ -307,14 +308,16 @@ export function parseGitHub(get, nowMs, skewMs = 0) {
   }
   const used = num(get('x-ratelimit-used'));
   const limit = num(get('x-ratelimit-limit')) ?? (used === null ? null : used + remaining);
-  return [{ id: get('x-ratelimit-resource')?.trim() || 'default', unit: 'requests', limit, windowMs: null, remaining, resetMs }];
+  return [{ id: get('x-ratelimit-resource')?.trim() || 'default', unit: 'requests', limit, windowMs: null, remaining, resetMs, refill: 'window' }];
 }
 
 /**
  * Everything a response says about its limits: `{ family, limits, retryAfterMs, skewMs }`.
  * `family` is 'ietf', 'openai', 'anthropic' or 'github' (the first whose fields are there, in
- * that order), or null; each limit is `{ id, unit, limit, windowMs, remaining, resetMs }`
- * (times in ms from now; unknown values null). `skewMs` is the clock estimate after this
+ * that order), or null; each limit is `{ id, unit, limit, windowMs, remaining, resetMs, refill }`
+ * (times in ms from now; unknown values null; `refill` 'continuous' where the provider documents
+ * a limit refilled evenly until the reset, OpenAI and Anthropic, else 'window': nothing comes
+ * back before the reset, the safe reading of the IETF fields, which do not say). `skewMs` is the clock estimate after this
  * response's `Date` (see measureSkew), which GitHub's Unix resets are corrected by.
  *
  * `options.now` is the local wall clock in ms (default Date.now()), `options.skewMs` the
@@ -344,7 +347,7 @@ export function readRateLimits(responseOrHeaders, options = {}) {
   if (get('anthropic-ratelimit-requests-remaining') !== null || get('anthropic-ratelimit-tokens-remaining') !== null
     || get('anthropic-ratelimit-input-tokens-remaining') !== null) {
     out.family = 'anthropic';
-    out.limits = parseAnthropic(get, nowMs, skewMs ?? 0, dateMs);
+    out.limits = parseAnthropic(get, nowMs, skewMs ?? 0);
     return out;
   }
   if (get('x-ratelimit-remaining') !== null) {

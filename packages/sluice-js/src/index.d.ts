@@ -326,7 +326,7 @@ export interface RateLimitReading {
 export declare function readRateLimits(source: HeaderSource, options?: { now?: number; skewMs?: number | null }): RateLimitReading;
 export declare function parseIetf(policy: string | null, rateLimit: string | null): ServerLimit[];
 export declare function parseOpenAI(get: (name: string) => string | null): ServerLimit[];
-export declare function parseAnthropic(get: (name: string) => string | null, nowMs: number, skewMs?: number, dateMs?: number | null): ServerLimit[];
+export declare function parseAnthropic(get: (name: string) => string | null, nowMs: number, skewMs?: number): ServerLimit[];
 export declare function parseGitHub(get: (name: string) => string | null, nowMs: number, skewMs?: number): ServerLimit[];
 export declare function parseRetryAfter(value: string | null, nowMs: number, dateMs?: number | null): number | null;
 /** A Go duration (`6m0s`, `12ms`) in ms, or null. */

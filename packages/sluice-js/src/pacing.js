@@ -4,7 +4,9 @@
 // memory and in a compare-and-set loop on Redis. No clock, no timer, no I/O here.
 //
 // A limit is one quota a server announced (a policy, or OpenAI's requests or tokens, or a
-// GitHub resource): { unit, limit, windowMs, remaining, resetAt, next, inflight, seq }.
+// GitHub resource): { unit, limit, windowMs, remaining, resetAt, next, inflight, seq,
+// continuous }. `continuous`: the server refills it evenly until it is full at the reset (a
+// token bucket: OpenAI, Anthropic), rather than all at once at the reset (a window: GitHub).
 // `remaining` is the server's figure less what was sent since; `inflight` what was sent and
 // not answered (the server may not have counted it yet); `next` the earliest time for the next
 // request, so that what remains is spread evenly until `resetAt`.
@@ -25,7 +27,7 @@ export function newState(configured = {}, now = 0) {
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit, limit: q.limit, windowMs: q.windowMs, remaining: q.limit, resetAt: now + q.windowMs,
-      next: now, inflight: 0, seq: 0, configured: true,
+      next: now, at: now, inflight: 0, seq: 0, configured: true, continuous: false,
     };
   }
   return state;
@@ -39,9 +41,21 @@ function costFor(cost, unit) {
   return 0;
 }
 
-/** Moves a limit past its reset when the reset has come: the quota is full again, less what is in flight. */
+/**
+ * Brings a limit to `now`: past its reset the quota is full again, less what is in flight; a
+ * continuous one before its reset has regained its share of what it lacked (evenly, full at
+ * the reset).
+ */
 function roll(l, now) {
-  if (l.resetAt === null || now < l.resetAt + RESET_MARGIN_MS) return;
+  if (l.resetAt === null) return;
+  if (now < l.resetAt + RESET_MARGIN_MS) {
+    if (l.continuous && l.limit !== null && l.remaining !== null && l.remaining < l.limit && now > l.at) {
+      const span = l.resetAt + RESET_MARGIN_MS - l.at;
+      l.remaining += ((l.limit - l.remaining) * (now - l.at)) / span;
+      l.at = now;
+    }
+    return;
+  }
   if (l.limit !== null) l.remaining = Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -50,6 +64,7 @@ function roll(l, now) {
     l.resetAt = null;
   }
   l.next = now;
+  l.at = now;
 }
 
 /** The limits that apply now: the server's once it spoke, the configured ones until then. */
@@ -78,7 +93,10 @@ export function admit(state, now, cost = {}) {
     if (c === 0 && l.unit !== 'requests') continue;
     roll(l, now);
     if (l.remaining !== null && l.remaining < c) {
-      if (l.resetAt !== null) wait = Math.max(wait, l.resetAt + RESET_MARGIN_MS - now);
+      if (l.resetAt !== null && l.continuous && l.limit !== null && l.limit > l.remaining) {
+        // A bucket refilled evenly until it is full at the reset: wait for the part missing.
+        wait = Math.max(wait, ((c - l.remaining) * (l.resetAt + RESET_MARGIN_MS - now)) / (l.limit - l.remaining));
+      } else if (l.resetAt !== null) wait = Math.max(wait, l.resetAt + RESET_MARGIN_MS - now);
       else if (l.inflight > 0) wait = Infinity;
       // Nothing in flight and no reset known: send one to learn (a 429 will say when).
       continue;
@@ -139,10 +157,11 @@ export function observe(state, now, reading, status, ticket = null) {
     if (!l) {
       l = state.limits[key] = {
         unit: r.unit, limit: r.limit, windowMs: r.windowMs, remaining: null, resetAt: null,
-        next: now, inflight: 0, seq: -1,
+        next: now, at: now, inflight: 0, seq: -1, continuous: false,
       };
     }
     state.heard = true;
+    l.continuous = r.refill === 'continuous';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;
@@ -158,6 +177,7 @@ export function observe(state, now, reading, status, ticket = null) {
     l.resetAt = resetAt;
     if (r.remaining !== null) {
       l.remaining = Math.max(0, r.remaining - l.inflight);
+      l.at = now;
       // A quota raised (or a reset moved closer) shortens the step at once.
       if (l.resetAt !== null && l.remaining > 0) l.next = Math.min(l.next, now + (l.resetAt - now) / l.remaining);
     }

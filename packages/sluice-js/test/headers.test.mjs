@@ -28,7 +28,7 @@ test('structured field lists: strings, tokens, numbers, booleans, bytes, inner l
 
 test('IETF fields: policies joined by name, several policies, units, partition keys', () => {
   assert.deepEqual(parseIetf('"default";q=100;w=60', '"default";r=50;t=30'), [
-    { id: 'default', unit: 'requests', limit: 100, windowMs: 60000, remaining: 50, resetMs: 30000 },
+    { id: 'default', unit: 'requests', limit: 100, windowMs: 60000, remaining: 50, resetMs: 30000, refill: 'window' },
   ]);
   const two = parseIetf('"burst";q=10;w=1, "daily";q=1000;w=86400;qu="requests"', '"burst";r=3;t=1, "daily";r=400;t=36000');
   assert.deepEqual(two.map((l) => [l.id, l.limit, l.windowMs, l.remaining, l.resetMs]), [
@@ -38,7 +38,7 @@ test('IETF fields: policies joined by name, several policies, units, partition k
   assert.deepEqual(parseIetf('"bytes";q=1000;qu="content-bytes", "idle";q=5', null).map((l) => [l.id, l.unit, l.remaining]), [
     ['bytes', 'content-bytes', null], ['idle', 'requests', null],
   ]);
-  assert.deepEqual(parseIetf(null, '"x";r=2'), [{ id: 'x', unit: 'requests', limit: null, windowMs: null, remaining: 2, resetMs: null }]);
+  assert.deepEqual(parseIetf(null, '"x";r=2'), [{ id: 'x', unit: 'requests', limit: null, windowMs: null, remaining: 2, resetMs: null, refill: 'window' }]);
   // Partition keys keep members apart.
   assert.equal(parseIetf('"p";q=5;pk=:AQ==:, "p";q=9;pk=:Ag==:', '"p";r=1;pk=:Ag==:').find((l) => l.limit === 9).remaining, 1);
   // A member without its required parameter, or with a negative or fractional one, is skipped alone.
@@ -69,8 +69,8 @@ test('OpenAI: requests and tokens, each with its limit, remaining and reset', ()
   });
   assert.equal(r.family, 'openai');
   assert.deepEqual(r.limits, [
-    { id: 'requests', unit: 'requests', limit: 60, windowMs: null, remaining: 59, resetMs: 1000 },
-    { id: 'tokens', unit: 'tokens', limit: 150000, windowMs: null, remaining: 149984, resetMs: 360000 },
+    { id: 'requests', unit: 'requests', limit: 60, windowMs: null, remaining: 59, resetMs: 1000, refill: 'continuous' },
+    { id: 'tokens', unit: 'tokens', limit: 150000, windowMs: null, remaining: 149984, resetMs: 360000, refill: 'continuous' },
   ]);
   // Tokens only; a reset that is not a duration is unknown, not zero.
   const t = read({ 'x-ratelimit-remaining-tokens': '10', 'x-ratelimit-reset-tokens': 'soon' });
@@ -78,7 +78,7 @@ test('OpenAI: requests and tokens, each with its limit, remaining and reset', ()
   assert.equal(read({ 'x-ratelimit-remaining-requests': '-1' }).limits.length, 0);
 });
 
-test('Anthropic: four kinds, RFC 3339 resets against the response Date, else the corrected local clock', () => {
+test('Anthropic: four kinds, RFC 3339 resets against the local clock corrected by the Date field\'s skew', () => {
   const headers = {
     date: new Date(NOW).toUTCString(),
     'anthropic-ratelimit-requests-limit': '50', 'anthropic-ratelimit-requests-remaining': '49',
@@ -90,7 +90,7 @@ test('Anthropic: four kinds, RFC 3339 resets against the response Date, else the
     'anthropic-ratelimit-output-tokens-limit': '4000', 'anthropic-ratelimit-output-tokens-remaining': '3990',
     'anthropic-ratelimit-output-tokens-reset': '2026-12-06 17:00:10Z',
   };
-  // The local clock runs 5 s behind the server: the Date field, not the local clock, measures the resets.
+  // The local clock runs 5 s behind the server: the Date field's skew corrects it.
   const r = read(headers, { now: NOW - 5000 });
   assert.equal(r.family, 'anthropic');
   assert.deepEqual(r.limits.map((l) => [l.id, l.limit, l.remaining, l.resetMs]), [
@@ -113,14 +113,14 @@ test('GitHub: Unix resets corrected by the clock skew the Date field shows, the 
   const r = read(headers);
   assert.equal(r.family, 'github');
   assert.equal(r.skewMs, 37000);
-  assert.deepEqual(r.limits, [{ id: 'core', unit: 'requests', limit: 5000, windowMs: null, remaining: 4999, resetMs: 600000 }]);
+  assert.deepEqual(r.limits, [{ id: 'core', unit: 'requests', limit: 5000, windowMs: null, remaining: 4999, resetMs: 600000, refill: 'window' }]);
   // Without Date: the estimate given; without it, the local clock (the reset looks 37 s later).
   delete headers.date;
   assert.equal(read(headers, { skewMs: 37000 }).limits[0].resetMs, 600000);
   assert.equal(read(headers).limits[0].resetMs, 637000);
   // No resource: 'default'; no limit: used + remaining; a small reset is seconds from now.
   const plain = read({ 'x-ratelimit-remaining': '3', 'x-ratelimit-used': '7', 'x-ratelimit-reset': '20' });
-  assert.deepEqual(plain.limits, [{ id: 'default', unit: 'requests', limit: 10, windowMs: null, remaining: 3, resetMs: 20000 }]);
+  assert.deepEqual(plain.limits, [{ id: 'default', unit: 'requests', limit: 10, windowMs: null, remaining: 3, resetMs: 20000, refill: 'window' }]);
   // A reset already past is 0, not negative.
   assert.equal(read({ 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(NOW / 1000 - 10) }).limits[0].resetMs, 0);
 });

@@ -61,18 +61,22 @@ test('a late timer is caught up by one step, never more', () => {
 });
 
 test('several limits at once: the request waits on each that applies, tokens by its declared cost', () => {
-  const reading = readRateLimits(new Headers({
-    'x-ratelimit-limit-requests': '100', 'x-ratelimit-remaining-requests': '100', 'x-ratelimit-reset-requests': '0s',
-    'x-ratelimit-limit-tokens': '10000', 'x-ratelimit-remaining-tokens': '3000', 'x-ratelimit-reset-tokens': '10s',
-  }));
-  const state = heard(reading);
+  const state = heard(ietf('"rpm";q=100;w=10, "tpm";q=10000;w=10;qu="tokens"', '"rpm";r=100;t=10, "tpm";r=3000;t=10'));
   // 3,000 tokens over 10 s: a request of 1,000 tokens takes a third of the time.
   const times = admissions(state, 3, 0, { tokens: 1000 });
   assert.deepEqual(times.map((t) => Math.round(t)), [0, 3333, 6667]);
-  // A request that declares no tokens is paced by the request limit alone (full: no wait).
-  assert.ok(admit(state, 6667).ticket);
-  // Out of tokens: a token request waits for the reset.
+  // A request that declares no tokens is paced by the request limit alone.
+  assert.ok(admit(state, 6800).ticket);
+  // Out of tokens: a token request waits for the reset (a window gives nothing back before).
   assert.equal(Math.round(admit(state, 7000, { tokens: 1000 }).waitMs), 10000 + RESET_MARGIN_MS - 7000);
+  // OpenAI's limits refill evenly until full at the reset: 500 missing of 9,500 takes 1/19 of the time.
+  const openai = heard(readRateLimits(new Headers({
+    'x-ratelimit-limit-requests': '100', 'x-ratelimit-remaining-requests': '100', 'x-ratelimit-reset-requests': '0s',
+    'x-ratelimit-limit-tokens': '10000', 'x-ratelimit-remaining-tokens': '500', 'x-ratelimit-reset-tokens': '9.5s',
+  })));
+  const wait = admit(openai, 0, { tokens: 1000 }).waitMs;
+  assert.equal(Math.round(wait), Math.round((500 * (9500 + RESET_MARGIN_MS)) / 9500));
+  assert.ok(admit(openai, wait, { tokens: 1000 }).ticket, 'and then it has them');
 });
 
 test('two policies, burst and daily: the tighter one paces', () => {

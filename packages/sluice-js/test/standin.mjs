@@ -141,3 +141,31 @@ export async function standIn({ style, limit, windowMs, tokens = limit * 100, sk
     close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
   };
 }
+
+/**
+ * `workers` loops that call `send()` (resolving to a status) until `ms` have passed: every
+ * answer as [ms since the start, status], in the order they came.
+ */
+export async function drive(send, { workers = 8, ms }) {
+  const t0 = performance.now();
+  const log = [];
+  await Promise.all(Array.from({ length: workers }, async () => {
+    while (performance.now() - t0 < ms) {
+      const status = await send();
+      log.push([performance.now() - t0, status]);
+    }
+  }));
+  return log;
+}
+
+/** Answers in [from, to) ms: { ok, limited }. */
+export function tally(log, from = 0, to = Infinity) {
+  let ok = 0;
+  let limited = 0;
+  for (const [t, status] of log) {
+    if (t < from || t >= to) continue;
+    if (status === 429) limited++;
+    else ok++;
+  }
+  return { ok, limited };
+}

@@ -1,0 +1,88 @@
+// The paced client against stand-in servers on loopback (test/standin.mjs), in real time: 8
+// workers per provider style, the hidden limit changed mid-run; then 3 Node processes on one
+// Redis pacing as one client. Bounds have margins for a loaded 2-core machine; each test
+// prints its figures.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+
+import { paced } from '../src/index.js';
+import { standIn, drive, tally } from './standin.mjs';
+import { PACKAGE, missing, startRedis, which } from './support.mjs';
+
+const WINDOW = 2000;
+const PHASE = 6000;
+
+// Each style: the limit before and after the change (up for two, down for two), and for the
+// token styles a token limit tighter than the request limit (100 tokens a request).
+const STYLES = [
+  { style: 'ietf', before: 20, after: 40 },
+  { style: 'openai', before: 30, after: 15, tokens: (n) => n * 50 },
+  { style: 'anthropic', before: 20, after: 40, tokens: (n) => n * 50 },
+  { style: 'github', before: 30, after: 15, skewMs: 45000 },
+];
+
+/** Allowed answers in `ms` at `limit` per window: the sustained rate (a full bucket's burst aside). */
+const allowed = (limit, ms) => (limit * ms) / WINDOW;
+
+for (const { style, before, after, tokens, skewMs = 0 } of STYLES) {
+  test(`8 workers against a ${style}-style server follow its limit, and its change mid-run`, { timeout: 60000 }, async () => {
+    const server = await standIn({ style, limit: before, windowMs: WINDOW, tokens: tokens?.(before), skewMs });
+    const f = paced(fetch, { usage: 'openai' });
+    const send = async () => {
+      // A token request declares 150 and uses 100: reconciled from the JSON usage.
+      const r = await f(server.url, { headers: { 'x-use-tokens': '100' }, cost: { tokens: 150 } });
+      await r.arrayBuffer();
+      return r.status;
+    };
+    const changed = setTimeout(() => server.setLimit(after, tokens?.(after)), PHASE);
+    try {
+      const log = await drive(send, { workers: 8, ms: 2 * PHASE });
+      // The binding limit per phase: requests, or tokens (100 a request) when tighter.
+      const binding = (n) => Math.min(n, tokens ? tokens(n) / 100 : n);
+      // Steady state of each phase: after the first window of it.
+      const p1 = tally(log, WINDOW, PHASE);
+      const p2 = tally(log, PHASE + WINDOW, 2 * PHASE);
+      const all = tally(log);
+      const share1 = p1.ok / allowed(binding(before), PHASE - WINDOW);
+      const share2 = p2.ok / allowed(binding(after), PHASE - WINDOW);
+      console.log(`${style}: ${all.ok} ok, ${all.limited} 429s in ${2 * PHASE} ms; share of the hidden rate ${share1.toFixed(3)} at ${binding(before)}/${WINDOW} ms, ${share2.toFixed(3)} after the change to ${binding(after)}/${WINDOW} ms`);
+      assert.ok(all.limited <= 2, `${all.limited} 429s`);
+      assert.ok(share1 >= 0.8 && share1 <= 1.25, `before: ${share1}`);
+      assert.ok(share2 >= 0.8 && share2 <= 1.25, `after: ${share2}`);
+    } finally {
+      clearTimeout(changed);
+      await server.close();
+    }
+  });
+}
+
+test('3 Node processes on one Redis pace as one client', { timeout: 90000 }, async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const redis = await startRedis();
+  const limit = 30;
+  const server = await standIn({ style: 'ietf', limit, windowMs: WINDOW });
+  const ms = 10000;
+  try {
+    const runs = await Promise.all([0, 1, 2].map((i) => new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [join(PACKAGE, 'test', 'pace-worker.mjs'), redis.url, server.url, String(ms), 'fleet'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      child.stdout.on('data', (d) => { out += d; });
+      child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`worker ${i} exited ${code}`))));
+    })));
+    const ok = runs.reduce((n, r) => n + r.ok, 0);
+    const limited = runs.reduce((n, r) => n + r.limited, 0);
+    // The server's own count is the truth; the processes started within a few hundred ms.
+    const share = server.stats.ok / (limit + allowed(limit, ms));
+    console.log(`3 processes, 8 workers each, one Redis: ${ok} ok (${runs.map((r) => r.ok).join(' + ')}), ${limited} 429s; ${(share * 100).toFixed(1)} % of what the bucket allowed (a burst of ${limit} and ${limit}/${WINDOW} ms)`);
+    assert.equal(ok, server.stats.ok);
+    assert.ok(limited <= 2, `${limited} 429s`);
+    assert.ok(share >= 0.75 && share <= 1.05, `share ${share}`);
+    assert.ok(runs.every((r) => r.ok > 0), 'every process was served');
+  } finally {
+    await server.close();
+    await redis.close();
+  }
+});
