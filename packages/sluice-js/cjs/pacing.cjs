@@ -141,7 +141,7 @@ function observe(state, now, reading, status, ticket = null) {
         windowMs: r.windowMs,
         remaining: null,
         resetAt: null,
-        next: now,
+        next: null,
         at: now,
         inflight: 0,
         seq: -1,
@@ -165,8 +165,11 @@ function observe(state, now, reading, status, ticket = null) {
     if (r.remaining !== null) {
       l.remaining = Math.max(0, r.remaining - l.inflight);
       l.at = now;
-      if (l.resetAt !== null && l.remaining > 0) l.next = Math.min(l.next, now + (l.resetAt - now) / l.remaining);
+      if (l.resetAt !== null && l.remaining > 0) {
+        l.next = Math.min(l.next ?? Infinity, now + (l.resetAt - now) / (l.remaining + 1));
+      }
     }
+    l.next ??= now;
     if (r.remaining === 0 && l.resetAt !== null) spentReset = Math.max(spentReset ?? 0, l.resetAt);
   }
   if (reading.retryAfterMs !== null) {

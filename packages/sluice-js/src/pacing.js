@@ -157,7 +157,7 @@ export function observe(state, now, reading, status, ticket = null) {
     if (!l) {
       l = state.limits[key] = {
         unit: r.unit, limit: r.limit, windowMs: r.windowMs, remaining: null, resetAt: null,
-        next: now, at: now, inflight: 0, seq: -1, continuous: false,
+        next: null, at: now, inflight: 0, seq: -1, continuous: false,
       };
     }
     state.heard = true;
@@ -178,9 +178,14 @@ export function observe(state, now, reading, status, ticket = null) {
     if (r.remaining !== null) {
       l.remaining = Math.max(0, r.remaining - l.inflight);
       l.at = now;
-      // A quota raised (or a reset moved closer) shortens the step at once.
-      if (l.resetAt !== null && l.remaining > 0) l.next = Math.min(l.next, now + (l.resetAt - now) / l.remaining);
+      // A quota raised (or a reset moved closer) shortens the step at once. The request that
+      // brought the figure is the first of the spread: `remaining` more follow it, one every
+      // (time to the reset) / (remaining + 1), as admit() then spaces them.
+      if (l.resetAt !== null && l.remaining > 0) {
+        l.next = Math.min(l.next ?? Infinity, now + (l.resetAt - now) / (l.remaining + 1));
+      }
     }
+    l.next ??= now;
     if (r.remaining === 0 && l.resetAt !== null) spentReset = Math.max(spentReset ?? 0, l.resetAt);
   }
   if (reading.retryAfterMs !== null) {

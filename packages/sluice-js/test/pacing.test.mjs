@@ -27,13 +27,28 @@ function admissions(state, n, from = 0, cost = {}) {
   return times;
 }
 
-/** A state that has heard `reading` in answer to one request at time `at`. */
+/**
+ * A state that has heard `reading` in answer to one request at time `at`, with the spread
+ * starting at `at` (the request that brought a limit counts as its first step: see the test
+ * 'a new limit counts the request that brought it'; here each test starts its own spread).
+ */
 function heard(reading, at = 0, status = 200) {
   const state = newState();
   const first = admit(state, at);
   observe(state, at, reading, status, first.ticket);
+  for (const l of Object.values(state.limits)) l.next = at;
   return state;
 }
+
+test('a new limit counts the request that brought it as its first step', () => {
+  const state = newState();
+  const first = admit(state, 0);
+  observe(state, 10, ietf('"p";q=5;w=2', '"p";r=4;t=2'), 200, first.ticket);
+  // 4 left over the 2 s to the reset, after the one that brought the figure: the next one
+  // 2000 / 5 = 400 ms after the answer, not at once; then every 400 ms.
+  assert.equal(admit(state, 10).waitMs, 400);
+  assert.deepEqual(admissions(state, 4, 410).map((t) => Math.round(t)), [410, 810, 1210, 1610]);
+});
 
 test('what remains is spread evenly until the reset, not spent at once', () => {
   // 10 left, reset in 10 s: one a second, the last one second before the reset.
@@ -188,14 +203,17 @@ test('Pacer: acquire waits what the step says on injected timers; an abort spend
   const p = pacer({ now: () => time.ms, timers: time.timers, wallNow: () => 0 });
   const first = await p.acquire();
   await first.observe(new Response(null, { headers: { 'ratelimit-policy': '"p";q=2;w=2', ratelimit: '"p";r=2;t=2' } }));
+  // 2 left over 2 s after the first request: the next two at 2000/3 and 4000/3 ms.
   const started = [];
   const done = [0, 1].map((i) => p.acquire().then((t) => { started.push([i, time.ms]); return t; }));
-  await time.advance(0);
-  assert.deepEqual(started, [[0, 0]]);
-  await time.advance(999);
-  assert.deepEqual(started, [[0, 0]]);
+  await time.advance(666);
+  assert.deepEqual(started, []);
   await time.advance(1);
-  assert.deepEqual(started, [[0, 0], [1, 1000]]);
+  assert.deepEqual(started, [[0, 667]]);
+  await time.advance(665);
+  assert.deepEqual(started, [[0, 667]]);
+  await time.advance(2);
+  assert.deepEqual(started, [[0, 667], [1, 1334]]);
   for (const t of await Promise.all(done)) t.abandon();
   const ac = new AbortController();
   const waiting = p.acquire({ signal: ac.signal });
