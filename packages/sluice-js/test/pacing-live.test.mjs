@@ -6,11 +6,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { paced } from '../src/index.js';
 import { standIn, drive, tally } from './standin.mjs';
-import { PACKAGE, missing, startRedis, which } from './support.mjs';
+import { PACKAGE, freePort, missing, sluiceBin, startRedis, which } from './support.mjs';
 
 const WINDOW = 2000;
 const PHASE = 6000;
@@ -84,5 +86,63 @@ test('3 Node processes on one Redis pace as one client', { timeout: 90000 }, asy
   } finally {
     await server.close();
     await redis.close();
+  }
+});
+
+/** A `sluice serve` config: one policy (gcra, `capacity`, `rate`) on every path, the demo upstream. */
+function gatewayConfig(listen, admin, capacity, rate) {
+  return [
+    '[server]', `listen = "127.0.0.1:${listen}"`, `admin_listen = "127.0.0.1:${admin}"`, 'workers = 1',
+    '[[policy]]', 'name = "api"', 'algorithm = "gcra"', `capacity = ${capacity}`, `rate = "${rate}"`,
+    '[[route]]', 'path_prefix = "/"', 'policies = ["api"]', 'upstream = "builtin:demo"', '',
+  ].join('\n');
+}
+
+test('8 workers against sluice serve follow its RateLimit fields, and a reload that doubles the rate', { timeout: 90000 }, async (t) => {
+  const bin = sluiceBin();
+  if (!bin) return missing(t, 'the sluice binary (cargo build -p sluice-server --bin sluice; SLUICE_BIN)');
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-js-pacing-'));
+  const [listen, admin] = [await freePort(), await freePort()];
+  const config = join(dir, 'sluice.toml');
+  // 20 a burst and 10/s (RateLimit-Policy: "api";q=20;w=2), then 20/s after a SIGHUP reload.
+  await writeFile(config, gatewayConfig(listen, admin, 20, '10/s'));
+  const gateway = spawn(bin, ['serve', '--config', config], { stdio: ['ignore', 'ignore', 'inherit'] });
+  try {
+    const deadline = Date.now() + 30000;
+    while (!(await fetch(`http://127.0.0.1:${admin}/healthz`).then((r) => r.ok, () => false))) {
+      if (Date.now() > deadline || gateway.exitCode !== null) throw new Error('sluice serve did not start');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const f = paced(fetch);
+    const url = `http://127.0.0.1:${listen}/api/hello`;
+    const send = async () => {
+      const r = await f(url);
+      await r.arrayBuffer();
+      return r.status;
+    };
+    const reload = setTimeout(async () => {
+      await writeFile(config, gatewayConfig(listen, admin, 20, '20/s'));
+      gateway.kill('SIGHUP');
+    }, PHASE);
+    let log;
+    try {
+      log = await drive(send, { workers: 8, ms: 2 * PHASE });
+    } finally {
+      clearTimeout(reload);
+    }
+    const p1 = tally(log, WINDOW, PHASE);
+    const p2 = tally(log, PHASE + WINDOW, 2 * PHASE);
+    const all = tally(log);
+    const share1 = p1.ok / ((10 * (PHASE - WINDOW)) / 1000);
+    const share2 = p2.ok / ((20 * (PHASE - WINDOW)) / 1000);
+    const state = await f.pacer.state();
+    console.log(`sluice serve: ${all.ok} ok, ${all.limited} 429s in ${2 * PHASE} ms; share of the rate ${share1.toFixed(3)} at 10/s, ${share2.toFixed(3)} after the reload to 20/s; last read ${JSON.stringify(state.limits['ietf:api'])}`);
+    assert.ok(all.limited <= 2, `${all.limited} 429s`);
+    assert.ok(share1 >= 0.8 && share1 <= 1.25, `before: ${share1}`);
+    assert.ok(share2 >= 0.8 && share2 <= 1.25, `after: ${share2}`);
+  } finally {
+    gateway.kill('SIGTERM');
+    await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
+    await rm(dir, { recursive: true, force: true });
   }
 });
