@@ -41,10 +41,12 @@ function fieldOf(headers, name) {
   for (const k of Object.keys(headers)) if (k.toLowerCase() === name) return String(headers[k]);
   return null;
 }
-const TOKEN_START = /[A-Za-z*]/;
-const TOKEN_CHAR = /[!#$%&'*+\-.^_`|~0-9A-Za-z:/]/;
-const KEY_START = /[a-z*]/;
-const KEY_CHAR = /[a-z0-9_\-.*]/;
+const isDigit = (c) => c >= 48 && c <= 57;
+const isAlpha = (c) => c >= 65 && c <= 90 || c >= 97 && c <= 122;
+const isLcAlpha = (c) => c >= 97 && c <= 122;
+const TOKEN_EXTRA = new Set([..."!#$%&'*+-.^_`|~:/"].map((ch) => ch.charCodeAt(0)));
+const isTokenChar = (c) => isAlpha(c) || isDigit(c) || TOKEN_EXTRA.has(c);
+const isKeyChar = (c) => isLcAlpha(c) || isDigit(c) || c === 95 || c === 45 || c === 46 || c === 42;
 function parseList(text) {
   const s = String(text);
   let i = 0;
@@ -61,30 +63,41 @@ function parseList(text) {
     const c = s[i];
     if (c === '"') {
       let out = "";
-      for (i++; i < s.length; i++) {
-        const ch = s[i];
-        if (ch === "\\") {
-          const n = s[++i];
+      let from = ++i;
+      for (; i < s.length; i++) {
+        const code = s.charCodeAt(i);
+        if (code === 92) {
+          const n = s[i + 1];
           if (n !== '"' && n !== "\\") fail();
-          out += n;
-        } else if (ch === '"') {
+          out += s.slice(from, i) + n;
+          from = ++i + 1;
+        } else if (code === 34) {
+          out += s.slice(from, i);
           i++;
           return out;
-        } else {
-          const code = ch.charCodeAt(0);
-          if (code < 32 || code > 126) fail();
-          out += ch;
+        } else if (code < 32 || code > 126) {
+          fail();
         }
       }
       return fail();
     }
     if (c === "-" || c >= "0" && c <= "9") {
-      const m = /^-?\d{1,15}(\.\d{1,3})?/.exec(s.slice(i, i + 20));
-      if (!m) fail();
-      if (m[1] === void 0 && m[0].replace("-", "").length > 15) fail();
-      if (m[1] !== void 0 && m[0].replace("-", "").split(".")[0].length > 12) fail();
-      i += m[0].length;
-      return Number(m[0]);
+      const start = i;
+      if (c === "-") i++;
+      const intStart = i;
+      while (i < s.length && isDigit(s.charCodeAt(i))) i++;
+      const intLen = i - intStart;
+      if (intLen === 0) fail();
+      if (s[i] === ".") {
+        i++;
+        const fracStart = i;
+        while (i < s.length && isDigit(s.charCodeAt(i))) i++;
+        const fracLen = i - fracStart;
+        if (intLen > 12 || fracLen === 0 || fracLen > 3) fail();
+      } else if (intLen > 15) {
+        fail();
+      }
+      return Number(s.slice(start, i));
     }
     if (c === "?") {
       const b = s[i + 1];
@@ -100,9 +113,9 @@ function parseList(text) {
       i = end + 1;
       return { bytes };
     }
-    if (c !== void 0 && TOKEN_START.test(c)) {
+    if (c !== void 0 && (isAlpha(s.charCodeAt(i)) || c === "*")) {
       const start = i;
-      while (i < s.length && TOKEN_CHAR.test(s[i])) i++;
+      while (i < s.length && isTokenChar(s.charCodeAt(i))) i++;
       return { token: s.slice(start, i) };
     }
     return fail();
@@ -112,9 +125,9 @@ function parseList(text) {
     while (s[i] === ";") {
       i++;
       sp();
-      if (!KEY_START.test(s[i] ?? "")) fail();
+      if (!(isLcAlpha(s.charCodeAt(i)) || s[i] === "*")) fail();
       const start = i;
-      while (i < s.length && KEY_CHAR.test(s[i])) i++;
+      while (i < s.length && isKeyChar(s.charCodeAt(i))) i++;
       const key = s.slice(start, i);
       let value = true;
       if (s[i] === "=") {
@@ -205,12 +218,18 @@ function parseRfc3339(text) {
   const ms = Date.parse(s.replace(" ", "T"));
   return Number.isNaN(ms) ? null : ms;
 }
+let lastDate = { text: null, ms: null };
 function parseHttpDate(text) {
   if (text === null || text === void 0) return null;
+  if (text === lastDate.text) return lastDate.ms;
   const s = String(text).trim();
-  if (!/^[A-Za-z]{3,9},? /.test(s)) return null;
-  const ms = Date.parse(s);
-  return Number.isNaN(ms) ? null : ms;
+  let ms = null;
+  if (/^[A-Za-z]{3,9},? /.test(s)) {
+    const parsed = Date.parse(s);
+    if (!Number.isNaN(parsed)) ms = parsed;
+  }
+  lastDate = { text, ms };
+  return ms;
 }
 function parseRetryAfter(text, nowMs, dateMs = null) {
   if (text === null || text === void 0) return null;

@@ -1,7 +1,8 @@
 // The limits a server announces in its response header fields, read without I/O: the IETF
 // fields (RateLimit-Policy and RateLimit), OpenAI's, Anthropic's and GitHub's x-ratelimit-*
 // fields, Retry-After and the Date field that measures the server's clock. pacer.js acts on
-// what this module reads; nothing here keeps state or reads a clock.
+// what this module reads; nothing here reads a clock or keeps state (but a one-entry memo of
+// the last Date field read, a pure cache).
 
 /** The value of field `name` (lowercase) in a fetch Headers object or a plain object, or null. */
 export function fieldOf(headers, name) {
@@ -15,10 +16,14 @@ export function fieldOf(headers, name) {
 
 // === Structured field lists (RFC 9651) ===
 
-const TOKEN_START = /[A-Za-z*]/;
-const TOKEN_CHAR = /[!#$%&'*+\-.^_`|~0-9A-Za-z:/]/;
-const KEY_START = /[a-z*]/;
-const KEY_CHAR = /[a-z0-9_\-.*]/;
+// Character classes by code (a regular expression per character costs more than the parse).
+const isDigit = (c) => c >= 48 && c <= 57;
+const isAlpha = (c) => (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
+const isLcAlpha = (c) => c >= 97 && c <= 122;
+const TOKEN_EXTRA = new Set([...'!#$%&\'*+-.^_`|~:/'].map((ch) => ch.charCodeAt(0)));
+const isTokenChar = (c) => isAlpha(c) || isDigit(c) || TOKEN_EXTRA.has(c);
+/** a-z 0-9 _ - . * */
+const isKeyChar = (c) => isLcAlpha(c) || isDigit(c) || c === 95 || c === 45 || c === 46 || c === 42;
 
 /**
  * A structured field List (RFC 9651 §4.2.1): `[{ value, params }]`, where a value is a
@@ -36,30 +41,41 @@ export function parseList(text) {
     const c = s[i];
     if (c === '"') {
       let out = '';
-      for (i++; i < s.length; i++) {
-        const ch = s[i];
-        if (ch === '\\') {
-          const n = s[++i];
+      let from = ++i;
+      for (; i < s.length; i++) {
+        const code = s.charCodeAt(i);
+        if (code === 92) {
+          const n = s[i + 1];
           if (n !== '"' && n !== '\\') fail();
-          out += n;
-        } else if (ch === '"') {
+          out += s.slice(from, i) + n;
+          from = ++i + 1;
+        } else if (code === 34) {
+          out += s.slice(from, i);
           i++;
           return out;
-        } else {
-          const code = ch.charCodeAt(0);
-          if (code < 0x20 || code > 0x7e) fail();
-          out += ch;
+        } else if (code < 0x20 || code > 0x7e) {
+          fail();
         }
       }
       return fail();
     }
     if (c === '-' || (c >= '0' && c <= '9')) {
-      const m = /^-?\d{1,15}(\.\d{1,3})?/.exec(s.slice(i, i + 20));
-      if (!m) fail();
-      if (m[1] === undefined && m[0].replace('-', '').length > 15) fail();
-      if (m[1] !== undefined && m[0].replace('-', '').split('.')[0].length > 12) fail();
-      i += m[0].length;
-      return Number(m[0]);
+      const start = i;
+      if (c === '-') i++;
+      const intStart = i;
+      while (i < s.length && isDigit(s.charCodeAt(i))) i++;
+      const intLen = i - intStart;
+      if (intLen === 0) fail();
+      if (s[i] === '.') {
+        i++;
+        const fracStart = i;
+        while (i < s.length && isDigit(s.charCodeAt(i))) i++;
+        const fracLen = i - fracStart;
+        if (intLen > 12 || fracLen === 0 || fracLen > 3) fail();
+      } else if (intLen > 15) {
+        fail();
+      }
+      return Number(s.slice(start, i));
     }
     if (c === '?') {
       const b = s[i + 1];
@@ -75,9 +91,9 @@ export function parseList(text) {
       i = end + 1;
       return { bytes };
     }
-    if (c !== undefined && TOKEN_START.test(c)) {
+    if (c !== undefined && (isAlpha(s.charCodeAt(i)) || c === '*')) {
       const start = i;
-      while (i < s.length && TOKEN_CHAR.test(s[i])) i++;
+      while (i < s.length && isTokenChar(s.charCodeAt(i))) i++;
       return { token: s.slice(start, i) };
     }
     return fail();
@@ -87,9 +103,9 @@ export function parseList(text) {
     while (s[i] === ';') {
       i++;
       sp();
-      if (!KEY_START.test(s[i] ?? '')) fail();
+      if (!(isLcAlpha(s.charCodeAt(i)) || s[i] === '*')) fail();
       const start = i;
-      while (i < s.length && KEY_CHAR.test(s[i])) i++;
+      while (i < s.length && isKeyChar(s.charCodeAt(i))) i++;
       const key = s.slice(start, i);
       let value = true;
       if (s[i] === '=') {
@@ -204,13 +220,21 @@ export function parseRfc3339(text) {
   return Number.isNaN(ms) ? null : ms;
 }
 
+// The last date read, and its value: successive answers mostly carry the same second.
+let lastDate = { text: null, ms: null };
+
 /** An HTTP date (RFC 9110 §5.6.7: IMF-fixdate, and the obsolete forms Date.parse reads), or null. */
 export function parseHttpDate(text) {
   if (text === null || text === undefined) return null;
+  if (text === lastDate.text) return lastDate.ms;
   const s = String(text).trim();
-  if (!/^[A-Za-z]{3,9},? /.test(s)) return null;
-  const ms = Date.parse(s);
-  return Number.isNaN(ms) ? null : ms;
+  let ms = null;
+  if (/^[A-Za-z]{3,9},? /.test(s)) {
+    const parsed = Date.parse(s);
+    if (!Number.isNaN(parsed)) ms = parsed;
+  }
+  lastDate = { text, ms };
+  return ms;
 }
 
 /**
