@@ -62,6 +62,7 @@ function configuredLimits(limits = {}) {
   }
   return out;
 }
+const OBSERVE = /* @__PURE__ */ Symbol("observe");
 class Ticket {
   #pacer;
   #inner;
@@ -74,7 +75,7 @@ class Ticket {
   observe(response) {
     if (this.#settled) return this.#pacer.observe(response);
     this.#settled = true;
-    return this.#pacer.observe(response, this.#inner);
+    return this.#pacer[OBSERVE](response, this.#inner);
   }
   /** Settles the ticket without a response. */
   abandon() {
@@ -151,10 +152,14 @@ class Pacer {
     if (signal?.aborted) throw (0, import_errors.abortError)(signal);
   }
   /**
-   * Reads a response's limit fields: for the request of `ticket` (from acquire) or for any
-   * response of the same server. Returns what was read (readRateLimits' answer).
+   * Reads the limit fields of a response the pacer did not admit (another client's, a probe):
+   * a ticket's own response goes to `ticket.observe`. Returns what was read
+   * (readRateLimits' answer).
    */
-  async observe(response, ticket = null) {
+  observe(response) {
+    return this[OBSERVE](response, null);
+  }
+  async [OBSERVE](response, ticket) {
     const reading = (0, import_headers.readRateLimits)(response, { now: this.#wallNow(), skewMs: this.#skewMs });
     this.#skewMs = reading.skewMs;
     await this.update((s, now) => (0, import_pacing.observe)(s, now, reading, response.status, ticket));

@@ -68,7 +68,7 @@ function roll(l, now) {
     }
     return;
   }
-  if (l.limit !== null) l.remaining = Math.max(0, l.limit - l.inflight);
+  l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
     l.resetAt += periods * l.windowMs;
@@ -100,6 +100,7 @@ function admit(state, now, cost = {}) {
       else if (l.inflight > 0) wait = Infinity;
       continue;
     }
+    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }

@@ -381,7 +381,8 @@ export interface PacerLimitState {
 export declare class Pacer {
   constructor(options?: PacerOptions);
   acquire(options?: { cost?: PaceCost; signal?: AbortSignal }): Promise<Ticket>;
-  observe(response: { status: number; headers: unknown }, ticket?: null): Promise<RateLimitReading>;
+  /** Reads a response the pacer did not admit; a ticket's own goes to `ticket.observe`. */
+  observe(response: { status: number; headers: unknown }): Promise<RateLimitReading>;
   schedule<T>(fn: () => T | PromiseLike<T>, options?: { cost?: PaceCost; signal?: AbortSignal }): Promise<Awaited<T>>;
   state(): Promise<{ limits: Record<string, PacerLimitState>; blockedForMs: number; skewMs: number | null }>;
 }

@@ -48,6 +48,9 @@ function configuredLimits(limits = {}) {
   return out;
 }
 
+/** The pacer's reading of an answer to one of its tickets (Ticket.observe's path). */
+const OBSERVE = Symbol('observe');
+
 /**
  * A request admitted by the pacer, to be settled once: `observe(response)` when its response
  * came, `abandon()` when none will (a network error, an abort). Either gives back what it
@@ -66,7 +69,7 @@ export class Ticket {
   observe(response) {
     if (this.#settled) return this.#pacer.observe(response);
     this.#settled = true;
-    return this.#pacer.observe(response, this.#inner);
+    return this.#pacer[OBSERVE](response, this.#inner);
   }
   /** Settles the ticket without a response. */
   abandon() {
@@ -158,10 +161,15 @@ export class Pacer {
   }
 
   /**
-   * Reads a response's limit fields: for the request of `ticket` (from acquire) or for any
-   * response of the same server. Returns what was read (readRateLimits' answer).
+   * Reads the limit fields of a response the pacer did not admit (another client's, a probe):
+   * a ticket's own response goes to `ticket.observe`. Returns what was read
+   * (readRateLimits' answer).
    */
-  async observe(response, ticket = null) {
+  observe(response) {
+    return this[OBSERVE](response, null);
+  }
+
+  async [OBSERVE](response, ticket) {
     const reading = readRateLimits(response, { now: this.#wallNow(), skewMs: this.#skewMs });
     this.#skewMs = reading.skewMs;
     await this.update((s, now) => observe(s, now, reading, response.status, ticket));

@@ -56,7 +56,8 @@ function roll(l, now) {
     }
     return;
   }
-  if (l.limit !== null) l.remaining = Math.max(0, l.limit - l.inflight);
+  // A quota never stated is unknown again: the next answer tells (one request at a time).
+  l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
     l.resetAt += periods * l.windowMs;
@@ -101,6 +102,7 @@ export function admit(state, now, cost = {}) {
       // Nothing in flight and no reset known: send one to learn (a 429 will say when).
       continue;
     }
+    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }

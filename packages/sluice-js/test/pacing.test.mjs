@@ -249,3 +249,28 @@ test('paced(fetch): GitHub resets against a skewed server clock; cost stays out 
   assert.equal(s.limits['github:core'].resetInMs, 60000);
   assert.equal(await res.json().then((b) => b.usage.total_tokens), 40, 'the caller\'s body is untouched');
 });
+
+test('Pacer.observe: an answer the pacer did not admit still informs it', async () => {
+  const time = fakeTime();
+  const p = pacer({ now: () => time.ms, timers: time.timers, wallNow: () => 0 });
+  await p.observe(new Response(null, { status: 429, headers: { 'retry-after': '3', ratelimit: '"p";r=0;t=3' } }));
+  const s = await p.state();
+  assert.equal(s.blockedForMs, 3000);
+  assert.equal(s.limits['ietf:p'].remaining, 0);
+  const started = [];
+  p.acquire().then(() => started.push(time.ms));
+  await time.advance(2999);
+  assert.deepEqual(started, []);
+  await time.advance(100);
+  assert.deepEqual(started, [3025], 'the Retry-After, then the reset and its margin');
+});
+
+test('a limit whose quota was never stated: after its reset, one request at a time learns it again', () => {
+  const state = heard(readRateLimits(new Headers({ ratelimit: '"p";r=0;t=3' })));
+  assert.equal(admit(state, 0).waitMs, 3000 + RESET_MARGIN_MS);
+  const probe = admit(state, 3025);
+  assert.ok(probe.ticket);
+  assert.equal(admit(state, 3025).waitMs, Infinity, 'a second waits for the probe\'s answer');
+  observe(state, 3030, readRateLimits(new Headers({ ratelimit: '"p";r=9;t=3' })), 200, probe.ticket);
+  assert.ok(admit(state, 3400).ticket);
+});
