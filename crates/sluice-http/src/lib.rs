@@ -51,6 +51,7 @@ pub mod key_hash;
 pub mod limit;
 mod metrics;
 pub use metrics::describe as describe_metrics;
+pub mod pace;
 pub mod path;
 pub mod plan;
 pub mod policy;
