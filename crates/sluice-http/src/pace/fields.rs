@@ -2,6 +2,39 @@
 //! fields (`RateLimit-Policy`, `RateLimit`), OpenAI's, Anthropic's and GitHub's, `Retry-After`
 //! and the `Date` that measures the server's clock. The same rules as the npm package's
 //! `readRateLimits()` (packages/sluice-js/src/headers.js).
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use http::HeaderMap;
+//! use sluice_http::pace::fields::{read_limits, Family};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut h = HeaderMap::new();
+//! h.insert("ratelimit-policy", r#""burst";q=100;w=60, "daily";q=1000;w=86400"#.parse()?);
+//! h.insert("ratelimit", r#""burst";r=50;t=30, "daily";r=400;t=36000"#.parse()?);
+//! let ietf = read_limits(&h, SystemTime::now(), None);
+//! assert_eq!((ietf.family, ietf.limits[1].remaining), (Some(Family::Ietf), Some(400)));
+//!
+//! let mut h = HeaderMap::new();
+//! h.insert("x-ratelimit-remaining-tokens", "149984".parse()?);
+//! h.insert("x-ratelimit-reset-tokens", "6m0s".parse()?);
+//! assert_eq!(read_limits(&h, SystemTime::now(), None).limits[0].reset, Some(Duration::from_secs(360)));
+//!
+//! let mut h = HeaderMap::new();
+//! h.insert("anthropic-ratelimit-requests-remaining", "49".parse()?);
+//! h.insert("anthropic-ratelimit-requests-reset", "2030-01-01T00:00:00Z".parse()?);
+//! assert_eq!(read_limits(&h, SystemTime::now(), None).family, Some(Family::Anthropic));
+//!
+//! // GitHub: the Date field gives the server's clock, the Unix reset is read on it.
+//! let mut h = HeaderMap::new();
+//! h.insert("date", httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120)).parse()?);
+//! h.insert("x-ratelimit-remaining", "4999".parse()?);
+//! h.insert("x-ratelimit-resource", "core".parse()?);
+//! let github = read_limits(&h, SystemTime::now(), None);
+//! assert!(github.skew_ms.unwrap() >= 119_000);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

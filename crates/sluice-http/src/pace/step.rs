@@ -117,10 +117,10 @@ fn roll(l: &mut Limit, now: f64) {
     }
     // A quota never stated is unknown again: the next answer tells (one request at a time).
     l.remaining = l.limit.map(|limit| (limit - l.inflight).max(0.0));
-    l.reset_at = match l.window_ms.filter(|w| *w > 0.0) {
-        Some(w) => Some(reset_at + (((now - reset_at) / w).floor() + 1.0) * w),
-        None => None,
-    };
+    l.reset_at = l
+        .window_ms
+        .filter(|w| *w > 0.0)
+        .map(|w| reset_at + (((now - reset_at) / w).floor() + 1.0) * w);
     l.next = Some(now);
     l.at = now;
 }
