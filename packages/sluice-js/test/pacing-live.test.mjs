@@ -76,12 +76,14 @@ test('3 Node processes on one Redis pace as one client', { timeout: 90000 }, asy
     })));
     const ok = runs.reduce((n, r) => n + r.ok, 0);
     const limited = runs.reduce((n, r) => n + r.limited, 0);
-    // The server's own count is the truth; the processes started within a few hundred ms.
-    const share = server.stats.ok / (limit + allowed(limit, ms));
-    console.log(`3 processes, 8 workers each, one Redis: ${ok} ok (${runs.map((r) => r.ok).join(' + ')}), ${limited} 429s; ${(share * 100).toFixed(1)} % of what the bucket allowed (a burst of ${limit} and ${limit}/${WINDOW} ms)`);
+    // The server's own count is the truth, against what its bucket allowed from its first
+    // admission to its last: the burst, and the refill in between.
+    const span = server.stats.lastAt - server.stats.firstAt;
+    const share = server.stats.ok / (limit + allowed(limit, span));
+    console.log(`3 processes, 8 workers each, one Redis: ${ok} ok (${runs.map((r) => r.ok).join(' + ')}), ${limited} 429s; ${(share * 100).toFixed(1)} % of what the bucket allowed in ${Math.round(span)} ms (a burst of ${limit} and ${limit}/${WINDOW} ms)`);
     assert.equal(ok, server.stats.ok);
     assert.ok(limited <= 2, `${limited} 429s`);
-    assert.ok(share >= 0.75 && share <= 1.05, `share ${share}`);
+    assert.ok(share >= 0.75 && share <= 1.0, `share ${share}`);
     assert.ok(runs.every((r) => r.ok > 0), 'every process was served');
   } finally {
     await server.close();
