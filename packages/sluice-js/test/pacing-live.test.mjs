@@ -148,3 +148,36 @@ test('8 workers against sluice serve follow its RateLimit fields, and a reload t
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test('processes whose clocks disagree read one reset from Redis, on Redis\'s clock', { timeout: 30000 }, async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  const redis = await startRedis();
+  const { createClient } = await import('redis');
+  const { RedisPacerStore } = await import('../src/redis.js');
+  const client = await createClient({ url: redis.url }).connect();
+  // A GitHub-style server whose clock is 45 s ahead: a window of 60 per 60 s.
+  const server = await standIn({ style: 'github', limit: 60, windowMs: 60000, skewMs: 45000 });
+  try {
+    // Two processes' pacers: one whose wall clock is right, one whose clock is 30 s behind.
+    const store = () => new RedisPacerStore({ client, key: 'pace:skew' });
+    const right = paced(fetch, { store: store() });
+    const behind = paced(fetch, { store: store(), wallNow: () => Date.now() - 30000 });
+    await (await right(server.url)).arrayBuffer();
+    const first = (await right.pacer.state()).limits['github:core'];
+    await (await behind(server.url)).arrayBuffer();
+    const a = (await right.pacer.state()).limits['github:core'];
+    const b = (await behind.pacer.state()).limits['github:core'];
+    console.log(`one reset in Redis: ${Math.round(first.resetInMs)} ms after the first answer; read by both: ${Math.round(a.resetInMs)} and ${Math.round(b.resetInMs)} ms; skews measured ${(await right.pacer.state()).skewMs} and ${(await behind.pacer.state()).skewMs} ms`);
+    // One state: both see the same limit, the same reset (Redis's clock: the two looks are a
+    // few ms apart), 2 requests spent.
+    assert.ok(Math.abs(a.resetInMs - b.resetInMs) < 100, `${a.resetInMs} and ${b.resetInMs}`);
+    assert.equal(a.remaining, 58);
+    // The reset is the server's window end: the 30 s the second clock is off do not enter.
+    assert.ok(Math.abs(a.resetInMs - first.resetInMs) < 1500, `${a.resetInMs} against ${first.resetInMs}`);
+    assert.ok(first.resetInMs > 0 && first.resetInMs <= 61000, `${first.resetInMs}`);
+  } finally {
+    await client.quit();
+    await server.close();
+    await redis.close();
+  }
+});
