@@ -18,6 +18,7 @@ var __copyProps = (to, from, except, desc) => {
 var __toCommonJS = (mod) => __copyProps(__defProp({}, "__esModule", { value: true }), mod);
 var pacing_exports = {};
 __export(pacing_exports, {
+  INFLIGHT_TTL_MS: () => INFLIGHT_TTL_MS,
   PROBE_MS: () => PROBE_MS,
   RESET_MARGIN_MS: () => RESET_MARGIN_MS,
   abandon: () => abandon,
@@ -33,8 +34,9 @@ const RESET_MARGIN_MS = 25;
 const BACKOFF_MS = 1e3;
 const BACKOFF_MAX_MS = 6e4;
 const PROBE_MS = 1e3;
+const INFLIGHT_TTL_MS = 12e4;
 function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {} };
+  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit,
@@ -85,6 +87,7 @@ function* applying(state) {
   }
 }
 function admit(state, now, cost = {}) {
+  prune(state, now);
   if (now < state.blockedUntil) return { waitMs: state.blockedUntil - now };
   if (!state.answered && state.inflight > 0 && Object.keys(state.limits).length === 0) return { waitMs: Infinity };
   let wait = 0;
@@ -118,17 +121,27 @@ function admit(state, now, cost = {}) {
     }
   }
   state.inflight++;
+  state.open[seq] = { at: now, spent };
   return { ticket: { seq, spent } };
 }
 function release(state, ticket) {
+  const record = state.open[ticket.seq];
+  if (!record) return;
+  delete state.open[ticket.seq];
   state.inflight = Math.max(0, state.inflight - 1);
-  for (const [key, c] of Object.entries(ticket.spent)) {
+  for (const [key, c] of Object.entries(record.spent)) {
     const l = state.limits[key];
     if (l) l.inflight = Math.max(0, l.inflight - c);
   }
 }
+function prune(state, now) {
+  for (const [seq, record] of Object.entries(state.open)) {
+    if (now - record.at > INFLIGHT_TTL_MS) release(state, { seq: Number(seq) });
+  }
+}
 function observe(state, now, reading, status, ticket = null) {
   if (ticket) release(state, ticket);
+  prune(state, now);
   state.answered = true;
   const seq = ticket?.seq ?? state.seq;
   let spentReset = null;
@@ -214,6 +227,7 @@ function snapshot(state, now) {
 }
 // Annotate the CommonJS export names for ESM import in node:
 0 && (module.exports = {
+  INFLIGHT_TTL_MS,
   PROBE_MS,
   RESET_MARGIN_MS,
   abandon,

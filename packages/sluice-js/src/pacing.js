@@ -20,10 +20,15 @@ const BACKOFF_MS = 1000;
 const BACKOFF_MAX_MS = 60000;
 /** No request waits longer than this for news before it is sent to learn the limit. */
 export const PROBE_MS = 1000;
+/**
+ * A request in flight for longer than this is taken as lost (its process died, its answer
+ * never read): its in-flight counts are given back, so a shared state does not keep them.
+ */
+export const INFLIGHT_TTL_MS = 120000;
 
 /** A fresh state. `configured`: `{ unit: { limit, windowMs } }`, what applies while the server says nothing. */
 export function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {} };
+  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit, limit: q.limit, windowMs: q.windowMs, remaining: q.limit, resetAt: now + q.windowMs,
@@ -84,6 +89,7 @@ function* applying(state) {
  * requests are in flight).
  */
 export function admit(state, now, cost = {}) {
+  prune(state, now);
   if (now < state.blockedUntil) return { waitMs: state.blockedUntil - now };
   // Before any answer, one request at a time learns the limits (unless some are configured).
   if (!state.answered && state.inflight > 0 && Object.keys(state.limits).length === 0) return { waitMs: Infinity };
@@ -122,19 +128,30 @@ export function admit(state, now, cost = {}) {
     }
   }
   state.inflight++;
+  state.open[seq] = { at: now, spent };
   return { ticket: { seq, spent } };
 }
 
 /**
- * Gives back a ticket's in-flight counts (a response came, or the request failed). The caller
- * releases a ticket once (the pacer's ticket guard): this step may run again on a retried
- * compare-and-set, so it keeps no mark on the ticket.
+ * Gives back what a ticket holds in flight (a response came, or the request failed), as the
+ * state recorded it when it granted the ticket: once, since the record goes with it (a step
+ * run again on a retried compare-and-set, or a ticket already taken as lost, gives nothing).
  */
 function release(state, ticket) {
+  const record = state.open[ticket.seq];
+  if (!record) return;
+  delete state.open[ticket.seq];
   state.inflight = Math.max(0, state.inflight - 1);
-  for (const [key, c] of Object.entries(ticket.spent)) {
+  for (const [key, c] of Object.entries(record.spent)) {
     const l = state.limits[key];
     if (l) l.inflight = Math.max(0, l.inflight - c);
+  }
+}
+
+/** Gives back the requests in flight for longer than INFLIGHT_TTL_MS. */
+function prune(state, now) {
+  for (const [seq, record] of Object.entries(state.open)) {
+    if (now - record.at > INFLIGHT_TTL_MS) release(state, { seq: Number(seq) });
   }
 }
 
@@ -150,6 +167,7 @@ function release(state, ticket) {
  */
 export function observe(state, now, reading, status, ticket = null) {
   if (ticket) release(state, ticket);
+  prune(state, now);
   state.answered = true;
   const seq = ticket?.seq ?? state.seq;
   let spentReset = null;

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { admit, observe, abandon, reconcile, newState, RESET_MARGIN_MS } from '../src/pacing.js';
+import { admit, observe, abandon, reconcile, newState, RESET_MARGIN_MS, INFLIGHT_TTL_MS } from '../src/pacing.js';
 import { pacer, paced, readRateLimits, AbortError } from '../src/index.js';
 import { fakeTime } from './fake-time.mjs';
 
@@ -273,4 +273,19 @@ test('a limit whose quota was never stated: after its reset, one request at a ti
   assert.equal(admit(state, 3025).waitMs, Infinity, 'a second waits for the probe\'s answer');
   observe(state, 3030, readRateLimits(new Headers({ ratelimit: '"p";r=9;t=3' })), 200, probe.ticket);
   assert.ok(admit(state, 3400).ticket);
+});
+
+test('a ticket is given back once, and one never answered is given back after INFLIGHT_TTL_MS', () => {
+  const state = heard(ietf('"p";q=100;w=1000', '"p";r=100;t=1000'));
+  const a = admit(state, 0).ticket;
+  abandon(state, a);
+  abandon(state, a); // a retried compare-and-set runs the step again: nothing more
+  assert.equal(state.limits['ietf:p'].inflight, 0);
+  // A request whose process died: its count stays until INFLIGHT_TTL_MS, then goes.
+  admit(state, 100000);
+  assert.equal(state.limits['ietf:p'].inflight, 1);
+  observe(state, 100000 + INFLIGHT_TTL_MS + 1, readRateLimits(new Headers({})), 200);
+  assert.equal(state.limits['ietf:p'].inflight, 0);
+  assert.equal(state.inflight, 0);
+  assert.deepEqual(state.open, {});
 });
