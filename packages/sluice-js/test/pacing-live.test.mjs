@@ -1,7 +1,9 @@
 // The paced client against stand-in servers on loopback (test/standin.mjs), in real time: 8
 // workers per provider style, the hidden limit changed mid-run; then 3 Node processes on one
-// Redis pacing as one client. Bounds have margins for a loaded 2-core machine; each test
-// prints its figures.
+// Redis pacing as one client. Bounds have margins for a loaded 2-core machine (a share of the
+// hidden rate of at least 0.75 in each phase: a client that did not follow a doubled rate
+// would get 0.5; one that did not follow a halved one would get 429s); each test prints its
+// figures.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -52,8 +54,8 @@ for (const { style, before, after, tokens, skewMs = 0 } of STYLES) {
       const share2 = p2.ok / allowed(binding(after), PHASE - WINDOW);
       console.log(`${style}: ${all.ok} ok, ${all.limited} 429s in ${2 * PHASE} ms; share of the hidden rate ${share1.toFixed(3)} at ${binding(before)}/${WINDOW} ms, ${share2.toFixed(3)} after the change to ${binding(after)}/${WINDOW} ms`);
       assert.ok(all.limited <= 2, `${all.limited} 429s`);
-      assert.ok(share1 >= 0.8 && share1 <= 1.25, `before: ${share1}`);
-      assert.ok(share2 >= 0.8 && share2 <= 1.25, `after: ${share2}`);
+      assert.ok(share1 >= 0.75 && share1 <= 1.25, `before: ${share1}`);
+      assert.ok(share2 >= 0.75 && share2 <= 1.25, `after: ${share2}`);
     } finally {
       clearTimeout(changed);
       await server.close();
@@ -140,8 +142,8 @@ test('8 workers against sluice serve follow its RateLimit fields, and a reload t
     const state = await f.pacer.state();
     console.log(`sluice serve: ${all.ok} ok, ${all.limited} 429s in ${2 * PHASE} ms; share of the rate ${share1.toFixed(3)} at 10/s, ${share2.toFixed(3)} after the reload to 20/s; last read ${JSON.stringify(state.limits['ietf:api'])}`);
     assert.ok(all.limited <= 2, `${all.limited} 429s`);
-    assert.ok(share1 >= 0.8 && share1 <= 1.25, `before: ${share1}`);
-    assert.ok(share2 >= 0.8 && share2 <= 1.25, `after: ${share2}`);
+    assert.ok(share1 >= 0.75 && share1 <= 1.25, `before: ${share1}`);
+    assert.ok(share2 >= 0.75 && share2 <= 1.25, `after: ${share2}`);
   } finally {
     gateway.kill('SIGTERM');
     await new Promise((r) => (gateway.exitCode !== null ? r() : gateway.once('exit', r)));
