@@ -17,6 +17,9 @@
 //!   shared by every clone of the service (unlike `tower::limit::RateLimit`).
 //! - [`retry`]: [`RetryLayer`], a client middleware that retries 429 and 503 honouring
 //!   `Retry-After`, with exponential backoff and full jitter.
+//! - [`pace`]: [`PaceLayer`](pace::PaceLayer), a client middleware that paces requests from the
+//!   limits servers announce (IETF fields, OpenAI, Anthropic, GitHub, `Retry-After`), before
+//!   any 429.
 //!
 //! ```
 //! use std::time::Duration;
@@ -51,6 +54,7 @@ pub mod key_hash;
 pub mod limit;
 mod metrics;
 pub use metrics::describe as describe_metrics;
+pub mod pace;
 pub mod path;
 pub mod plan;
 pub mod policy;

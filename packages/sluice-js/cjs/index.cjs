@@ -25,16 +25,30 @@ __export(src_exports, {
   ClosedError: () => import_errors.ClosedError,
   InsufficientCapacityError: () => import_errors.InsufficientCapacityError,
   Keyed: () => import_keyed.Keyed,
+  MemoryPacerStore: () => import_pacer.MemoryPacerStore,
+  Pacer: () => import_pacer.Pacer,
   PromisePool: () => import_pool.PromisePool,
   QueueFullError: () => import_errors.QueueFullError,
   RateLimiter: () => import_limiter.RateLimiter,
   SluiceError: () => import_errors.SluiceError,
+  Ticket: () => import_pacer.Ticket,
   TimeoutError: () => import_errors.TimeoutError,
   UnavailableError: () => import_errors.UnavailableError,
   keyHash: () => import_core.keyHash,
   keyed: () => import_keyed.keyed,
   limit: () => import_limit.limit,
+  measureSkew: () => import_headers.measureSkew,
+  paced: () => import_pacer.paced,
+  pacer: () => import_pacer.pacer,
+  parseAnthropic: () => import_headers.parseAnthropic,
+  parseDuration: () => import_headers.parseDuration,
+  parseGitHub: () => import_headers.parseGitHub,
+  parseIetf: () => import_headers.parseIetf,
+  parseList: () => import_headers.parseList,
+  parseOpenAI: () => import_headers.parseOpenAI,
+  parseRetryAfter: () => import_headers.parseRetryAfter,
   rateLimitHints: () => import_retry.rateLimitHints,
+  readRateLimits: () => import_headers.readRateLimits,
   ready: () => import_core.ready,
   retry: () => import_retry.retry
 });
@@ -45,6 +59,8 @@ var import_limit = require("./limit.cjs");
 var import_keyed = require("./keyed.cjs");
 var import_retry = require("./retry.cjs");
 var import_breaker = require("./breaker.cjs");
+var import_headers = require("./headers.cjs");
+var import_pacer = require("./pacer.cjs");
 var import_errors = require("./errors.cjs");
 var import_core = require("./core.cjs");
 // Annotate the CommonJS export names for ESM import in node:
@@ -56,16 +72,30 @@ var import_core = require("./core.cjs");
   ClosedError,
   InsufficientCapacityError,
   Keyed,
+  MemoryPacerStore,
+  Pacer,
   PromisePool,
   QueueFullError,
   RateLimiter,
   SluiceError,
+  Ticket,
   TimeoutError,
   UnavailableError,
   keyHash,
   keyed,
   limit,
+  measureSkew,
+  paced,
+  pacer,
+  parseAnthropic,
+  parseDuration,
+  parseGitHub,
+  parseIetf,
+  parseList,
+  parseOpenAI,
+  parseRetryAfter,
   rateLimitHints,
+  readRateLimits,
   ready,
   retry
 });

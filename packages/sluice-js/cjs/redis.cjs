@@ -18,6 +18,7 @@ var __copyProps = (to, from, except, desc) => {
 var __toCommonJS = (mod) => __copyProps(__defProp({}, "__esModule", { value: true }), mod);
 var redis_exports = {};
 __export(redis_exports, {
+  RedisPacerStore: () => import_redis_pacer.RedisPacerStore,
   RedisStore: () => RedisStore
 });
 module.exports = __toCommonJS(redis_exports);
@@ -26,8 +27,10 @@ var import_core = require("./core.cjs");
 var import_redis_scripts_generated = require("./redis-scripts.generated.cjs");
 var import_errors = require("./errors.cjs");
 var import_keyed = require("./keyed.cjs");
+var import_redis_client = require("./redis-client.cjs");
 var import_limiter = require("./limiter.cjs");
 var import_time = require("./time.cjs");
+var import_redis_pacer = require("./redis-pacer.cjs");
 const MAX_WINDOW_NS = 1n << 52n;
 const MAX_OWED_NS = 1n << 53n;
 const MAX_WINDOW_CAPACITY = 94906265n;
@@ -53,17 +56,6 @@ function program(algorithm, capacity, intervalNs) {
     default:
       throw new RangeError(`${kind} is not available on Redis (it keeps one entry per admission); use sliding_window (same window, O(1)) or gcra`);
   }
-}
-function isNodeRedisCluster(client) {
-  return typeof client.nodeClient === "function" || typeof client.getSlotMaster === "function";
-}
-function sender(client) {
-  if (typeof client?.call === "function") return (key, args) => client.call(...args);
-  if (typeof client?.sendCommand === "function") {
-    if (isNodeRedisCluster(client)) return (key, args) => client.sendCommand(key, false, args);
-    return (key, args) => client.sendCommand(args);
-  }
-  throw new TypeError("client must be a connected node-redis (createClient, createCluster) or ioredis (Redis, Cluster) client");
 }
 const ON_ERROR = /* @__PURE__ */ new Set(["local", "allow", "deny", "throw"]);
 const DEFAULT_RETRY_INTERVAL = 250;
@@ -100,7 +92,7 @@ class RedisStore {
     new import_core.CoreLimiter((0, import_core.algorithmCode)(algorithm), BigInt(capacity), intervalNs, 0, 0n).free();
     this.#program = program(algorithm, BigInt(capacity), intervalNs);
     this.#sha = sha1(this.#program.source);
-    this.#send = sender(client);
+    this.#send = (0, import_redis_client.sender)(client);
     const timeoutNs = (0, import_time.durationNs)(timeout, "timeout");
     this.#timeoutMs = timeoutNs === null ? Infinity : Math.max(1, (0, import_time.nsToMsCeil)(timeoutNs));
     this.#retryIntervalMs = (0, import_time.nsToMsCeil)((0, import_time.durationNs)(retryInterval, "retryInterval") ?? 0n);
@@ -337,5 +329,6 @@ class RedisStore {
 }
 // Annotate the CommonJS export names for ESM import in node:
 0 && (module.exports = {
+  RedisPacerStore,
   RedisStore
 });

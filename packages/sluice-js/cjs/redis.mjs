@@ -2,5 +2,6 @@
 import m from './redis.cjs';
 
 export const {
+  RedisPacerStore,
   RedisStore,
 } = m;

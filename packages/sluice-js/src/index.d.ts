@@ -300,6 +300,102 @@ export declare function rateLimitHints(
   nowMs?: number,
 ): RateLimitHints;
 
+type HeaderSource = { headers: unknown } | Headers | Record<string, string | string[]>;
+
+/** One limit a server announced: times in ms from now, unknown values null. */
+export interface ServerLimit {
+  /** The policy's name (IETF), 'requests' / 'tokens' / 'input-tokens' / 'output-tokens' (OpenAI, Anthropic), or the GitHub resource. */
+  id: string;
+  /** What it counts: 'requests', 'tokens', ... (the IETF `qu`). */
+  unit: string;
+  limit: number | null;
+  windowMs: number | null;
+  remaining: number | null;
+  resetMs: number | null;
+}
+
+export interface RateLimitReading {
+  family: 'ietf' | 'openai' | 'anthropic' | 'github' | null;
+  limits: ServerLimit[];
+  retryAfterMs: number | null;
+  /** Server clock minus local clock (ms), from `Date`, or null. */
+  skewMs: number | null;
+}
+
+/** Everything a response says about its limits. */
+export declare function readRateLimits(source: HeaderSource, options?: { now?: number; skewMs?: number | null }): RateLimitReading;
+export declare function parseIetf(policy: string | null, rateLimit: string | null): ServerLimit[];
+export declare function parseOpenAI(get: (name: string) => string | null): ServerLimit[];
+export declare function parseAnthropic(get: (name: string) => string | null, nowMs: number, skewMs?: number): ServerLimit[];
+export declare function parseGitHub(get: (name: string) => string | null, nowMs: number, skewMs?: number): ServerLimit[];
+export declare function parseRetryAfter(value: string | null, nowMs: number, dateMs?: number | null): number | null;
+/** A Go duration (`6m0s`, `12ms`) in ms, or null. */
+export declare function parseDuration(value: string | null): number | null;
+export type SfBareItem = string | number | boolean | { token: string } | { bytes: string };
+export interface SfMember { value: SfBareItem | { value: SfBareItem; params: Record<string, SfBareItem> }[]; params: Record<string, SfBareItem> }
+/** A structured field List (RFC 9651), or null when invalid. */
+export declare function parseList(text: string): SfMember[] | null;
+export declare function measureSkew(date: string | null, nowMs: number, previous?: number | null): number | null;
+
+/** A request's declared cost for token limits (requests always count 1). */
+export type PaceCost = { tokens?: number; 'input-tokens'?: number; 'output-tokens'?: number; [unit: string]: number | undefined };
+
+export interface PacerStore {
+  update<T>(fn: (state: unknown, nowMs: number) => T, fresh: (nowMs: number) => unknown): T | Promise<T>;
+  readonly pollMs: number;
+}
+
+export declare class MemoryPacerStore implements PacerStore {
+  constructor(options?: { now?: () => number });
+  update<T>(fn: (state: unknown, nowMs: number) => T, fresh: (nowMs: number) => unknown): T;
+  readonly pollMs: number;
+}
+
+export interface PacerOptions {
+  /** What holds while the server says nothing: `{ requests: '60/min', tokens: '90000/min' }`. */
+  limits?: Record<string, string>;
+  store?: PacerStore;
+  /** Monotonic ms (tests). */
+  now?: () => number;
+  /** Wall-clock ms since 1970 (tests). */
+  wallNow?: () => number;
+  timers?: { setTimeout(fn: () => void, ms: number): unknown; clearTimeout(t: unknown): void };
+}
+
+export declare class Ticket {
+  observe(response: { status: number; headers: unknown }): Promise<RateLimitReading>;
+  abandon(): Promise<void> | void;
+  reconcile(used: PaceCost): Promise<void> | void;
+}
+
+export interface PacerLimitState {
+  unit: string;
+  limit: number | null;
+  remaining: number | null;
+  resetInMs: number | null;
+  windowMs: number | null;
+  inflight: number;
+  configured: boolean;
+}
+
+export declare class Pacer {
+  constructor(options?: PacerOptions);
+  acquire(options?: { cost?: PaceCost; signal?: AbortSignal }): Promise<Ticket>;
+  /** Reads a response the pacer did not admit; a ticket's own goes to `ticket.observe`. */
+  observe(response: { status: number; headers: unknown }): Promise<RateLimitReading>;
+  schedule<T>(fn: () => T | PromiseLike<T>, options?: { cost?: PaceCost; signal?: AbortSignal }): Promise<Awaited<T>>;
+  state(): Promise<{ limits: Record<string, PacerLimitState>; blockedForMs: number; skewMs: number | null }>;
+}
+
+export declare function pacer(options?: PacerOptions): Pacer;
+
+export type PacedFetch = ((input: string | URL | Request, init?: RequestInit & { cost?: PaceCost }) => Promise<Response>) & { readonly pacer: Pacer };
+
+export declare function paced(
+  fetch?: (input: string | URL | Request, init?: RequestInit) => Promise<Response>,
+  options?: PacerOptions & { pacer?: Pacer; usage?: 'openai' | 'anthropic' | ((body: unknown) => PaceCost | null) },
+): PacedFetch;
+
 export type CircuitState = 'closed' | 'open' | 'half-open';
 
 export interface CircuitBreakerOptions {

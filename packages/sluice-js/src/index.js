@@ -7,6 +7,11 @@ export { keyed, Keyed } from './keyed.js';
 export { retry, rateLimitHints } from './retry.js';
 export { CircuitBreaker } from './breaker.js';
 export {
+  readRateLimits, parseIetf, parseOpenAI, parseAnthropic, parseGitHub, parseRetryAfter, parseDuration, parseList,
+  measureSkew,
+} from './headers.js';
+export { Pacer, Ticket, MemoryPacerStore, pacer, paced } from './pacer.js';
+export {
   SluiceError, QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, ClosedError,
   CircuitOpenError, UnavailableError,
 } from './errors.js';

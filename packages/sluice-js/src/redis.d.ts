@@ -83,3 +83,19 @@ export declare class RedisStore {
     options?: { cost?: number; signal?: AbortSignal; maxWait?: Duration },
   ): Promise<Awaited<T>>;
 }
+
+export interface RedisPacerStoreOptions {
+  client: RedisClientLike;
+  /** Names the group of processes that pace as one client (one per server and account). */
+  key: string;
+  /** The state expires this many ms after its last change (default two days). */
+  ttl?: number;
+}
+
+/** A pacer's state in Redis, on Redis's clock: `pacer({ store })` in every process of a fleet. */
+export declare class RedisPacerStore {
+  constructor(options: RedisPacerStoreOptions);
+  readonly key: string;
+  readonly pollMs: number;
+  update<T>(fn: (state: unknown, nowMs: number) => T, fresh: (nowMs: number) => unknown): Promise<T>;
+}

@@ -9,6 +9,7 @@ import { algorithmCode, ALGORITHMS, keyHash, rateIntervalNs, CoreLimiter } from 
 import { DEBT, SLIDING_WINDOW, FIXED_WINDOW } from './redis-scripts.generated.js';
 import { InsufficientCapacityError, TimeoutError, UnavailableError, abortError } from './errors.js';
 import { Keyed } from './keyed.js';
+import { sender } from './redis-client.js';
 import { CHECK, agoOption, maxDebtOption, wholeCost } from './limiter.js';
 import { durationNs, monotonicNow, nsToMsCeil, sleep } from './time.js';
 
@@ -17,6 +18,8 @@ const MAX_WINDOW_NS = 1n << 52n;
 /** The most a bucket key may owe on Redis, its window and its debt included (2^53 ns). */
 const MAX_OWED_NS = 1n << 53n;
 const MAX_WINDOW_CAPACITY = 94906265n;
+
+export { RedisPacerStore } from './redis-pacer.js';
 
 const sha1 = (text) => createHash('sha1').update(text).digest('hex');
 
@@ -46,24 +49,6 @@ function program(algorithm, capacity, intervalNs) {
     default:
       throw new RangeError(`${kind} is not available on Redis (it keeps one entry per admission); use sliding_window (same window, O(1)) or gcra`);
   }
-}
-
-/** Whether `client` is node-redis's Cluster (createCluster), whose sendCommand routes by a key. */
-function isNodeRedisCluster(client) {
-  return typeof client.nodeClient === 'function' || typeof client.getSlotMaster === 'function';
-}
-
-/**
- * `(key, args) => reply` over node-redis (createClient or createCluster, v4 and later) or
- * ioredis (Redis or Cluster, whose `call` routes by the script's key itself).
- */
-function sender(client) {
-  if (typeof client?.call === 'function') return (key, args) => client.call(...args);
-  if (typeof client?.sendCommand === 'function') {
-    if (isNodeRedisCluster(client)) return (key, args) => client.sendCommand(key, false, args);
-    return (key, args) => client.sendCommand(args);
-  }
-  throw new TypeError('client must be a connected node-redis (createClient, createCluster) or ioredis (Redis, Cluster) client');
 }
 
 const ON_ERROR = new Set(['local', 'allow', 'deny', 'throw']);

@@ -7,9 +7,11 @@ import {
   keyHash, ready,
   SluiceError, QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, ClosedError,
   CircuitOpenError, UnavailableError,
+  readRateLimits, parseIetf, parseOpenAI, parseAnthropic, parseGitHub, parseRetryAfter, parseDuration, parseList,
+  measureSkew, Pacer, Ticket, MemoryPacerStore, pacer, paced,
 } from 'sluice-limits';
-import type { Algorithm, ChargeOptions, Duration, RateLimitHints, RefundOptions, TimeoutReason } from 'sluice-limits';
-import { RedisStore } from 'sluice-limits/redis';
+import type { Algorithm, ChargeOptions, Duration, RateLimitHints, RefundOptions, TimeoutReason, RateLimitReading, ServerLimit, PacedFetch, PacerLimitState } from 'sluice-limits';
+import { RedisStore, RedisPacerStore } from 'sluice-limits/redis';
 import type { RedisDecision } from 'sluice-limits/redis';
 import { createClient, createCluster } from 'redis';
 import { Redis, Cluster } from 'ioredis';
@@ -131,6 +133,29 @@ export async function main(): Promise<void> {
     await store.refund('k', 1, { ago: '1s' });
   }
 
+  // Paced clients and the limit fields.
+  const reading: RateLimitReading = readRateLimits(new Headers({ ratelimit: '"a";r=1' }), { now: Date.now(), skewMs: null });
+  const firstLimit: ServerLimit | undefined = reading.limits[0];
+  const family: 'ietf' | 'openai' | 'anthropic' | 'github' | null = reading.family;
+  const ietfLimits: ServerLimit[] = parseIetf('"a";q=1;w=1', null);
+  const get = (name: string): string | null => (name ? null : null);
+  const providerLimits: ServerLimit[] = [...parseOpenAI(get), ...parseAnthropic(get, 0, 0), ...parseGitHub(get, 0)];
+  const waits: (number | null)[] = [parseRetryAfter('1', 0), parseDuration('6m0s'), measureSkew(null, 0)];
+  const sf = parseList('"a";q=1');
+  const p = pacer({ limits: { requests: '60/min' }, store: new MemoryPacerStore() });
+  const ticket: Ticket = await p.acquire({ cost: { tokens: 10 }, signal: AbortSignal.timeout(1000) });
+  await ticket.observe(new Response(null));
+  await ticket.reconcile({ tokens: 5 });
+  await ticket.abandon();
+  const scheduled: number = await p.schedule(async () => 7, { cost: { tokens: 1 } });
+  const seen: PacerLimitState | undefined = (await p.state()).limits['ietf:a'];
+  const pacedFetch: PacedFetch = paced(fetch, { usage: 'openai', pacer: new Pacer() });
+  await pacedFetch('https://example.invalid/', { method: 'POST', cost: { tokens: 100 } });
+  const fleet = pacer({ store: new RedisPacerStore({ client: nodeRedis, key: 'pace:api', ttl: 60000 }) });
+  const pacedLimits: unknown = [pacedFetch.pacer, fleet, firstLimit, family, ietfLimits, providerLimits, waits, sf, scheduled, seen];
+
+  // @ts-expect-error: usage is 'openai', 'anthropic' or a function
+  paced(fetch, { usage: 'gemini' });
   // @ts-expect-error: rate is a string such as "10/s"
   new RateLimiter({ capacity: 1, rate: 10 });
   // @ts-expect-error: priority is high, normal or low
@@ -149,5 +174,5 @@ export async function main(): Promise<void> {
   perUser.charge(5);
   // @ts-expect-error: ALGORITHMS is read-only
   ALGORITHMS.sort();
-  void [n, ok, fetchLimited, cleared, counts, idle, forgiven, bothForgiven, keyForgiven, doubled, one, wrapped, s, r2, parts, u, lim, ran, byKey, sizes, ra, state, called, names, hashed, d];
+  void [n, ok, fetchLimited, cleared, counts, idle, forgiven, bothForgiven, keyForgiven, doubled, one, wrapped, s, r2, parts, u, lim, ran, byKey, sizes, ra, state, called, names, hashed, d, pacedLimits];
 }
