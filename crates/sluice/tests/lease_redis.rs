@@ -783,3 +783,56 @@ fn a_steady_load_on_a_leased_key_admits_the_rate() {
         );
     });
 }
+
+/// Slices of many keys given back at once (the gateway stopping, or the sweeper finding a
+/// batch of them past their deadline) go to Redis in one pipeline: one round trip for all of
+/// them, counted by a proxy between the store and Redis, rather than one per key. Each is
+/// settled all the same: what was not spent is free again.
+#[test]
+fn slices_of_many_keys_are_given_back_in_one_round_trip() {
+    let Some(server) = server() else { return };
+    block_on(async {
+        use sluice::store::Store;
+        const KEYS: usize = 32;
+        let proxy = support::proxy::LossyProxy::start(server.port()).await;
+        let algorithm = AnyAlgorithm::new(
+            Kind::Gcra,
+            Quota::new(100, Rate::from_interval_ns(3_600_000_000_000).unwrap()).unwrap(),
+        );
+        let config = RedisConfig::new(proxy.url())
+            .prefix(format!("lease-many-{}", std::process::id()))
+            .on_error(OnError::Deny)
+            .timeout(Duration::from_secs(5))
+            // Slices that outlast the test: only the give-back under test settles them.
+            .lease(LeaseConfig {
+                min: 10,
+                ..LeaseConfig::new(LeaseSize::Tokens(10), Duration::from_secs(30))
+            });
+        let store = RedisStore::connect(algorithm, config).await.unwrap();
+        for k in 0..KEYS {
+            let d = store.check(&format!("k{k}"), 1).await.unwrap();
+            assert_eq!(d.remaining, 99, "key k{k} took a slice of 10 and spent one");
+        }
+        let before = proxy.flights();
+        store.give_back_leases().await;
+        let flights = proxy.flights() - before;
+        println!("{KEYS} keys' slices given back in {flights} round trip(s)");
+        assert!(
+            flights <= 2,
+            "{KEYS} keys' slices given back in {flights} round trips"
+        );
+        // Each key owes only the token it spent: the other nine are free again.
+        let direct = RedisStore::connect(
+            algorithm,
+            RedisConfig::new(server.url())
+                .prefix(format!("lease-many-{}", std::process::id()))
+                .on_error(OnError::Deny),
+        )
+        .await
+        .unwrap();
+        for k in 0..KEYS {
+            let d = direct.peek(&format!("k{k}")).await.unwrap();
+            assert_eq!(d.remaining, 99, "key k{k} after its slice was given back");
+        }
+    });
+}
