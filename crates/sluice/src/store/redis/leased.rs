@@ -17,6 +17,11 @@ use crate::store::redis::script::Program;
 use crate::store::redis::store::{limited, nanos, Inner, RedisStore, Settings};
 use crate::store::Origin;
 
+/// The most give-backs in one pipeline: each pipeline is one round trip under the store's
+/// timeout, which a pipeline of every key a busy gateway holds could outlast (Redis runs a
+/// few hundred thousand lease scripts a second), marking Redis down at the gateway's stop.
+const GIVE_BACK_BATCH: usize = 1024;
+
 impl RedisStore {
     /// Gives back the slices past their deadline every lease `ttl`, while the store lives.
     pub(crate) fn sweep_leases(&self) {
@@ -44,9 +49,9 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// Gives back the slices past their deadline (with `all`, every slice held) to Redis, all
-    /// in one pipeline: one round trip however many keys (the gateway stopping, or a batch
-    /// of slices past their deadline at a sweep).
+    /// Gives back the slices past their deadline (with `all`, every slice held) to Redis in
+    /// pipelines of [`GIVE_BACK_BATCH`]: one round trip for up to that many keys (the gateway
+    /// stopping, or a batch of slices past their deadline at a sweep).
     pub(crate) async fn give_back(&self, all: bool) {
         let Some(leases) = &self.leases else { return };
         let due = leases.due(tokio::time::Instant::now(), all);
@@ -90,14 +95,19 @@ impl Inner {
             return;
         }
         // Unanswered: Redis settles each lease when it expires, as all spent.
-        let now = self.clock.now_ns();
-        if let Ok(answers) = self
-            .round_trip_many(script, &cmds, now, Program::granted)
-            .await
+        for (cmds, unspent_of) in cmds
+            .chunks(GIVE_BACK_BATCH)
+            .zip(unspent_of.chunks(GIVE_BACK_BATCH))
         {
-            for (granted, unspent) in answers.into_iter().zip(unspent_of) {
-                if !granted.found {
-                    leases.metrics.lost.increment(unspent);
+            let now = self.clock.now_ns();
+            if let Ok(answers) = self
+                .round_trip_many(script, cmds, now, Program::granted)
+                .await
+            {
+                for (granted, &unspent) in answers.into_iter().zip(unspent_of) {
+                    if !granted.found {
+                        leases.metrics.lost.increment(unspent);
+                    }
                 }
             }
         }
