@@ -13,11 +13,9 @@
 //! from `a - ttl` (a slice taken under a quota is spent until its deadline) to `b`, plus the
 //! refill over `[a, b]` at the fastest rate in force at each moment, plus what the key still
 //! owes at `b` (a charge may take it below empty), plus what was refunded within the window (a
-//! refund gives tokens back now), plus the tokens the gateways' slices had left at each quota
-//! change from `a - ttl` to `b`. That last term is a known excess, not a rule: a change of
-//! quota counts the slices held as spent at once (`lua/stamp.lua`), so their tokens start to
-//! refill while their holders may still spend them, up to the lease's ttl. The quotas in force
-//! for the key are its own, while it has one, else every gateway's policy quota. Each gateway
+//! refund gives tokens back now). The quotas in force for the key are its own, while it has
+//! one, else every gateway's policy quota, and the quota its value was last written under (it
+//! refills at that one's rate until a script under another rewrites it). Each gateway
 //! spends a slice only until its local deadline (the lease's ttl less the store's margin, from
 //! the moment it asked), as `RedisStore` does.
 
@@ -151,12 +149,15 @@ fn algorithm(q: usize) -> AnyAlgorithm {
 struct InForce(Vec<(u64, u64, u64)>);
 
 impl InForce {
-    /// The quotas in force from `at`: the key's own if it has one, else every policy's.
-    fn set(&mut self, at: u64, policies: &[usize], own: Option<usize>) {
-        let quotas: Vec<(u64, u64)> = match own {
+    /// The quotas in force from `at`: the key's own if it has one, else every policy's; and
+    /// the quota its value in Redis was last written under (`stamp`), at whose rate it refills
+    /// until a script under another rewrites it.
+    fn set(&mut self, at: u64, policies: &[usize], own: Option<usize>, stamp: Option<(u64, u64)>) {
+        let mut quotas: Vec<(u64, u64)> = match own {
             Some(q) => vec![QUOTAS[q]],
             None => policies.iter().map(|&q| QUOTAS[q]).collect(),
         };
+        quotas.extend(stamp);
         let capacity = quotas.iter().map(|q| q.0).max().unwrap_or(0);
         let interval = quotas.iter().map(|q| q.1).min().unwrap_or(u64::MAX);
         self.0.push((at, capacity, interval));
@@ -190,14 +191,12 @@ impl InForce {
 
 /// Every window of `admitted` (times, one entry per token, sorted) within the bound, given
 /// the quotas in force, what the key owed (`owed`: time, tokens beyond empty) at each window's
-/// end, the refunds (`refunded`: time, tokens) and the quota changes (`changes`: time, tokens
-/// the gateways' slices had left then).
+/// end and the refunds (`refunded`: time, tokens).
 fn within_bound(
     admitted: &[u64],
     owed: &[(u64, u64)],
     in_force: &InForce,
     refunded: &[(u64, u64)],
-    changes: &[(u64, u64)],
 ) -> Result<(), String> {
     let ttl = TTL.as_nanos() as u64;
     for i in 0..admitted.len() {
@@ -216,15 +215,10 @@ fn within_bound(
                 .sum();
             let capacity = in_force.capacity(a.saturating_sub(ttl), b);
             let refill = in_force.refill(a, b);
-            let held: u64 = changes
-                .iter()
-                .filter(|&&(t, _)| t + ttl >= a && t <= b)
-                .map(|&(_, n)| n)
-                .sum();
-            let allowed = capacity + refill + at_end + back + held;
+            let allowed = capacity + refill + at_end + back;
             if count > allowed {
                 return Err(format!(
-                    "{count} admissions within {} ms, the bound allows {allowed} (capacity {capacity}, refill {refill}, {at_end} owed, {back} refunded, {held} held at a quota change)",
+                    "{count} admissions within {} ms, the bound allows {allowed} (capacity {capacity}, refill {refill}, {at_end} owed, {back} refunded)",
                     (b - a) / 1_000_000
                 ));
             }
@@ -234,10 +228,15 @@ fn within_bound(
 }
 
 /// The tokens the key owes beyond empty at `now`, its slices counted as owed (a looser
-/// bound), read from its value in Redis: `<stamp>|<full again at> <leases>...`.
-async fn owed_now(conn: &mut redis::aio::MultiplexedConnection, key: &str, now: u64) -> u64 {
+/// bound), read from its value in Redis: `<stamp>|<full again at> <leases>...`; and the
+/// stamp's quota (capacity, interval).
+async fn owed_now(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    now: u64,
+) -> (u64, Option<(u64, u64)>) {
     let value: Option<String> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
-    let Some(value) = value else { return 0 };
+    let Some(value) = value else { return (0, None) };
     let (stamp, state) = value.split_once('|').unwrap();
     let mut stamp = stamp.split(':').skip(1).map(|n| n.parse::<u64>().unwrap());
     let (capacity, interval) = (stamp.next().unwrap(), stamp.next().unwrap());
@@ -248,7 +247,8 @@ async fn owed_now(conn: &mut redis::aio::MultiplexedConnection, key: &str, now: 
         .filter_map(|l| l.split(':').nth(1)?.parse::<u64>().ok())
         .sum();
     let owed = full_at.saturating_sub(now) + held * interval;
-    owed.saturating_sub(capacity * interval).div_ceil(interval)
+    let beyond = owed.saturating_sub(capacity * interval).div_ceil(interval);
+    (beyond, Some((capacity, interval)))
 }
 
 async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
@@ -259,6 +259,7 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
         // The schedule's steps, not Redis's speed, are under test: a loaded machine must not
         // turn a slow answer into an error.
         .timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5))
         .lease(LeaseConfig::new(LeaseSize::Tokens(4), TTL));
     // One store per gateway, the last one deciding per request (it leases nothing).
     let mut stores = Vec::new();
@@ -290,10 +291,10 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
     let mut now = unix_ns();
     let mut real = std::time::Instant::now();
     let mut in_force = InForce::default();
-    in_force.set(0, &policies, own);
+    let mut stamp: Option<(u64, u64)> = None;
+    in_force.set(0, &policies, own, stamp);
     let mut admitted: Vec<u64> = Vec::new();
     let mut refunded: Vec<(u64, u64)> = Vec::new();
-    let mut changes: Vec<(u64, u64)> = Vec::new();
     // (time, tokens owed beyond empty) after each step.
     let mut owed: Vec<(u64, u64)> = Vec::new();
     let mut takes = 0;
@@ -416,13 +417,11 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
                 refunded.push((now, cost));
             }
             Op::Requota { gw, q } => {
-                let left = slices.iter().map(|s| s.left).sum();
-                changes.push((now, left));
                 policies[gw] = q;
                 stores[gw]
                     .reconfigure(algorithm(q), 0, Duration::ZERO, 1000)
                     .unwrap();
-                in_force.set(now, &policies, own);
+                in_force.set(now, &policies, own, stamp);
             }
             Op::Override { q } => {
                 let hash = format!("{prefix}:overrides");
@@ -444,16 +443,19 @@ async fn run(ops: Vec<Op>, server: &RedisServer, case: u64) -> (usize, u64) {
                 for store in &stores {
                     store.overrides().await.unwrap();
                 }
-                let left = slices.iter().map(|s| s.left).sum();
-                changes.push((now, left));
                 own = q;
-                in_force.set(now, &policies, own);
+                in_force.set(now, &policies, own, stamp);
                 stores[0].check_at("k", 0, now).await.unwrap();
             }
             Op::Advance { ms } => now += ms * 1_000_000,
         }
-        owed.push((now, owed_now(&mut raw, &redis_key, now).await));
-        if let Err(e) = within_bound(&admitted, &owed, &in_force, &refunded, &changes) {
+        let (beyond, written) = owed_now(&mut raw, &redis_key, now).await;
+        owed.push((now, beyond));
+        if written != stamp {
+            stamp = written;
+            in_force.set(now, &policies, own, stamp);
+        }
+        if let Err(e) = within_bound(&admitted, &owed, &in_force, &refunded) {
             panic!("{context}: {e}; admissions (ms from the first): {:?}", {
                 let first = admitted.first().copied().unwrap_or(0);
                 admitted
