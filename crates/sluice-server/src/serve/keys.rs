@@ -138,13 +138,8 @@ pub async fn set(
             )
         }
     };
+    // A leased policy's key takes its slices on its own quota (the store's leases follow it).
     if let Backend::Redis(s) = p.backend() {
-        if s.config().leasing().is_some() {
-            return problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                &format!("policy `{name}` is leased: its slices are granted under the policy's quota, so its keys take no quota of their own"),
-            );
-        }
         if let Err(e) = s.supports_quota(quota) {
             return problem(
                 StatusCode::UNPROCESSABLE_ENTITY,

@@ -2,6 +2,10 @@
 //! forwards the next request carrying `EVALSHA`, waits until Redis has answered it (so the
 //! script ran), and then closes both connections instead of forwarding the answer. The store
 //! then cannot know whether its decision was made.
+//!
+//! It also counts the store's round trips carrying scripts: a flight is what the store sends
+//! with `EVALSHA` in it before Redis answers any of it, so that N commands sent one at a time
+//! are N flights and N commands in one pipeline are one.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +17,7 @@ pub struct LossyProxy {
     port: u16,
     armed: Arc<AtomicBool>,
     lost: Arc<AtomicU64>,
+    flights: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -23,14 +28,21 @@ impl LossyProxy {
         let port = listener.local_addr().unwrap().port();
         let armed = Arc::new(AtomicBool::new(false));
         let lost = Arc::new(AtomicU64::new(0));
+        let flights = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn({
-            let (armed, lost) = (Arc::clone(&armed), Arc::clone(&lost));
+            let (armed, lost, flights) =
+                (Arc::clone(&armed), Arc::clone(&lost), Arc::clone(&flights));
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let Ok(server) = TcpStream::connect(("127.0.0.1", redis_port)).await else {
                         continue;
                     };
-                    tokio::spawn(pipe(client, server, Arc::clone(&armed), Arc::clone(&lost)));
+                    let counts = Counts {
+                        armed: Arc::clone(&armed),
+                        lost: Arc::clone(&lost),
+                        flights: Arc::clone(&flights),
+                    };
+                    tokio::spawn(pipe(client, server, counts));
                 }
             }
         });
@@ -38,6 +50,7 @@ impl LossyProxy {
             port,
             armed,
             lost,
+            flights,
             task,
         }
     }
@@ -55,6 +68,18 @@ impl LossyProxy {
     pub fn lost(&self) -> u64 {
         self.lost.load(Ordering::SeqCst)
     }
+
+    /// How many flights carrying `EVALSHA` the store sent so far, over all its connections.
+    pub fn flights(&self) -> u64 {
+        self.flights.load(Ordering::SeqCst)
+    }
+}
+
+/// What one connection's forwarding counts into, shared with the proxy.
+struct Counts {
+    armed: Arc<AtomicBool>,
+    lost: Arc<AtomicU64>,
+    flights: Arc<AtomicU64>,
 }
 
 impl Drop for LossyProxy {
@@ -64,12 +89,19 @@ impl Drop for LossyProxy {
 }
 
 /// Forwards both ways until either side closes, or until an armed request was answered.
-async fn pipe(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, lost: Arc<AtomicU64>) {
+async fn pipe(client: TcpStream, server: TcpStream, counts: Counts) {
+    let Counts {
+        armed,
+        lost,
+        flights,
+    } = counts;
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let losing = AtomicBool::new(false);
+    // Whether Redis answered since the store last sent a script: the next one starts a flight.
+    let answered = AtomicBool::new(true);
     let up = async {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -78,7 +110,11 @@ async fn pipe(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, lost
                 Ok(n) => n,
             };
             let chunk = &buf[..n];
-            if chunk.windows(7).any(|w| w == b"EVALSHA") && armed.swap(false, Ordering::SeqCst) {
+            let script = chunk.windows(7).any(|w| w == b"EVALSHA");
+            if script && answered.swap(false, Ordering::SeqCst) {
+                flights.fetch_add(1, Ordering::SeqCst);
+            }
+            if script && armed.swap(false, Ordering::SeqCst) {
                 // Set before the request leaves: its answer cannot come back earlier.
                 losing.store(true, Ordering::SeqCst);
             }
@@ -98,6 +134,7 @@ async fn pipe(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, lost
                 lost.fetch_add(1, Ordering::SeqCst);
                 return;
             }
+            answered.store(true, Ordering::SeqCst);
             if client_write.write_all(&buf[..n]).await.is_err() {
                 return;
             }

@@ -74,19 +74,22 @@ local function muldiv_up(a, b, c)
   return q
 end
 -- A state written under family f, capacity n and interval i (window w = n * i), as it stands
--- now, rolled as the Rust core rolls it: {debt} for gcra (0 <= debt, beyond w in debt), {left, count} for
--- fw, {left, previous, current} for sw (0 < left <= w, counts at most n); nil if unreadable.
+-- now, rolled as the Rust core rolls it: {debt, leases, leased} for gcra (0 <= debt, beyond w
+-- in debt; the text of its leases, gcra_state.lua, and their tokens in ns of i), {left, count}
+-- for fw, {left, previous, current} for sw (0 < left <= w, counts at most n); nil if
+-- unreadable.
 local function saved(f, n, i, body)
   local w = n * i
   local e, a, b
-  local leased = 0
+  local leased, leases = 0, ''
   if f == 'gcra' then
-    -- Leases outstanding (gcra_state.lua) count as spent now: their holders read the key under
-    -- the old quota, and whatever they give back later finds no lease of theirs.
     local rest
     e, rest = string.match(body, '^(%d+)(.*)$')
     if rest then
-      for k in string.gmatch(rest, ' %w+:(%d+):%d+') do leased = leased + tonumber(k) end
+      for l, k in string.gmatch(rest, '( %w+:(%d+):%d+)') do
+        leased = leased + tonumber(k)
+        leases = leases .. l
+      end
       -- Slices settled at their expiry stay settled as spent: a conversion forgets them.
       local unread = string.gsub(string.gsub(rest, ' %w+:%d+:%d+', ''), ' %w+=%d+=%d+', '')
       if unread ~= '' then e = nil end
@@ -100,7 +103,7 @@ local function saved(f, n, i, body)
   local es, en = split(e)
   local d = (es - s) * E9 + (en - nn) -- end - now
   -- A gcra key may owe more than its window: the debt a charge left (see debt.lua).
-  if f == 'gcra' then return {math.min(math.max(d, 0) + leased * i, TWO53)} end
+  if f == 'gcra' then return {math.min(math.max(d, 0), TWO53), leases, leased * i} end
   a = math.min(tonumber(a), n)
   if d > 0 then
     if f == 'fw' then return {math.min(d, w), a} end
@@ -127,15 +130,23 @@ end
 -- counts it in a window of its own that starts now (a whole window: never sooner back than
 -- the core's fresh window would give it, often later).
 local function converted(f, n, i, st)
+  if f == 'gcra' and FAMILY ~= 'gcra' then
+    -- A window keeps no leases: the tokens they hold count as spent now.
+    st = {math.min(st[1] + st[3], TWO53)}
+  end
   if f == FAMILY then
     if n == cap and i == interval then return st end
     if f == 'gcra' then
+      -- Leases outstanding (gcra_state.lua) stay held, token for token, under this quota:
+      -- their tokens are withheld until their holders give them back or they expire, as
+      -- under the old one. Counted as spent now instead, they would refill while their
+      -- holders still spend them.
       if st[1] > n * i then
         -- In debt: what it owes beyond empty, in the new rate's time (rounded up), stays owed.
-        return {math.min(W + muldiv_up(st[1] - n * i, interval, i), TWO53)}
+        return {math.min(W + muldiv_up(st[1] - n * i, interval, i), TWO53), st[2]}
       end
       local level = muldiv(n * i - st[1], interval, i)
-      return {W - math.min(level, W)}
+      return {W - math.min(level, W), st[2]}
     end
     if f == 'fw' then return {math.min(st[1], W), math.max(0, st[2] + cap - n)} end
     -- Whole tokens before: n - current - ceil(previous * left / w). The previous window
@@ -156,7 +167,16 @@ end
 local function put(st)
   local body, idle
   if FAMILY == 'gcra' then
-    body, idle = end_string(st[1]), st[1]
+    -- The key lives until its leases could have expired and their tokens been repaid.
+    local leases, last = st[2] or '', 0
+    idle = st[1]
+    for k, e in string.gmatch(leases, ' %w+:(%d+):(%d+)') do
+      local es, en = split(e)
+      local left = (es - s) * E9 + (en - nn)
+      if left > last then last = left end
+      idle = idle + tonumber(k) * interval
+    end
+    body, idle = end_string(st[1]) .. leases, idle + last
   elseif FAMILY == 'fw' then
     body, idle = end_string(st[1]) .. ' ' .. st[2], st[1]
   else

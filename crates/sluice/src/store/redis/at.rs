@@ -1,5 +1,6 @@
 //! Decisions at a time the caller names, bypassing the denial cache and the failure policy:
-//! for conformance tests and replays, which drive the scripts on their own clock.
+//! for conformance tests and replays, which drive the scripts on their own clock. Each runs
+//! under the key's own quota if it has one, as the store's own decisions do.
 
 use std::time::Duration;
 
@@ -25,15 +26,12 @@ impl RedisStore {
     ) -> Result<(), Error> {
         let inner = &*self.inner;
         let settings = inner.settings();
-        let cmd = settings.program.refund_command(
-            &inner.config.prefix,
-            key,
-            cost,
-            nanos(ago),
-            Some(unix_ns),
-        );
+        let own = inner.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
+        let cmd =
+            program.refund_command(&inner.config.prefix, key, cost, nanos(ago), Some(unix_ns));
         inner
-            .run_direct(settings.program.script(), &cmd, false)
+            .run_direct(program.script(), &cmd, false)
             .await
             .map(drop)
     }
@@ -55,16 +53,10 @@ impl RedisStore {
     ) -> Result<u64, Error> {
         let inner = &*self.inner;
         let settings = inner.settings();
-        let cmd = settings.program.charge_command(
-            &inner.config.prefix,
-            key,
-            cost,
-            max_debt,
-            Some(unix_ns),
-        );
-        let reply = inner
-            .run_direct(settings.program.script(), &cmd, cost > 0)
-            .await?;
+        let own = inner.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
+        let cmd = program.charge_command(&inner.config.prefix, key, cost, max_debt, Some(unix_ns));
+        let reply = inner.run_direct(program.script(), &cmd, cost > 0).await?;
         let taken = Program::charged(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })?;
@@ -82,13 +74,11 @@ impl RedisStore {
         let inner = &*self.inner;
         let settings = inner.settings();
         ensure_cost(&settings, cost)?;
-        let cmd = settings
-            .program
-            .command(&inner.config.prefix, key, cost, Some(unix_ns));
-        let reply = inner
-            .run_direct(settings.program.script(), &cmd, cost > 0)
-            .await?;
-        settings.program.decision(&reply).ok_or(Error::Unavailable {
+        let own = inner.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
+        let cmd = program.command(&inner.config.prefix, key, cost, Some(unix_ns));
+        let reply = inner.run_direct(program.script(), &cmd, cost > 0).await?;
+        program.decision(&reply).ok_or(Error::Unavailable {
             retry_after: inner.config.retry_interval,
         })
     }
@@ -113,12 +103,14 @@ impl RedisStore {
     ) -> Result<(u64, u64), Error> {
         let inner = &*self.inner;
         let settings = inner.settings();
+        let own = inner.overrides.program(key);
+        let program = own.as_deref().unwrap_or(&settings.program);
         let unavailable = Error::Unavailable {
             retry_after: inner.config.retry_interval,
         };
         let (Some(script), Some(cmd)) = (
-            settings.program.lease_script(),
-            settings.program.lease_command(
+            program.lease_script(),
+            program.lease_command(
                 &inner.config.prefix,
                 key,
                 (id, new_id),

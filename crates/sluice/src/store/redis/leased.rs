@@ -17,6 +17,11 @@ use crate::store::redis::script::Program;
 use crate::store::redis::store::{limited, nanos, Inner, RedisStore, Settings};
 use crate::store::Origin;
 
+/// The most give-backs in one pipeline: each pipeline is one round trip under the store's
+/// timeout, which a pipeline of every key a busy gateway holds could outlast (Redis runs a
+/// few hundred thousand lease scripts a second), marking Redis down at the gateway's stop.
+const GIVE_BACK_BATCH: usize = 1024;
+
 impl RedisStore {
     /// Gives back the slices past their deadline every lease `ttl`, while the store lives.
     pub(crate) fn sweep_leases(&self) {
@@ -44,7 +49,9 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// Gives back the slices past their deadline (with `all`, every slice held) to Redis.
+    /// Gives back the slices past their deadline (with `all`, every slice held) to Redis in
+    /// pipelines of [`GIVE_BACK_BATCH`]: one round trip for up to that many keys (the gateway
+    /// stopping, or a batch of slices past their deadline at a sweep).
     pub(crate) async fn give_back(&self, all: bool) {
         let Some(leases) = &self.leases else { return };
         let due = leases.due(tokio::time::Instant::now(), all);
@@ -52,19 +59,17 @@ impl Inner {
             return;
         }
         let settings = self.settings();
+        // Every program's lease script is the same script (one text, one hash): the pipeline
+        // loads it once if Redis lacks it.
+        let Some(script) = settings.program.lease_script() else {
+            return;
+        };
+        let mut cmds = Vec::with_capacity(due.len());
+        let mut unspent_of = Vec::with_capacity(due.len());
         for (key, generation, spent, unspent) in due {
             // Under the stamp the slice was taken under: the key's own quota, if it has one.
             let own = self.overrides.program(&key);
             let program = own.as_deref().unwrap_or(&settings.program);
-            let Some(script) = program.lease_script() else {
-                return;
-            };
-            if unspent > 0 {
-                leases.metrics.expired.increment(1);
-                leases.metrics.unspent.increment(unspent);
-            } else {
-                leases.metrics.returned.increment(1);
-            }
             let id = leases.slice_id(generation);
             let Some(cmd) = program.lease_command(
                 &self.config.prefix,
@@ -75,15 +80,35 @@ impl Inner {
                 0,
                 None,
             ) else {
-                return;
+                continue;
             };
-            // Unanswered: Redis settles the lease when it expires, as all spent.
+            if unspent > 0 {
+                leases.metrics.expired.increment(1);
+                leases.metrics.unspent.increment(unspent);
+            } else {
+                leases.metrics.returned.increment(1);
+            }
+            cmds.push(cmd);
+            unspent_of.push(unspent);
+        }
+        if cmds.is_empty() {
+            return;
+        }
+        // Unanswered: Redis settles each lease when it expires, as all spent.
+        for (cmds, unspent_of) in cmds
+            .chunks(GIVE_BACK_BATCH)
+            .zip(unspent_of.chunks(GIVE_BACK_BATCH))
+        {
             let now = self.clock.now_ns();
-            let answer = self
-                .round_trip(script, &cmd, now, false, Program::granted)
-                .await;
-            if matches!(answer, Ok(g) if !g.found) {
-                leases.metrics.lost.increment(unspent);
+            if let Ok(answers) = self
+                .round_trip_many(script, cmds, now, Program::granted)
+                .await
+            {
+                for (granted, &unspent) in answers.into_iter().zip(unspent_of) {
+                    if !granted.found {
+                        leases.metrics.lost.increment(unspent);
+                    }
+                }
             }
         }
     }

@@ -105,6 +105,60 @@ impl Conn {
         }
     }
 
+    /// Runs the `EVALSHA`s `cmds` of `script` in one round trip: one pipeline to one server
+    /// or the Sentinels' master; in a Cluster (whose pipelines hold one slot, and these keys
+    /// are in many) each as [`Conn::run`], all sent at once, so that those of one node share
+    /// its connection's flight. Those that found the script missing (`NOSCRIPT`: they did not
+    /// run) are sent once more after loading it; nothing else is sent twice (see
+    /// [`Conn::run`]). Each command's reply, in order. The caller bounds the whole by its
+    /// timeout. Never for admissions: the Sentinels' wait for replicas is not made here.
+    pub(crate) async fn run_many(
+        &self,
+        cmds: &[Cmd],
+        script: &Script,
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        if let Conn::Cluster(_) = self {
+            let each = cmds.iter().map(|cmd| self.run(cmd, script, false));
+            return Ok(futures_util::future::join_all(each).await);
+        }
+        let mut replies = self.query_many(cmds).await?;
+        let missing: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::NoScriptError))
+            .collect();
+        if !missing.is_empty() {
+            self.load(script).await?;
+            let again: Vec<Cmd> = missing.iter().map(|&i| cmds[i].clone()).collect();
+            for (i, reply) in missing.into_iter().zip(self.query_many(&again).await?) {
+                replies[i] = reply;
+            }
+        }
+        Ok(replies)
+    }
+
+    /// `cmds` in one pipeline (one server, or the Sentinels' master; in a Cluster all sent at
+    /// once); each reply, a server error as an error.
+    async fn query_many(&self, cmds: &[Cmd]) -> RedisResult<Vec<RedisResult<Value>>> {
+        let mut pipe = redis::Pipeline::with_capacity(cmds.len());
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        let replies = match self {
+            Conn::Single(c) => c.clone().req_packed_commands(&pipe, 0, cmds.len()).await?,
+            Conn::Sentinel(link) => link.query_many(&pipe, cmds.len()).await?,
+            Conn::Cluster(_) => {
+                let each = cmds.iter().map(|cmd| self.query(cmd));
+                return Ok(futures_util::future::join_all(each).await);
+            }
+        };
+        Ok(replies
+            .into_iter()
+            .map(|reply| match reply {
+                Value::ServerError(e) => Err(e.into()),
+                reply => Ok(reply),
+            })
+            .collect())
+    }
+
     /// Asks one server `PING` before a probe's decision (one server only; a Cluster's
     /// client reconnects to each node by itself). After Redis came back, the first request
     /// only finds the old connection broken (which starts a new one): `PING` decides nothing,

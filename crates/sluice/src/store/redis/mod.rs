@@ -149,7 +149,8 @@
 //! `ttl` less a margin, counted from before the call left: Redis counts it from later) passes.
 //! Slices are sized between [`LeaseConfig::min`] and the ceiling: doubled when one runs out
 //! early, halved when one expires unspent. A sweeper gives back slices past their deadline, and
-//! [`RedisStore::give_back_leases`] all of them when the gateway stops.
+//! [`RedisStore::give_back_leases`] all of them when the gateway stops: the slices of every
+//! key due at once go in one pipeline, one round trip however many keys.
 //!
 //! In Redis a key's value carries its leases beside its debt (`lua/gcra_state.lua`). The rule
 //! that makes leases exact: **a slice's tokens are withheld from everyone else when it is taken,

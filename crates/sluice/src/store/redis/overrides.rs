@@ -22,7 +22,8 @@
 //! seen the change reads the key under the old quota and converts it back, which can only
 //! lose tokens: two quotas alternating on a key never give it more than either allows.
 //!
-//! Leased policies take no overrides: a slice is granted under the policy's quota.
+//! On a leased policy a key with a quota of its own takes its slices on that quota, and gives
+//! them back under its stamp (`leased.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

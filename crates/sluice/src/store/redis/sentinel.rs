@@ -278,6 +278,20 @@ impl SentinelLink {
         Ok((master, reply))
     }
 
+    /// `count` commands in one pipeline on the master.
+    pub(crate) async fn query_many(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let master = self.current()?;
+        master
+            .conn
+            .clone()
+            .req_packed_commands(pipe, 0, count)
+            .await
+    }
+
     /// Loads `script` into the master.
     pub(crate) async fn load(&self, script: &Script) -> RedisResult<()> {
         let master = self.current()?;

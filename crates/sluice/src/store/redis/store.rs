@@ -467,6 +467,45 @@ impl Inner {
         admission: bool,
         read: impl FnOnce(&redis::Value) -> Option<T>,
     ) -> Result<T, Unanswered> {
+        self.exchange(now, |conn| conn.run(cmd, script, admission), read)
+            .await
+    }
+
+    /// [`Inner::round_trip`] of the lease commands `cmds` of `script` (given back, nothing
+    /// admitted) in one pipeline (see [`Conn::run_many`]): each reply read with `read`. One
+    /// round trip whatever their number; an error or a reply `read` rejects, for any of them,
+    /// is a failure as in [`Inner::round_trip`].
+    pub(crate) async fn round_trip_many<T>(
+        &self,
+        script: &redis::Script,
+        cmds: &[redis::Cmd],
+        now: u64,
+        read: impl Fn(&redis::Value) -> Option<T>,
+    ) -> Result<Vec<T>, Unanswered> {
+        self.exchange(
+            now,
+            |conn| conn.run_many(cmds, script),
+            |replies: &Vec<redis::RedisResult<redis::Value>>| {
+                replies
+                    .iter()
+                    .map(|reply| reply.as_ref().ok().and_then(&read))
+                    .collect()
+            },
+        )
+        .await
+    }
+
+    /// One exchange with Redis, `run` on the connection the gate gives, its reply read with
+    /// `read`, under the timeout and the health bookkeeping of [`Inner::round_trip`].
+    async fn exchange<'c, R: std::fmt::Debug, T, F>(
+        &'c self,
+        now: u64,
+        run: impl FnOnce(&'c Conn) -> F,
+        read: impl FnOnce(&R) -> Option<T>,
+    ) -> Result<T, Unanswered>
+    where
+        F: std::future::Future<Output = redis::RedisResult<R>>,
+    {
         let (conn, probe) = match self.health.gate(now) {
             Gate::Use(conn) => (conn, false),
             Gate::Probe(conn) => (conn, true),
@@ -482,7 +521,7 @@ impl Inner {
             if probe {
                 conn.ping().await?;
             }
-            conn.run(cmd, script, admission).await
+            run(conn).await
         };
         let reply = tokio::time::timeout_at(deadline, run).await;
         let error = match reply {
