@@ -2,10 +2,11 @@
 //!
 //! A connection starts here. Each request head is read with `sluice_http::wire`; a plain
 //! HTTP/1.1 request without a body, or with a `Content-Length` of at most
-//! [`h1::MAX_BODY`], whose route allows it ([`Gateway::takes_bytes`]) is
+//! [`h1::MAX_BODY`], or with a chunked body that came whole with its head, whose route allows it ([`Gateway::takes_bytes`]) is
 //! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
 //! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
-//! anything else (a chunked body or a longer one, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
+//! anything else (a body over 64 KiB, a chunked one not come whole with its head, another
+//! transfer coding, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
 //! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream, any
 //! request while `[telemetry]` traces) ends the loop: hyper serves the rest
 //! of the connection, reading first the bytes read here ([`Prefixed`]).
@@ -47,7 +48,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_byte_path_handovers_total",
         metrics::Unit::Count,
-        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body or one over 64 KiB, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body not come whole with its head, a body over 64 KiB, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
     );
 }
 
