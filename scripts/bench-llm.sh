@@ -128,28 +128,7 @@ nginx_start proxy "
         }
     }"
 mkdir -p "$WORK/haproxy"
-cat > "$WORK/haproxy/haproxy.cfg" <<CONF
-global
-  nbthread 2
-  maxconn 9000
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  timeout http-keep-alive 60s
-  option http-keep-alive
-  option forwardfor
-frontend fe
-  bind 127.0.0.1:$HA
-  stick-table type ip size 1m expire 60s store http_req_rate(1s)
-  http-request track-sc0 src
-  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 100000000 }
-  default_backend be
-backend be
-  http-reuse always
-  server up 127.0.0.1:$UP maxconn 2000
-CONF
+haproxy_limiter_cfg "$HA" "$UP" > "$WORK/haproxy/haproxy.cfg"
 "$HAPROXY" -db -f "$WORK/haproxy/haproxy.cfg" 2>"$WORK/haproxy/log" &
 PIDS+=($!)
 HAPID=$!
