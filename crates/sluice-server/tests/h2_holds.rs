@@ -233,25 +233,21 @@ async fn stalled_request_bodies_hold_no_upstream_connection() {
 }
 
 /// 2 connections granting no stream window (SETTINGS_INITIAL_WINDOW_SIZE = 0) × 20 `GET`s of
-/// a 3-byte answer: the heads come, the bodies cannot.
+/// a 3-byte answer, one after the other's head: the heads come, the bodies cannot.
 async fn zero_window(port: u16, upstream: &Holder) -> Seen {
     let started = Instant::now();
-    let mut heads = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..2 {
-        let (mut client, _) = h2_connect(port, Some(0)).await.unwrap();
-        for _ in 0..20 {
-            client = client.ready().await.unwrap();
-            let (response, _) = client
-                .send_request(request(port, "GET", "/small"), true)
-                .unwrap();
-            heads.push(response);
-        }
-        clients.push(client);
+        clients.push(h2_connect(port, Some(0)).await.unwrap().0);
     }
     let mut statuses = Vec::new();
     let mut bodies = Vec::new();
-    for response in heads {
+    for i in 0..40 {
+        let client = clients[i % 2].clone();
+        let mut client = client.ready().await.unwrap();
+        let (response, _) = client
+            .send_request(request(port, "GET", "/small"), true)
+            .unwrap();
         match tokio::time::timeout(Duration::from_secs(5), response).await {
             Ok(Ok(r)) => {
                 statuses.push(r.status().as_u16());
@@ -279,9 +275,10 @@ async fn zero_window(port: u16, upstream: &Holder) -> Seen {
 
 /// A small answer is read whole from the upstream before it is sent, and its upstream
 /// connection is free again while the client grants no window for it, as nginx buffers
-/// answers: 40 such streams on a budget of 20 upstream connections are all answered 200 and
-/// the ordinary client is served. Before, each stalled stream held its upstream connection
-/// until `send_timeout`: 20 took the budget, the rest and the ordinary client got 503.
+/// answers: 40 such streams, one after another, on a budget of 20 upstream connections are
+/// all answered 200 and the ordinary client is served. Before, each stalled stream held its
+/// upstream connection until `send_timeout`: 20 took the budget, the rest and the ordinary
+/// client got 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_without_window_holds_no_upstream_connection() {
     let up = Holder::start().await;
