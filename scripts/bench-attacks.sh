@@ -367,7 +367,7 @@ done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 col() { # key column -> the samples of that column, one a line
-  printf '%s' "${S[$1]}" | awk -v c="$2" 'NF {print $c}'
+  printf '%s' "${S[$1]:-}" | awk -v c="$2" 'NF {print $c}'
 }
 # nan: no request was answered in that round.
 median() { sort -g | awk '{v[NR] = $1} END { m = NR ? v[int((NR + 1) / 2)] : "nan"; print (m == "nan" ? "–" : m) }'; }
@@ -380,9 +380,9 @@ fig() { # key column -> median (min–max)
   echo "$(col "$1" "$2" | median)$(col "$1" "$2" | spread)"
 }
 growth() { # key -> median of peak - before, MiB
-  printf '%s' "${S[$1]}" | awk 'NF {printf "%.1f\n", ($6 - $5) / 1024}' | median
+  printf '%s' "${S[$1]:-}" | awk 'NF {printf "%.1f\n", ($6 - $5) / 1024}' | median
 }
-before() { printf '%s' "${S[$1]}" | awk 'NF {printf "%.1f\n", $5 / 1024}' | median; }
+before() { printf '%s' "${S[$1]:-}" | awk 'NF {printf "%.1f\n", $5 / 1024}' | median; }
 row() { # attack
   local s="sluice:$1" n="nginx:$1"
   printf '| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s |\n' "$1" \
