@@ -33,7 +33,8 @@
 # TRIES (default 6) times. Prints a Markdown section on stdout; raw outputs
 # (h2load, the attacker, sluice's counters) go to $OUT. ATTACKS="a b ..." runs only those
 # (`baseline` is the row without attack); BUILD=0 uses the binaries already built (in
-# $CARGO_TARGET_DIR/release, or target/release).
+# $CARGO_TARGET_DIR/release, or target/release). NGINX_CONNECTIONS (default 200) is nginx's
+# worker_connections, per worker.
 # Needs h2load (nghttp2-client), nginx with HTTP/2 (nginx-light), prlimit (util-linux), curl,
 # and a Python with `websockets` (target/pyenv, made by scripts/test, or PYTHON=...).
 set -euo pipefail
@@ -41,6 +42,8 @@ set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}
 RATE=${RATE:-100}
+# nginx's worker_connections (per worker, client and upstream sockets together).
+NGINX_CONNECTIONS=${NGINX_CONNECTIONS:-200}
 RAMP=1
 NOISE=${NOISE:-30}
 TRIES=${TRIES:-6}
@@ -206,7 +209,7 @@ nginx_conf "$WORK/nginx" "
     location /ws/ { proxy_pass http://127.0.0.1:$WS; proxy_http_version 1.1;
       proxy_set_header Upgrade \$http_upgrade; proxy_set_header Connection \$connection_upgrade;
       proxy_read_timeout 5s; proxy_send_timeout 3s; }
-  }" 2 200
+  }" 2 "$NGINX_CONNECTIONS"
 
 GW_PID=
 start_gateway() { # sluice|nginx
@@ -425,8 +428,8 @@ HTTP/1.1 keep-alive to the upstreams.
   \`max_upstream_per_connection = 32\`, \`max_requests_per_connection = 1000\`, \`send_timeout\` and
   \`client_body_timeout = "3s"\`, \`keep_alive_timeout = "5s"\` (also the idle limit of a WebSocket tunnel),
   \`header_read_timeout = "10s"\`, \`h2c = true\` on its one listener.
-- nginx: \`worker_processes 2\`, \`worker_connections 200\` (per worker, client and upstream connections together:
-  2 × 200 = 400, the 200 client and 200 upstream sockets sluice may hold; an idle client needs one slot, so up to 400 idle
+- nginx: \`worker_processes 2\`, \`worker_connections $NGINX_CONNECTIONS\` (per worker, client and upstream connections together:
+  2 × $NGINX_CONNECTIONS = $((2 * NGINX_CONNECTIONS)); sluice may hold 200 client and 200 upstream sockets; an idle client needs one slot, so up to $((2 * NGINX_CONNECTIONS)) idle
   clients fit), \`listen ... http2 reuseport\` (h2c) and a second \`listen ... reuseport\` for HTTP/1.1 (the HTTP/1.1
   attacks: WebSocket, slowloris, slow body, pipelining), \`keepalive_timeout 5s\`, \`keepalive_requests 1000\`, \`send_timeout 3s\`, \`client_body_timeout 3s\`,
   \`client_header_timeout 10s\`, \`http2_max_concurrent_streams 128\`, upstream \`keepalive 16\`; the WebSocket location:
