@@ -1,9 +1,9 @@
 //! The bodies of the gateway: [`Body`], the response body (the upstream's, streamed or read
-//! whole when small, or one of our own), which holds the request's concurrency slots until it is dropped (after the last
-//! byte is sent) and fails with [`UpstreamStalled`] when the upstream's stalls for longer than
-//! `upstream_read_timeout`; and [`RequestBody`], the request body on its way upstream, cut
-//! short with a [`BodyError`] when it grows past `max_body` or stalls for longer than
-//! `client_body_timeout`.
+//! whole when small, or one of our own), which holds the request's concurrency slots until it
+//! is dropped (after the last byte is sent) and fails with [`UpstreamStalled`] when the
+//! upstream's stalls for longer than `upstream_read_timeout`; and [`RequestBody`], the request
+//! body on its way upstream, cut short with a [`BodyError`] when it grows past `max_body` or
+//! stalls for longer than `client_body_timeout`.
 
 use std::collections::VecDeque;
 use std::future::Future as _;

@@ -1,10 +1,10 @@
 //! The main listener's client connections, counted against `server.max_connections` across
 //! every worker. When every place is taken, the connection that has been idle the longest (no
-//! request in flight, no tunnel, not closing already) is asked to close gracefully and the new
-//! one takes its place, as nginx reuses its idle keep-alive connections when it runs out of
-//! them: clients that leave their connections idle (an HTTP/2 client that cancelled its
-//! streams and answers only pings) cannot keep new ones out until `keep_alive_timeout`. With
-//! none idle, the new connection is refused.
+//! request in flight, no request head begun, no tunnel, not closing already) is asked to
+//! close gracefully and the new one takes its place, as nginx reuses its idle keep-alive
+//! connections when it runs out of them: clients that leave their connections idle (an
+//! HTTP/2 client that cancelled its streams and answers only pings) cannot keep new ones out
+//! until `keep_alive_timeout`. With none idle, the new connection is refused.
 //!
 //! Each open connection's [`Exchange`] is listed here (weakly) by its [`Counted`] place, which
 //! takes it off the list when dropped.
