@@ -24,15 +24,17 @@
 # Upstreams, shared by both gateways and every run: nginx `return 200` (`/`, the ordinary
 # requests), the slow upstream of h2_attack (`/slow/MS`, answered after MS ms) and the Python
 # WebSocket echo server of the tests (`/ws/`). nginx's plain HTTP/2 needs a port of its own
-# (`listen ... http2`), so the WebSocket attack goes to its HTTP/1.1 port (same server block,
-# same workers); sluice serves both on one listener.
+# (`listen ... http2`), so the HTTP/1.1 attacks (WebSocket, slowloris, slow body, pipelining) go
+# to its HTTP/1.1 port (same server block, same workers); sluice serves both on one listener.
 #
 # Before each run it waits while rustc runs (another build would take the CPU from the
 # measurement; WAIT_FOR_RUSTC=0: it does not), and a run during which anything else (h2load and
 # this script included) took more than NOISE (default 30) % of a core is done again, up to
 # TRIES (default 6) times. Prints a Markdown section on stdout; raw outputs
 # (h2load, the attacker, sluice's counters) go to $OUT. ATTACKS="a b ..." runs only those
-# (`baseline` is the row without attack); BUILD=0 uses the binaries already in target/release.
+# (`baseline` is the row without attack); BUILD=0 uses the binaries already built (in
+# $CARGO_TARGET_DIR/release, or target/release). NGINX_CONNECTIONS (default 200) is nginx's
+# worker_connections, per worker.
 # Needs h2load (nghttp2-client), nginx with HTTP/2 (nginx-light), prlimit (util-linux), curl,
 # and a Python with `websockets` (target/pyenv, made by scripts/test, or PYTHON=...).
 set -euo pipefail
@@ -40,6 +42,8 @@ set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}
 RATE=${RATE:-100}
+# nginx's worker_connections (per worker, client and upstream sockets together).
+NGINX_CONNECTIONS=${NGINX_CONNECTIONS:-200}
 RAMP=1
 NOISE=${NOISE:-30}
 TRIES=${TRIES:-6}
@@ -50,7 +54,9 @@ NGINX=${NGINX:-/usr/sbin/nginx}
 H2LOAD=${H2LOAD:-h2load}
 PYTHON=${PYTHON:-$ROOT/target/pyenv/bin/python}
 NOFILE=656 # 2 x max_connections (200) + 256
-ALL_ATTACKS="baseline batched-rapid-reset paced-rapid-reset made-you-reset continuation hpack-bomb stream-cap settings-flood ping-flood zero-window cancelled-streams websocket upstream-multiplication"
+ALL_ATTACKS="baseline batched-rapid-reset paced-rapid-reset made-you-reset continuation hpack-bomb stream-cap settings-flood ping-flood zero-window cancelled-streams stalled-bodies upstream-multiplication websocket slowloris slow-body pipelining"
+# The attacks that speak HTTP/1.1: to nginx's HTTP/1.1 port (sluice serves both on one).
+HTTP1_ATTACKS=" websocket slowloris slow-body pipelining "
 read -r -a LIST <<<"${ATTACKS:-$ALL_ATTACKS}"
 
 # free_port, wait_port
@@ -91,8 +97,10 @@ wait_quiet() { # another build takes the CPU: wait for it
   done
 }
 
-SLUICE=$ROOT/target/release/sluice
-ATTACKER=$ROOT/target/release/examples/h2_attack
+# Cargo's target directory, as cargo itself picks it.
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+SLUICE=$TARGET/release/sluice
+ATTACKER=$TARGET/release/examples/h2_attack
 if [ "${BUILD:-1}" = 1 ]; then
   echo "building sluice and the attack driver (release)..." >&2
   (cd "$ROOT" && cargo build --release -q -p sluice-server --bin sluice --example h2_attack)
@@ -201,7 +209,7 @@ nginx_conf "$WORK/nginx" "
     location /ws/ { proxy_pass http://127.0.0.1:$WS; proxy_http_version 1.1;
       proxy_set_header Upgrade \$http_upgrade; proxy_set_header Connection \$connection_upgrade;
       proxy_read_timeout 5s; proxy_send_timeout 3s; }
-  }" 2 200
+  }" 2 "$NGINX_CONNECTIONS"
 
 GW_PID=
 start_gateway() { # sluice|nginx
@@ -269,7 +277,7 @@ run_one() { # server attack
   t0=$(date +%s.%N)
   if [ "$attack" != baseline ]; then
     local target=$port
-    [ "$attack" = websocket ] && target=$ws_port
+    [[ "$HTTP1_ATTACKS" == *" $attack "* ]] && target=$ws_port
     "$ATTACKER" "$attack" "$target" $((RAMP + SECS + 20)) > "$WORK/attack.out" 2>&1 &
     apid=$!
     sleep "$RAMP"
@@ -362,7 +370,7 @@ done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 col() { # key column -> the samples of that column, one a line
-  printf '%s' "${S[$1]}" | awk -v c="$2" 'NF {print $c}'
+  printf '%s' "${S[$1]:-}" | awk -v c="$2" 'NF {print $c}'
 }
 # nan: no request was answered in that round.
 median() { sort -g | awk '{v[NR] = $1} END { m = NR ? v[int((NR + 1) / 2)] : "nan"; print (m == "nan" ? "–" : m) }'; }
@@ -375,9 +383,9 @@ fig() { # key column -> median (min–max)
   echo "$(col "$1" "$2" | median)$(col "$1" "$2" | spread)"
 }
 growth() { # key -> median of peak - before, MiB
-  printf '%s' "${S[$1]}" | awk 'NF {printf "%.1f\n", ($6 - $5) / 1024}' | median
+  printf '%s' "${S[$1]:-}" | awk 'NF {printf "%.1f\n", ($6 - $5) / 1024}' | median
 }
-before() { printf '%s' "${S[$1]}" | awk 'NF {printf "%.1f\n", $5 / 1024}' | median; }
+before() { printf '%s' "${S[$1]:-}" | awk 'NF {printf "%.1f\n", $5 / 1024}' | median; }
 row() { # attack
   local s="sluice:$1" n="nginx:$1"
   printf '| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s |\n' "$1" \
@@ -420,10 +428,10 @@ HTTP/1.1 keep-alive to the upstreams.
   \`max_upstream_per_connection = 32\`, \`max_requests_per_connection = 1000\`, \`send_timeout\` and
   \`client_body_timeout = "3s"\`, \`keep_alive_timeout = "5s"\` (also the idle limit of a WebSocket tunnel),
   \`header_read_timeout = "10s"\`, \`h2c = true\` on its one listener.
-- nginx: \`worker_processes 2\`, \`worker_connections 200\` (per worker, client and upstream connections together:
-  2 × 200 = 400, the 200 client and 200 upstream sockets sluice may hold; an idle client needs one slot, so up to 400 idle
-  clients fit), \`listen ... http2 reuseport\` (h2c) and a second \`listen ... reuseport\` for HTTP/1.1 (the WebSocket
-  attack), \`keepalive_timeout 5s\`, \`keepalive_requests 1000\`, \`send_timeout 3s\`, \`client_body_timeout 3s\`,
+- nginx: \`worker_processes 2\`, \`worker_connections $NGINX_CONNECTIONS\` (per worker, client and upstream connections together:
+  2 × $NGINX_CONNECTIONS = $((2 * NGINX_CONNECTIONS)); sluice may hold 200 client and 200 upstream sockets; an idle client needs one slot, so up to $((2 * NGINX_CONNECTIONS)) idle
+  clients fit), \`listen ... http2 reuseport\` (h2c) and a second \`listen ... reuseport\` for HTTP/1.1 (the HTTP/1.1
+  attacks: WebSocket, slowloris, slow body, pipelining), \`keepalive_timeout 5s\`, \`keepalive_requests 1000\`, \`send_timeout 3s\`, \`client_body_timeout 3s\`,
   \`client_header_timeout 10s\`, \`http2_max_concurrent_streams 128\`, upstream \`keepalive 16\`; the WebSocket location:
   \`proxy_http_version 1.1\`, \`Upgrade\` and \`Connection\` passed on, \`proxy_read_timeout 5s\` (the idle limit).
 - Upstreams: nginx \`return 200\` for \`/\`; h2_attack's slow upstream for \`/slow/MS\` (answered after MS ms); the tests'

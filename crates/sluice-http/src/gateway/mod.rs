@@ -135,9 +135,15 @@ pub struct Gateway {
     tunnel_idle: Option<Duration>,
 }
 
-/// How much of a body of unknown length (chunked) is read before the request is forwarded: a
-/// body that ends within it is checked whole (size, gaps) before the upstream sees a byte.
+/// How much of a request body is read before the request is forwarded (and takes an
+/// upstream connection): a body that ends within it is checked whole (size, gaps) before the
+/// upstream sees a byte, and one that stalls within it holds no upstream connection.
 pub const READ_AHEAD: u64 = 64 * 1024;
+
+/// The longest upstream answer to an HTTP/2 stream (by its declared length) read whole
+/// before it is sent, as nginx's `proxy_buffers` hold one: its upstream connection is free
+/// again while the client takes it. A longer answer, or one of unknown length, streams.
+pub const READ_SMALL_ANSWER: u64 = 64 * 1024;
 
 impl Gateway {
     /// A gateway over `routes`, believing `X-Forwarded-For` from `trusted`, with no limit on
@@ -238,6 +244,7 @@ impl Gateway {
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let multiplexed = request.version() == Version::HTTP_2;
         // The body's limit is the route's, set once the route is known.
         let mut request = request.map(|body| RequestBody::new(body, u64::MAX, self.body_timeout));
         // A reservation computed from the body: read it whole (within the route's max_body,
@@ -309,11 +316,12 @@ impl Gateway {
             // A gRPC call's request body is a stream of messages whose sender may wait for
             // answers before it sends more (client and bidirectional streaming): it goes
             // upstream as it comes, still cut at max_body and timed between reads.
-            let checked = if protocol != Protocol::Grpc
-                && !http_body::Body::is_end_stream(body)
-                && http_body::Body::size_hint(body).exact().is_none()
-            {
-                // Unknown length: read what a small body needs before the upstream sees it.
+            let checked = if protocol != Protocol::Grpc && !http_body::Body::is_end_stream(body) {
+                // Up to READ_AHEAD of any body is read before the request takes an upstream
+                // connection, as nginx reads a body before it connects: a small body is
+                // checked whole (size, gaps) before the upstream sees a byte, and a body that
+                // does not come holds no upstream connection while it stalls (it is answered
+                // 408 at client_body_timeout without reaching one).
                 body.read_ahead(READ_AHEAD.min(max_body.saturating_add(1)))
                     .await
                     .err()
@@ -358,6 +366,22 @@ impl Gateway {
                 },
             );
         }
+        // A small answer to an HTTP/2 stream is read whole before it is sent, freeing its
+        // upstream connection from a client slow to take it: a stream's flow-control window
+        // holds the answer in the gateway, where over HTTP/1.1 the socket's send buffer takes
+        // a small one at once. (A gRPC answer streams with its trailers, a tunnel has none.)
+        let forwarded = match forwarded {
+            Ok(response)
+                if multiplexed && protocol != Protocol::Grpc && protocol != Protocol::Ws =>
+            {
+                let (head, body) = response.into_parts();
+                Ok(Response::from_parts(
+                    head,
+                    body.read_small(READ_SMALL_ANSWER).await,
+                ))
+            }
+            other => other,
+        };
         let (mut response, outcome) = match forwarded {
             Ok(response) => {
                 let outcome =

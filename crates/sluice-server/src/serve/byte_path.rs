@@ -136,6 +136,8 @@ where
                 read = io.read_buf(&mut buf) => read,
                 // An idle connection closes at once; a head under way is read to its end.
                 _ = stop.wait_for(|s| *s), if idle => return Left::Closed,
+                // Its place given to a new connection (`capacity`), or closing for its own reasons.
+                _ = exchange.drained(), if idle => return Left::Closed,
             };
             match read {
                 Ok(0) | Err(_) => return Left::Closed,

@@ -83,6 +83,9 @@ pub struct Exchange {
     tunnel: AtomicBool,
     /// HTTP/2: bytes read while idle are not the start of a request head.
     multiplexed: AtomicBool,
+    /// Bytes of a request head (or of a TLS handshake, or an HTTP/2 preface) have been read
+    /// and the head is not complete yet: the connection is not idle.
+    mid_head: AtomicBool,
 }
 
 impl Default for Exchange {
@@ -111,6 +114,7 @@ impl Exchange {
             origin: Instant::now(),
             tunnel: AtomicBool::new(false),
             multiplexed: AtomicBool::new(false),
+            mid_head: AtomicBool::new(false),
         }
     }
 
@@ -120,6 +124,7 @@ impl Exchange {
     #[must_use = "the request is over when the guard is dropped"]
     pub fn start(self: &Arc<Self>) -> Ongoing {
         self.started.fetch_add(1, Ordering::Relaxed);
+        self.mid_head.store(false, Ordering::Relaxed);
         let n = self
             .requests
             .fetch_add(1, Ordering::Relaxed)
@@ -152,6 +157,21 @@ impl Exchange {
                 .increment(1);
             self.drain.notify_one();
         }
+    }
+
+    /// When the connection went idle, if it may be reclaimed for a new one: no request in
+    /// flight or under way (a head begun), no tunnel, not closing already.
+    pub(crate) fn idle_since_if_reclaimable(&self) -> Option<Instant> {
+        let idle = !self.busy()
+            && !self.mid_head.load(Ordering::Relaxed)
+            && !self.tunnel.load(Ordering::Relaxed)
+            && !self.draining.load(Ordering::Relaxed);
+        idle.then(|| self.idle_since())
+    }
+
+    /// Asks the idle connection to close gracefully, giving its place to a new one.
+    pub(crate) fn reclaim(&self) {
+        self.close_gracefully("reclaimed");
     }
 
     /// Whether the connection is to close gracefully (after the response in flight).
@@ -372,7 +392,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_connections_closed_early_total",
         metrics::Unit::Count,
-        "Client connections of the main listener closed gracefully before the client was done, by `reason`: `max_requests` (server.max_requests_per_connection requests sent) or `cancelled` (more than half of at least 64 requests cancelled by the client before their response: Rapid Reset)."
+        "Client connections of the main listener closed gracefully before the client was done, by `reason`: `max_requests` (server.max_requests_per_connection requests sent), `cancelled` (more than half of at least 64 requests cancelled by the client before their response: Rapid Reset) or `reclaimed` (idle, its place given to a new connection while server.max_connections were open)."
     );
     metrics::describe_counter!(
         "sluice_connection_timeouts_total",
@@ -403,11 +423,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for EdgeIo<S> {
             }
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
+                    let multiplexed = this.exchange.multiplexed.load(Ordering::Relaxed);
+                    if !multiplexed && !this.exchange.busy() {
+                        this.exchange.mid_head.store(true, Ordering::Relaxed);
+                    }
                     if let Phase::Idle(ended) = this.current_phase() {
                         // The first bytes of the next request: its head is timed from here.
                         // HTTP/2 reads frames between requests too: the idle clock runs on
                         // until a stream opens (the service marks the connection busy).
-                        if !this.exchange.multiplexed.load(Ordering::Relaxed) {
+                        if !multiplexed {
                             this.phase = Phase::Head(ended);
                             this.read_armed = false;
                         }

@@ -10,7 +10,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,39 +32,12 @@ use tokio::sync::watch;
 use crate::config::ServerConfig;
 use crate::runtime::state::Shared;
 use crate::serve::byte_path::{self, Connection, Left, Prefixed};
+use crate::serve::capacity::Counted;
 use crate::serve::conn::{EdgeIo, Ending, Exchange, Http1Only, Timeouts};
 use crate::serve::ids::{request_id, trace_id};
 use crate::serve::stall::{self, EdgeExecutor};
 
 pub use sluice_http::h1::X_REQUEST_ID;
-
-/// Open client connections on the main listener, across every worker.
-static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// One open client connection, counted in [`OPEN_CONNECTIONS`] and `sluice_connections_open`
-/// until it is dropped (when its connection task ends, for whatever reason).
-struct Counted {
-    open: metrics::Gauge,
-}
-
-impl Counted {
-    /// Counts one more connection, unless `max` are open already.
-    fn admit(max: usize, open: &metrics::Gauge) -> Option<Counted> {
-        if OPEN_CONNECTIONS.fetch_add(1, Ordering::Relaxed) >= max {
-            OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        open.increment(1.0);
-        Some(Counted { open: open.clone() })
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
-        self.open.decrement(1.0);
-    }
-}
 
 /// Gives the connection metrics their help text.
 pub fn describe_metrics() {
@@ -374,7 +346,8 @@ async fn accept_loop(
             upstream_timeouts = upstream;
             proxy.set_timeouts(upstream.0, upstream.1);
         }
-        let Some(counted) = Counted::admit(max_connections, &open) else {
+        let exchange = Arc::new(Exchange::new(max_requests));
+        let Some(counted) = Counted::admit(max_connections, &open, &exchange) else {
             // Closed at once: its descriptor is back before the next accept.
             refused.increment(1);
             drop(stream);
@@ -385,7 +358,6 @@ async fn accept_loop(
             max_header_bytes = current;
             protocols = Arc::new(Protocols::new(max_header_bytes));
         }
-        let exchange = Arc::new(Exchange::new(max_requests));
         let for_task = Arc::clone(&exchange);
         let send_timeout = timeouts.send;
         // The connection's shares of the upstream sockets, made at its first HTTP/2 request.
@@ -650,7 +622,8 @@ pub(super) fn identify<B>(
 /// The `sluice::access` line of one request on the main listener. `took` is its `ms`: from
 /// the request's head, read, to its answer's head, ready to be sent (the decision, any wait
 /// in a queue, the upstream's time to its head; not the body's transfer, which may go on
-/// after the line, and may fail). Both paths write the line of every request that reached a
+/// after the line, and may fail; an answer of up to 64 KiB to an HTTP/2 stream, read whole
+/// before it is sent, to its end). Both paths write the line of every request that reached a
 /// decision, with the status sent.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn access_log(

@@ -16,7 +16,7 @@
 //!   get the new certificate, those open keep theirs; a pair that does not load refuses the
 //!   reload.
 //!
-//! The room of the gateway and admin listeners ([`gateway`], [`conn`], [`stall`], [`admin`],
+//! The room of the gateway and admin listeners ([`gateway`], `capacity`, [`conn`], [`stall`], [`admin`],
 //! [`policies`], [`keys`], [`explain`]) and of the process that starts every listener
 //! ([`run()`]). What more than one listener needs (the runtime, the shared state, reload
 //! changes) lives below, in [`crate::runtime`]; nothing here is imported by a room beneath
@@ -24,6 +24,7 @@
 
 pub mod admin;
 mod byte_path;
+mod capacity;
 pub mod conn;
 pub mod demo;
 pub mod explain;
