@@ -276,10 +276,10 @@ async fn three_gateways_keep_the_bound_across_quota_changes_and_an_override_and_
         started + Duration::from_secs(3),
     );
     eprintln!("after the rate went from 100/s to 200/s: {after:.1}/s admitted");
-    assert!(
-        after >= 0.9 * 200.0,
-        "the new rate is not in force: {after:.1}/s"
-    );
+    // The old rate could give at most 100/s and what is left of a burst of 50 over these
+    // 2.5 s (120/s): above 150/s, the new rate is in force. (On a loaded machine the three
+    // debug gateways may answer fewer than the 400/s offered, so 200/s itself is no bound.)
+    assert!(after >= 150.0, "the new rate is not in force: {after:.1}/s");
     admitted.extend(doubled);
 
     // The key's own quota, set on one gateway: the others read it within a second.
