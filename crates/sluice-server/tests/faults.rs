@@ -315,7 +315,7 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
     let load = tokio::spawn(drive(
         gw.url("/api/x"),
         100,
-        started + Duration::from_secs(20),
+        started + Duration::from_secs(26),
         |i| vec![("x-k", format!("k{}", i % 30))],
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -350,8 +350,9 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
         denied > 0,
         "the dead master's keys follow on_error: {all}\n{log}"
     );
-    // Recovered: from some instant within 15 s of the kill, every request (over 3 s at least,
-    // so every key several times) is decided on Redis.
+    // Recovered: from some instant within 15 s of the kill, or within 5 s of the replica's
+    // promotion when the cluster itself took longer (a loaded machine slows its election),
+    // every request (over 3 s at least, so every key several times) is decided on Redis.
     let last_denial = sent
         .iter()
         .filter(|s| s.status() != Some(StatusCode::OK))
@@ -359,9 +360,11 @@ async fn a_cluster_that_loses_a_master_follows_on_error_then_recovers() {
         .max()
         .unwrap();
     let recovered_after = last_denial.saturating_duration_since(killed);
+    let promoted_after =
+        promoted_after.expect("a replica took the dead master's place within 20 s");
     assert!(
-        recovered_after <= Duration::from_secs(15),
-        "still denying {recovered_after:?} after the kill: {all}\n{log}"
+        recovered_after <= Duration::from_secs(15).max(promoted_after + Duration::from_secs(5)),
+        "still denying {recovered_after:?} after the kill, the replica promoted {promoted_after:?} after it: {all}\n{log}"
     );
     let after: Vec<_> = sent.iter().filter(|s| s.at > last_denial).collect();
     assert!(
