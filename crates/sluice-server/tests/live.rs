@@ -141,11 +141,18 @@ async fn lower_then_raise(store: &str) {
         new_admitted <= bound,
         "{new_admitted} admitted after lowering to 10, bound {bound:.2}"
     );
-    // The key had far more than 10 left: it keeps 10, less what the (at most 3) requests in
-    // flight at the swap took under the old quota.
+    // The key keeps what it had left, at most 10, less what the (at most 3) requests in flight
+    // at the swap took under the old quota. It had 100 (and 1/min since) less what the old
+    // quota admitted: on a loaded machine the change may come late enough to leave it fewer
+    // than 10.
+    let old_admitted = all
+        .iter()
+        .filter(|(_, status, q)| *status == 200 && q != q10)
+        .count() as f64;
+    let left = (100.0 - old_admitted).clamp(0.0, 10.0);
     assert!(
-        new_admitted >= 7.0,
-        "only {new_admitted} admitted after lowering to 10: the key lost tokens"
+        new_admitted >= left - 3.0,
+        "only {new_admitted} admitted after lowering to 10, where the key had {left} left ({old_admitted} admitted before): the key lost tokens"
     );
     // Raised: no reset (the bucket stays as empty as it was), the new capacity in force.
     let r = put(&gw, "/v1/policies/api", r#"{"capacity": 50}"#, None).await;
