@@ -76,3 +76,9 @@ pub use limit::{RateLimit, RateLimitLayer};
 pub use policy::{Policy, PolicyBuilder, PolicyError};
 pub use retry::{Retry, RetryLayer};
 pub use route::{Protocol, Route, RouteTable, Upstream};
+
+/// The README's examples, run as doc tests (here, where every crate they use is at hand:
+/// sluice, sluice-core, sluice-http, tower, tokio).
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

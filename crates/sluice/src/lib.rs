@@ -30,8 +30,3 @@ pub use limiter::{Acquire, AcquireOptions, Limiter};
 pub use metrics::describe as describe_metrics;
 pub use pool::{Pool, PoolError, PoolPermit, Throttle};
 pub use sluice_core::queue::Priority;
-
-/// The README's examples, run as doc tests.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
