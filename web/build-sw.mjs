@@ -4,16 +4,25 @@
 //
 //   node web/build-sw.mjs [--wasm FILE] [--config FILE.json] [--out FILE] [--mode worker|import|module]
 //
-// Defaults: the release build of sluice-wasm, web/sluice.config.json, standard output.
+// Defaults: the release build of sluice-wasm ($CARGO_TARGET_DIR or target/), web/sluice.config.json,
+// standard output.
 
 import { readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-/** Where `cargo build -p sluice-wasm --target wasm32-unknown-unknown --release` puts the module. */
-export const DEFAULT_WASM = join(here, '..', 'target', 'wasm32-unknown-unknown', 'release', 'sluice_wasm.wasm');
+/**
+ * Where `cargo build -p sluice-wasm --target wasm32-unknown-unknown --release` puts the module:
+ * under $CARGO_TARGET_DIR when it is set (as run-tests.sh builds it), else the checkout's target/.
+ */
+export const DEFAULT_WASM = join(
+  resolve(process.env.CARGO_TARGET_DIR || join(here, '..', 'target')),
+  'wasm32-unknown-unknown',
+  'release',
+  'sluice_wasm.wasm',
+);
 export const DEFAULT_CONFIG = join(here, 'sluice.config.json');
 export const SW_SOURCE = join(here, 'sw.js');
 

@@ -16,6 +16,7 @@ export const DEFAULTS = {
   persist_debounce_ms: 150,
   telemetry: { endpoint: '/v1/telemetry', interval_ms: 5000, sample: 1.0 },
   fail: 'open',
+  pace_from_server: false,
 };
 
 /**
@@ -39,6 +40,7 @@ export function normalizeConfig(raw) {
     persist: pick('persist', DEFAULTS.persist),
     persist_debounce_ms: pick('persist_debounce_ms', DEFAULTS.persist_debounce_ms),
     fail: pick('fail', DEFAULTS.fail),
+    pace_from_server: pick('pace_from_server', DEFAULTS.pace_from_server),
     telemetry:
       raw.telemetry === null || raw.telemetry === false
         ? null
@@ -60,6 +62,7 @@ export function normalizeConfig(raw) {
     errors.push('persist_debounce_ms must be a whole number of milliseconds up to 10000');
   }
   if (config.fail !== 'open' && config.fail !== 'closed') errors.push('fail must be "open" or "closed"');
+  if (typeof config.pace_from_server !== 'boolean') errors.push('pace_from_server must be true or false');
   const t = config.telemetry;
   if (t !== null) {
     if (typeof t.endpoint !== 'string' || !t.endpoint.startsWith('/')) errors.push('telemetry.endpoint must be a path starting with "/"');

@@ -9,6 +9,7 @@ import { count } from './telemetry.js';
 import { isRedispatch, requestKey } from './journal.js';
 import { covered, ready, reserveNext, restored, saved, scheduleSave } from './record.js';
 import { sendUpstream } from './upstream.js';
+import { pacing, paceLost, paceTurn } from './pace.js';
 import { wait } from './queue.js';
 import { failedResponse } from './failure.js';
 import { bodySize, flowOf } from './requests.js';
@@ -45,6 +46,23 @@ function decide(event, req, key, size) {
   return offer === null ? { result: 'failed' } : offer;
 }
 
+/**
+ * An admitted request sent from here: with `pace_from_server`, after its turn in pace.js (a
+ * turn past `queue.max_wait_ms` is a 429 `timeout` with the wait the server's fields ask).
+ */
+async function send(event, key, req) {
+  if (!pacing) return sendUpstream(key, req);
+  const turn = await paceTurn(config.queue.max_wait_ms);
+  if (turn.ticket === null) return tooMany('timeout', turn.waitMs);
+  // A tab that closed while its request waited its turn: not sent.
+  if (event.clientId && !(await self.clients.get(event.clientId))) {
+    paceLost(turn.ticket);
+    count((c) => c.cancelled++);
+    return Response.error();
+  }
+  return sendUpstream(key, req, turn.ticket);
+}
+
 /** The slow path: before the bucket is restored, or for a request with a body. */
 async function limited(event, key) {
   const req = event.request;
@@ -69,7 +87,7 @@ async function respond(event, req, key, offer) {
     case 'admitted':
       count((c) => c.admitted++);
       scheduleSave();
-      return sendUpstream(key, req);
+      return send(event, key, req);
     case 'queued': {
       count((c) => c.queued++);
       const queuedAt = performance.now();
@@ -87,7 +105,7 @@ async function respond(event, req, key, offer) {
           c.wait_ms.count++;
           c.wait_ms.max = Math.max(c.wait_ms.max, waited);
         });
-        return sendUpstream(key, req);
+        return send(event, key, req);
       }
       if (outcome.result === 'timeout') return tooMany('timeout', outcome.retryAfterMs);
       if (outcome.result === 'cancelled') {
@@ -143,7 +161,8 @@ export function handle(event) {
       count((c) => c.failed++);
       return undefined;
     }
-    if (offer.result === 'admitted' && covered()) {
+    // Paced, it is sent from here: its response's limit fields are read.
+    if (offer.result === 'admitted' && covered() && !pacing) {
       count((c) => c.admitted++);
       reserveNext();
       event.waitUntil(saved()); // alive until the next block is on disk

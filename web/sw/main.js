@@ -29,6 +29,9 @@
  *   failure.js    `fail` for requests and `sluice:failed` for pages
  *   requests.js   a request's flow (tab) and body size
  *   state.js      GET /sluice/state
+ *   headers.generated.js  the npm package's readers of a response's limit fields (a copy)
+ *   pacing.generated.js   the npm package's pacing step (a copy; web/gen-pacing.mjs)
+ *   pace.js       pacing from the server's limit fields, one state for every tab
  *   upstream.js   an admitted request sent from the worker
  *   fetch.js      the decision and the response for each fetch event
  *   main.js       this file: the lifecycle, the messages, the import form

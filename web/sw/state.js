@@ -10,6 +10,7 @@ import { restoredFrom } from './record.js';
 import { totals } from './telemetry.js';
 import { bodyBytesRead, flowCount } from './requests.js';
 import { config, startedUnixMs, workerId } from './worker.js';
+import { paceSnapshot } from './pace.js';
 
 export const STATE_PATH = '/sluice/state';
 
@@ -26,6 +27,7 @@ export function stateResponse() {
     totals,
     flows: flowCount(),
     body_bytes_read: bodyBytesRead,
+    pacing: paceSnapshot(),
   };
   if (st !== null) {
     Object.assign(body, {

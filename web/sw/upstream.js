@@ -8,6 +8,7 @@
 
 import { enterJournal, journalHasUnsaved, leaveJournal } from './journal.js';
 import { covered, saveNow, scheduleSave } from './record.js';
+import { paceLost, paceResponse } from './pace.js';
 
 // For methods that are not safe the record is written before the request leaves; for these
 // once the request has been in flight for JOURNAL_DELAY_MS (journal.js says why).
@@ -16,13 +17,22 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const JOURNAL_DELAY_MS = 25;
 let journalTimer = null;
 
-export async function sendUpstream(key, req) {
+/**
+ * Sends `req` and answers with its response. With a pacing `ticket` (pace.js), the response's
+ * limit fields are read and the ticket settled, also when no response comes.
+ */
+export async function sendUpstream(key, req, ticket = null) {
   const id = enterJournal(key);
   // A request whose admission the stored record does not count yet waits for a record that does.
   if (!SAFE_METHODS.has(req.method) || !covered()) await saveNow();
   else if (journalTimer === null) journalTimer = setTimeout(journalSlow, JOURNAL_DELAY_MS);
   try {
-    return await fetch(req);
+    const response = await fetch(req);
+    if (ticket !== null) paceResponse(response, ticket);
+    return response;
+  } catch (e) {
+    if (ticket !== null) paceLost(ticket);
+    throw e;
   } finally {
     // The response has started: the browser will not dispatch it again. If it is in the
     // record: take it out.

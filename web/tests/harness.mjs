@@ -286,6 +286,7 @@ export function gatewayToml({ listen, adminListen, upstream, config, maxBody }) 
   ];
   if (config.persist_debounce_ms !== undefined) lines.push(`persist_debounce = "${config.persist_debounce_ms}ms"`);
   if (config.fail !== undefined) lines.push(`fail = ${str(config.fail)}`);
+  if (config.pace_from_server !== undefined) lines.push(`pace_from_server = ${config.pace_from_server}`);
   if (config.telemetry) {
     const t = config.telemetry;
     const sample = Number.isInteger(t.sample) ? t.sample.toFixed(1) : String(t.sample);
@@ -474,6 +475,7 @@ export function testConfig(overrides = {}) {
     persist_debounce_ms: 150,
     telemetry: { endpoint: '/v1/telemetry', interval_ms: 1000, sample: 1.0 },
     fail: 'open',
+    pace_from_server: false,
     ...overrides,
     queue: { depth: 100, max_wait_ms: 10000, ...(overrides.queue || {}) },
   };

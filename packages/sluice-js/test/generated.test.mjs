@@ -14,6 +14,7 @@ import { generatedModule, GENERATED } from '../scripts/gen-redis-scripts.mjs';
 import { generated as cjsFiles, CJS } from '../scripts/gen-cjs.mjs';
 import { PACKAGE, ROOT } from './support.mjs';
 import { WASM_BASE64 } from '../src/core-wasm.generated.js';
+import { COPIES, copyPath, generated as swCopy } from '../../../web/gen-pacing.mjs';
 
 // The inputs of the module, as in crates/sluice-js-wasm/tests/module.rs.
 const INPUTS = [
@@ -86,5 +87,11 @@ test('cjs/ is the CommonJS form of src/ (node scripts/gen-cjs.mjs)', async () =>
 test('the license files of the package are the repository\'s', () => {
   for (const name of ['LICENSE-MIT', 'LICENSE-APACHE']) {
     assert.ok(readFileSync(join(PACKAGE, name)).equals(readFileSync(join(ROOT, name))), `${name} differs from the repository's`);
+  }
+});
+
+test('the Service Worker paces by these rules: web/sw/*.generated.js are src/headers.js and src/pacing.js', () => {
+  for (const copy of COPIES) {
+    assert.equal(readFileSync(copyPath(copy), 'utf8'), swCopy(copy), `web/sw/${copy.to} is stale: run node web/gen-pacing.mjs, then scripts/sw-bundle update`);
   }
 });

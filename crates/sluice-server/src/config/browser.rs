@@ -63,6 +63,9 @@ pub struct BrowserConfig {
     pub telemetry: Option<TelemetryConfig>,
     /// `fail`: what the worker does once its wasm module has failed.
     pub fail: FailMode,
+    /// `pace_from_server`: the worker also paces limited requests from the limit fields of
+    /// their responses (`RateLimit`, `x-ratelimit-*`, `Retry-After`), shared by every tab.
+    pub pace_from_server: bool,
 }
 
 /// `browser.fail`: what a worker whose wasm module did not load or trapped does with the
@@ -114,6 +117,7 @@ impl Default for BrowserConfig {
             persist_debounce_ms: 150,
             telemetry: Some(TelemetryConfig::default()),
             fail: FailMode::Open,
+            pace_from_server: false,
         }
     }
 }
@@ -159,6 +163,7 @@ impl BrowserConfig {
                 "sample": t.sample,
             })),
             "fail": self.fail.name(),
+            "pace_from_server": self.pace_from_server,
         })
     }
 }
@@ -316,6 +321,12 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> BrowserConfig {
             defaults.fail
         }
     };
+    let pace_from_server = boolean(
+        &mut f,
+        "pace_from_server",
+        defaults.pace_from_server,
+        errors,
+    );
     f.finish(errors);
     BrowserConfig {
         path_prefixes,
@@ -329,6 +340,7 @@ pub(super) fn parse(t: &DeTable<'_>, errors: &mut Errors<'_>) -> BrowserConfig {
         persist_debounce_ms: ceil_ms(debounce),
         telemetry,
         fail,
+        pace_from_server,
     }
 }
 
@@ -467,6 +479,7 @@ persist = false
 persist_debounce = "0s"
 telemetry = { endpoint = "/t", interval = "2s", sample = 0.25, limit = { capacity = 3, rate = "1/min" } }
 fail = "closed"
+pace_from_server = true
 "#,
         )
         .unwrap()
@@ -491,6 +504,7 @@ fail = "closed"
         assert_eq!(json["queue"], json!({"depth": 0, "max_wait_ms": 2}));
         assert_eq!(json["max_queued_body_bytes"], 1024);
         assert_eq!(json["fail"], "closed");
+        assert_eq!(json["pace_from_server"], true);
         assert_eq!(
             json["telemetry"],
             json!({"endpoint": "/t", "interval_ms": 2000, "sample": 0.25})
