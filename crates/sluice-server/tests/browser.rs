@@ -28,6 +28,7 @@ persist = false
 persist_debounce = "40ms"
 telemetry = { endpoint = "/v1/telemetry", interval = "2s", sample = 0.5, limit = { capacity = 3, rate = "1/h" } }
 fail = "closed"
+pace_from_server = true
 "#;
 
 /// What the worker is given for [`BROWSER`].
@@ -43,6 +44,7 @@ fn browser_json() -> Value {
         "persist_debounce_ms": 40,
         "telemetry": { "endpoint": "/v1/telemetry", "interval_ms": 2000, "sample": 0.5 },
         "fail": "closed",
+        "pace_from_server": true,
     })
 }
 
