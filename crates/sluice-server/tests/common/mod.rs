@@ -144,9 +144,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A port where nothing listens.
+/// A port where nothing listens, and nothing will: a socket bound to it and never listening
+/// holds it (connections to it are refused) until the test process ends, so that no other
+/// test's server can take it meanwhile.
 pub fn closed_port() -> u16 {
-    free_port()
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    // Held for the process's life on purpose: a few sockets, in a short-lived test process.
+    std::mem::forget(socket);
+    port
 }
 
 /// A running `sluice serve`.
