@@ -71,6 +71,10 @@ fn request_corpus() -> Vec<(&'static str, Vec<u8>)> {
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n".into(),
         ),
         (
+            "chunked POST, bytes no field is made of in its trailers",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\u{ff}\u{ff}\r\n".into(),
+        ),
+        (
             "chunked POST, cut",
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab".into(),
         ),

@@ -306,16 +306,10 @@ pub fn check_request(input: &[u8], run: &ServerRun) -> Result<Vec<String>, Strin
                 wire::Dechunked::Whole { data, len, .. } => (len, Some(data)),
                 wire::Dechunked::Partial => (usize::MAX, None),
                 wire::Dechunked::Broken => {
-                    // Broken chunks: hyper's body must fail, and nothing follows.
-                    return match &seen.body {
-                        Some(Err(_)) => {
-                            verdicts.push("chunks broken".to_owned());
-                            Ok(verdicts)
-                        }
-                        other => Err(format!(
-                            "request {i}: wire finds the chunks broken, hyper's body {other:?}"
-                        )),
-                    };
+                    // Chunks `wire` does not read whole: the byte path hands the connection to
+                    // hyper from this request on, so whatever hyper makes of them stands.
+                    verdicts.push("chunks broken (left to hyper)".to_owned());
+                    return Ok(verdicts);
                 }
             },
             other => return Err(format!("request {i}: wire framing {other:?}")),
