@@ -1,4 +1,8 @@
 //! The gateway handler: route, admit, forward, and label the response.
+//!
+//! One file, past 700 lines: `decide` (the one decision both paths share) and `handle_as`
+//! (hyper's forwarding around it) read as one sequence; the gateway's own answers are in
+//! `answer.rs`, the byte path's forwarding in `h1/`.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};

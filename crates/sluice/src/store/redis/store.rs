@@ -1,4 +1,8 @@
 //! [`RedisStore`]: the [`Store`] over Redis.
+//!
+//! One file, past 700 lines: the store's shared state (`Inner`), its construction and the one
+//! round trip every decision, probe and settlement goes through belong together; the
+//! settlements (`settle.rs`), leases (`leased.rs`), overrides and queues already live beside it.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
