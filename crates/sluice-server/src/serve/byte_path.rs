@@ -101,7 +101,7 @@ where
     let requests = metrics::counter!("sluice_byte_path_requests_total");
     let mut fresh = true;
     loop {
-        let head = loop {
+        let (head, chunked) = loop {
             if !buf.is_empty() {
                 match wire::Request::parse(&buf, max_head) {
                     wire::Request::Plain(head)
@@ -111,14 +111,28 @@ where
                                 Framing::Length(n) => n <= h1::MAX_BODY,
                                 // Taken when it came whole with its head (the usual small
                                 // body): the byte path does not wait for chunks.
-                                Framing::Chunked => matches!(
-                                    wire::dechunk(&buf[head.len..], h1::MAX_BODY as usize),
-                                    wire::Dechunked::Whole { .. }
-                                ),
+                                Framing::Chunked => true,
                                 Framing::UntilClose => false,
                             } =>
                     {
-                        break head
+                        if head.framing != Framing::Chunked {
+                            break (head, None);
+                        }
+                        // Read once here: taken when it came whole with its head.
+                        match wire::dechunk(&buf[head.len..], h1::MAX_BODY as usize) {
+                            wire::Dechunked::Whole {
+                                data,
+                                len,
+                                trailers,
+                            } => {
+                                let data = Bytes::from(data);
+                                break (head, Some((h1::Chunked { data, trailers }, len as u64)));
+                            }
+                            _ => {
+                                handed_over("head");
+                                return Left::Handover { read: buf, fresh };
+                            }
+                        }
                     }
                     wire::Request::Partial => {}
                     _ => {
@@ -145,24 +159,6 @@ where
             }
         };
         let bytes = buf.split_to(head.len).freeze();
-        // A chunked body, read whole above: its content, its bytes still at the start of `buf`.
-        let chunked = match head.framing {
-            Framing::Chunked => match wire::dechunk(&buf, h1::MAX_BODY as usize) {
-                wire::Dechunked::Whole {
-                    data,
-                    len,
-                    trailers,
-                } => Some((
-                    h1::Chunked {
-                        data: Bytes::from(data),
-                        trailers,
-                    },
-                    len as u64,
-                )),
-                _ => None,
-            },
-            _ => None,
-        };
         let Some(mut request) = h1::request(&bytes, &head, std::mem::take(&mut spare)) else {
             handed_over("head");
             return handover(&bytes, buf, fresh);
