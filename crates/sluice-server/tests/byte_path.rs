@@ -241,8 +241,29 @@ async fn exchange(
     head: bool,
     cut: bool,
 ) -> (Vec<Read>, bool) {
+    exchange_in_pieces(port, request, &[], answers, head, cut).await
+}
+
+/// [`exchange`], the request written in pieces: a pause before each offset of `pieces`.
+async fn exchange_in_pieces(
+    port: u16,
+    request: &[u8],
+    pieces: &[usize],
+    answers: usize,
+    head: bool,
+    cut: bool,
+) -> (Vec<Read>, bool) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    stream.write_all(request).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let mut from = 0;
+    for &at in pieces.iter() {
+        stream.write_all(&request[from..at]).await.unwrap();
+        // Long enough for the piece to be read on its own, well within the 100 ms the
+        // byte path waits for the rest of a chunked body.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        from = at;
+    }
+    stream.write_all(&request[from..]).await.unwrap();
     if cut {
         stream.shutdown().await.unwrap();
     }
@@ -410,6 +431,9 @@ struct Case {
     head: bool,
     /// Whether the client closes its side after sending the request.
     cut: bool,
+    /// Offsets in `request` where the client pauses (a few milliseconds) before writing on:
+    /// the request arrives in pieces.
+    pieces: &'static [usize],
     /// Whether what the upstream receives may differ: the byte path sends an idempotent
     /// request again when a pooled connection closes before any answer, as nginx does;
     /// hyper's client does not.
@@ -442,6 +466,7 @@ fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Cas
         bytes,
         head: false,
         cut: false,
+        pieces: &[],
         resent: false,
         statuses: &[],
         upstream_has: &[],
@@ -758,6 +783,48 @@ fn corpus() -> Vec<Case> {
             1,
         )
     });
+    // Chunked bodies written in pieces, as a client encoding as it goes sends them: the
+    // byte path waits for the rest (within 100 ms) and forwards it with a length.
+    const IN_PIECES: &[u8] = b"POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n";
+    cases.push(Case {
+        pieces: &[74, 82, 85],
+        ..case("chunked request in pieces", IN_PIECES.to_vec(), 1, 1)
+    });
+    cases.push(Case {
+        pieces: &[74, 91],
+        ..case(
+            "chunked request in pieces, then a GET",
+            [IN_PIECES.to_vec(), get("/api/r/z", "")].concat(),
+            2,
+            2,
+        )
+    });
+    // Cut after its first chunk: left to hyper, which answers a body cut short.
+    cases.push(Case {
+        pieces: &[74],
+        cut: true,
+        ..case(
+            "chunked request in pieces, cut",
+            IN_PIECES[..82].to_vec(),
+            1,
+            0,
+        )
+    });
+    // Growing past 64 KiB of chunks in pieces: streamed by hyper from what was read.
+    let piece = format!("{:x}\r\n{}\r\n", 20_000, "p".repeat(20_000));
+    cases.push(Case {
+        pieces: &[74, 74 + 20_008, 74 + 2 * 20_008, 74 + 3 * 20_008],
+        ..case(
+            "chunked request in pieces, over 64 KiB",
+            format!(
+                "POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n{}0\r\n\r\n",
+                piece.repeat(4)
+            )
+            .into_bytes(),
+            1,
+            0,
+        )
+    });
     // Left to hyper: a body over 64 KiB, broken chunks, and the smuggling shapes (a length
     // beside the coding, two coding fields, another coding).
     let big = "b".repeat(64 * 1024 + 1);
@@ -1004,12 +1071,26 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
     for case in corpus() {
         let before = metric(&bytes, "sluice_byte_path_requests_total").await;
         seen.lock().unwrap().clear();
-        let (answers_b, closed_b) =
-            exchange(bytes.port, &case.request, case.answers, case.head, case.cut).await;
+        let (answers_b, closed_b) = exchange_in_pieces(
+            bytes.port,
+            &case.request,
+            case.pieces,
+            case.answers,
+            case.head,
+            case.cut,
+        )
+        .await;
         let upstream_b = std::mem::take(&mut *seen.lock().unwrap());
         let served = metric(&bytes, "sluice_byte_path_requests_total").await - before;
-        let (answers_h, closed_h) =
-            exchange(hyper.port, &case.request, case.answers, case.head, case.cut).await;
+        let (answers_h, closed_h) = exchange_in_pieces(
+            hyper.port,
+            &case.request,
+            case.pieces,
+            case.answers,
+            case.head,
+            case.cut,
+        )
+        .await;
         let upstream_h = std::mem::take(&mut *seen.lock().unwrap());
         let view = |seen: &[(String, Vec<u8>)]| -> Vec<(String, Vec<u8>)> {
             seen.iter()

@@ -2,10 +2,11 @@
 //!
 //! A connection starts here. Each request head is read with `sluice_http::wire`; a plain
 //! HTTP/1.1 request without a body, or with a `Content-Length` of at most
-//! [`h1::MAX_BODY`], or with a chunked body that came whole with its head, whose route allows it ([`Gateway::takes_bytes`]) is
+//! [`h1::MAX_BODY`], or with a chunked body of at most that which comes whole within
+//! [`CHUNKS_WAIT`] of its head, whose route allows it ([`Gateway::takes_bytes`]) is
 //! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
 //! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
-//! anything else (a body over 64 KiB, a chunked one not come whole with its head, another
+//! anything else (a body over 64 KiB, a chunked one slower than that, another
 //! transfer coding, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
 //! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream, any
 //! request while `[telemetry]` traces) ends the loop: hyper serves the rest
@@ -48,7 +49,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_byte_path_handovers_total",
         metrics::Unit::Count,
-        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body not come whole with its head, a body over 64 KiB, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body not whole within 100 ms of its head, a body over 64 KiB, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
     );
 }
 
@@ -101,6 +102,7 @@ where
     let requests = metrics::counter!("sluice_byte_path_requests_total");
     let mut fresh = true;
     loop {
+        let mut pieces: Option<Pieces> = None;
         let (head, chunked) = loop {
             if !buf.is_empty() {
                 match wire::Request::parse(&buf, max_head) {
@@ -109,8 +111,8 @@ where
                             && match head.framing {
                                 Framing::Empty => true,
                                 Framing::Length(n) => n <= h1::MAX_BODY,
-                                // Taken when it came whole with its head (the usual small
-                                // body): the byte path does not wait for chunks.
+                                // Taken when it comes whole within `CHUNKS_WAIT` of its
+                                // head (see `Pieces`).
                                 Framing::Chunked => true,
                                 Framing::UntilClose => false,
                             } =>
@@ -118,7 +120,7 @@ where
                         if head.framing != Framing::Chunked {
                             break (head, None);
                         }
-                        // Read once here: taken when it came whole with its head.
+                        // Read once here, whole: a chunked body is forwarded with a length.
                         match wire::dechunk(&buf[head.len..], h1::MAX_BODY as usize) {
                             wire::Dechunked::Whole {
                                 data,
@@ -127,6 +129,16 @@ where
                             } => {
                                 let data = Bytes::from(data);
                                 break (head, Some((h1::Chunked { data, trailers }, len as u64)));
+                            }
+                            wire::Dechunked::Partial
+                                if buf.len() - head.len < h1::MAX_BODY as usize =>
+                            {
+                                let pieces = pieces.get_or_insert_with(Pieces::start);
+                                if pieces.more(io, &mut buf).await {
+                                    continue;
+                                }
+                                handed_over("head");
+                                return Left::Handover { read: buf, fresh };
                             }
                             _ => {
                                 handed_over("head");
@@ -236,6 +248,47 @@ where
             let _ = io.shutdown().await;
             return Left::Closed;
         }
+    }
+}
+
+/// How long the rest of a chunked body is waited for once its head is read: a client that
+/// writes its chunks as they come (a JSON encoder, a `fetch` with a stream body) sends a small
+/// body in a few pieces within a few milliseconds. A body still unfinished then, or after
+/// [`CHUNKS_PIECES`] reads, is streamed by hyper, which reads what was read here first.
+const CHUNKS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The most reads a chunked body is waited for on the byte path: each one decodes the body
+/// read so far again, so that a client sending a byte at a time costs hyper's path, not a
+/// decode per byte.
+const CHUNKS_PIECES: u8 = 16;
+
+/// The wait for the rest of a chunked request body (see [`CHUNKS_WAIT`]).
+struct Pieces {
+    until: tokio::time::Instant,
+    reads: u8,
+}
+
+impl Pieces {
+    fn start() -> Pieces {
+        Pieces {
+            until: tokio::time::Instant::now() + CHUNKS_WAIT,
+            reads: 0,
+        }
+    }
+
+    /// Reads more of the body into `buf`: whether some came, within the wait and the count.
+    /// A close, an error or the end of the wait says no, and hyper serves the request from
+    /// what was read (answering a body cut short as it does).
+    async fn more<C: AsyncRead + Unpin>(&mut self, io: &mut C, buf: &mut BytesMut) -> bool {
+        if self.reads >= CHUNKS_PIECES {
+            return false;
+        }
+        self.reads += 1;
+        buf.reserve(8 * 1024);
+        matches!(
+            tokio::time::timeout_at(self.until, io.read_buf(buf)).await,
+            Ok(Ok(n)) if n > 0
+        )
     }
 }
 
