@@ -649,13 +649,34 @@ fn corpus() -> Vec<Case> {
         1,
         1,
     ));
-    // Longer: hyper streams it (the comparison checks the hand-over replays what was read).
+    // Longer: the first 64 KiB read before the upstream is taken, the rest streamed.
     cases.push(case(
         "a body over 64 KiB",
         post("/api/r/p", &vec![b'b'; 64 * 1024 + 1]),
         1,
-        0,
+        1,
     ));
+    cases.push(case(
+        "a 1 MiB body, then a GET",
+        [post("/api/r/p", &vec![b'm'; 1 << 20]), get("/api/r/z", "")].concat(),
+        2,
+        2,
+    ));
+    let long = post("/api/r/p", &vec![b'l'; 200_000]);
+    let at = long.len() - 200_000;
+    cases.push(Case {
+        pieces: &[150, 40_000, 90_000, 150_000],
+        ..case("a 200 KB body in pieces", long.clone(), 1, 1)
+    });
+    cases.push(Case {
+        cut: true,
+        ..case(
+            "a 200 KB body cut after 100 KB",
+            long[..at + 100_000].to_vec(),
+            1,
+            1,
+        )
+    });
     cases.push(case(
         "two bodies, then a GET",
         [

@@ -1,5 +1,5 @@
-//! The HTTP/1.1 byte path: a plain request (without a body, or with a `Content-Length` of at
-//! most [`MAX_BODY`], read whole once admitted), read by [`wire`], decided by the
+//! The HTTP/1.1 byte path: a plain request (without a body, or with a `Content-Length`: up to
+//! [`MAX_BODY`] read once admitted, the rest streamed), read by [`wire`], decided by the
 //! same [`Gateway`] code as every other request, and forwarded over a pooled upstream
 //! connection as bytes, with its answer passed back as bytes.
 //!
@@ -29,8 +29,9 @@ use std::time::Instant;
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
 
+mod upstream;
 mod write;
 
 use write::{
@@ -44,8 +45,8 @@ use crate::gateway::{answered, failure, Admitted, Decided, Gateway, Outcome};
 use crate::headers;
 use crate::path::canonical_uri;
 use crate::protocol::Protocol;
-use crate::proxy::{h1_upstream_headers, Proxy, ProxyError, RawConn};
-use crate::route::{Lookup, Route, Upstream};
+use crate::proxy::{h1_upstream_headers, Proxy, ProxyError};
+use crate::route::{Lookup, Route};
 use crate::wire::{self, Framing};
 
 /// `X-Request-Id`.
@@ -60,10 +61,11 @@ const READ: usize = 8 * 1024;
 /// Response bytes gathered before they are written to the client.
 const FLUSH_AT: usize = 16 * 1024;
 
-/// The longest request body the byte path takes (a `Content-Length` at most this): it is
-/// read whole, once admitted, and sent upstream with the head, as hyper's path reads a body
-/// of unknown length up to the same bound before forwarding it. A longer one goes to hyper,
-/// which streams it.
+/// The part of a request body the byte path reads before it takes an upstream connection: a
+/// `Content-Length` of at most this is read whole, once admitted, and sent upstream with the
+/// head, as hyper's path reads a body up to the same bound before forwarding it; the rest of
+/// a longer one is streamed after it. A chunked body of at most this that comes whole soon
+/// after its head is forwarded with its length; a longer one goes to hyper.
 pub const MAX_BODY: u64 = 64 * 1024;
 
 /// The request of a plain head. `bytes` is the head, whole and frozen: the target and the
@@ -127,8 +129,7 @@ pub struct Client<'c, C> {
     pub out: &'c mut Vec<u8>,
     /// The request's header map, emptied, for the connection's next request.
     pub spare: &'c mut HeaderMap,
-    /// The length of the request's body (its `Content-Length`, at most [`MAX_BODY`]), which
-    /// follows the head: in `buf` already, or still to be read. For a chunked body, the
+    /// The length of the request's body (its `Content-Length`), which follows the head: in `buf` already, or still to be read. For a chunked body, the
     /// length of its chunks, all in `buf`.
     pub body: u64,
     /// A chunked body, read whole.
@@ -195,7 +196,8 @@ impl Gateway {
     ///
     /// A body (`client.body` bytes) is read once the request is admitted, each read within
     /// `client_body_timeout` (408 after it, the connection closed), and sent upstream with the
-    /// head. A request answered by the gateway itself (denied, no route, 413) leaves its body
+    /// head; past [`MAX_BODY`], the rest is streamed after it, as it comes (a body cut short
+    /// then is answered 400 and closes the connection, the upstream's connection dropped). A request answered by the gateway itself (denied, no route, 413) leaves its body
     /// unread: skipped when it is all in `client.buf` already, and the connection kept;
     /// otherwise the answer closes the connection, as hyper's path does.
     ///
@@ -372,10 +374,13 @@ impl Gateway {
         } else if let Some(whole) = &whole {
             out.extend_from_slice(whole);
         } else if body > 0 {
-            match read_body(io, buf, body, self.body_timeout).await {
+            // All of a body of up to MAX_BODY, the start of a longer one, read before an
+            // upstream connection is taken (a client slow to send holds none).
+            let ahead = body.min(MAX_BODY);
+            match read_body(io, buf, ahead, self.body_timeout).await {
                 Ok(()) => {
-                    out.extend_from_slice(&buf[..body as usize]);
-                    buf.advance(body as usize);
+                    out.extend_from_slice(&buf[..ahead as usize]);
+                    buf.advance(ahead as usize);
                 }
                 Err(cut) => {
                     // Part of the body is unread: the connection cannot carry another request.
@@ -392,17 +397,55 @@ impl Gateway {
                 }
             }
         }
+        // The rest of a body longer than MAX_BODY, streamed once the upstream has the start.
+        let rest = if whole.is_none() {
+            body.saturating_sub(MAX_BODY)
+        } else {
+            0
+        };
         let timeout = route.timeout();
-        let exchange = tokio::time::timeout(
-            timeout,
-            exchange(proxy, upstream, out, idempotent, head_request),
-        );
-        let sent = watching(io, buf, max_ahead, exchange)
-            .await
-            .ok_or_else(gone)?;
+        let sent = if rest == 0 {
+            let exchange = tokio::time::timeout(
+                timeout,
+                upstream::exchange(proxy, upstream, out, idempotent, head_request),
+            );
+            let sent = watching(io, buf, max_ahead, exchange)
+                .await
+                .ok_or_else(gone)?;
+            sent.unwrap_or(Err(ProxyError::Timeout(timeout)))
+        } else {
+            // The route's timeout runs from the start of the send, as hyper's client's does
+            // while it streams a body.
+            let deadline = tokio::time::Instant::now() + timeout;
+            let sending = upstream::send_streamed(
+                proxy,
+                upstream,
+                out,
+                (&mut *io, &mut *buf),
+                rest,
+                self.body_timeout,
+            );
+            match tokio::time::timeout_at(deadline, sending).await {
+                Ok(Ok(mut conn)) => {
+                    let head = tokio::time::timeout_at(
+                        deadline,
+                        upstream::answer_head(&mut conn, head_request, false),
+                    );
+                    match watching(io, buf, max_ahead, head).await.ok_or_else(gone)? {
+                        Ok(Ok(Some(answer))) => Ok((conn, answer)),
+                        // Not asked to send it again, `answer_head` does not offer to.
+                        Ok(Ok(None)) => Err(ProxyError::Io(io::ErrorKind::UnexpectedEof.into())),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(ProxyError::Timeout(timeout)),
+                    }
+                }
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(ProxyError::Timeout(timeout)),
+            }
+        };
         let (mut conn, answer) = match sent {
-            Ok(Ok(answer)) => answer,
-            failed => {
+            Ok(answer) => answer,
+            Err(e) => {
                 // No upstream answer to read: the estimates stand (the body's length, sent or
                 // not, is known).
                 settle_all(
@@ -412,11 +455,17 @@ impl Gateway {
                         ..Observed::default()
                     },
                 );
-                let e = match failed {
-                    Ok(Err(e)) => e,
-                    _ => ProxyError::Timeout(timeout),
-                };
                 let answer = (client_ip, &admission, policy_header);
+                if rest > 0 {
+                    // Part of the body may be unread: the connection cannot carry another
+                    // request.
+                    let closing = || true;
+                    let finish = Finish {
+                        request_id: finish.request_id,
+                        closing: &closing,
+                    };
+                    return refused(io, out, route, answer, e, head_request, &finish).await;
+                }
                 return refused(io, out, route, answer, e, head_request, &finish).await;
             }
         };
@@ -627,68 +676,6 @@ async fn read_at_most<R: AsyncRead + Unpin>(
     limit: usize,
 ) -> io::Result<usize> {
     read_more(&mut from.take(limit as u64), buf).await
-}
-
-/// Sends `request` (a whole head: no body) over a pooled connection to `upstream`, or a new
-/// one, and reads the final answer's head. A pooled connection the upstream closed meanwhile
-/// gets the request again on another: when it fails before any byte of an answer and the
-/// method is idempotent, or, for the other methods, when it is seen closed before the send.
-async fn exchange<B>(
-    proxy: &Proxy<B>,
-    upstream: &Upstream,
-    request: &[u8],
-    idempotent: bool,
-    head_request: bool,
-) -> Result<(RawConn, wire::ResponseHead), ProxyError>
-where
-    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    'connections: loop {
-        let (mut conn, reused) = match proxy.checkout_raw(upstream.authority()) {
-            Some(conn) => (conn, true),
-            // Boxed: the cold path's future stays out of every request's.
-            None => (Box::pin(proxy.connect_raw(upstream)).await?, false),
-        };
-        if reused && !idempotent && !conn.still_open() {
-            continue;
-        }
-        if let Err(e) = conn.stream.write_all(request).await {
-            if reused {
-                continue;
-            }
-            return Err(ProxyError::Io(e));
-        }
-        loop {
-            match wire::Response::parse(&conn.buf, head_request, MAX_RESPONSE_HEAD) {
-                wire::Response::Final(head) => return Ok((conn, head)),
-                wire::Response::Informational(len) => {
-                    conn.buf.advance(len);
-                    continue;
-                }
-                wire::Response::Refused => {
-                    return Err(ProxyError::Io(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "the upstream's answer is no HTTP/1.1 response",
-                    )))
-                }
-                wire::Response::Partial => {}
-            }
-            let read = read_more(&mut conn.stream, &mut conn.buf).await;
-            let nothing = conn.buf.is_empty();
-            match read {
-                Ok(0) | Err(_) if reused && nothing && idempotent => continue 'connections,
-                Ok(0) => {
-                    return Err(ProxyError::Io(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the upstream closed the connection before its answer",
-                    )))
-                }
-                Err(e) => return Err(ProxyError::Io(e)),
-                Ok(_) => {}
-            }
-        }
-    }
 }
 
 #[cfg(test)]

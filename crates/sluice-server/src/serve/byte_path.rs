@@ -1,12 +1,12 @@
 //! The main listener's HTTP/1.1 byte path (`server.byte_path`, on by default).
 //!
 //! A connection starts here. Each request head is read with `sluice_http::wire`; a plain
-//! HTTP/1.1 request without a body, or with a `Content-Length` of at most
-//! [`h1::MAX_BODY`], or with a chunked body of at most that which comes whole within
+//! HTTP/1.1 request without a body, or with a `Content-Length` (of any length: past
+//! [`h1::MAX_BODY`] the body is streamed), or with a chunked body of at most that which comes whole within
 //! [`CHUNKS_WAIT`] of its head, whose route allows it ([`Gateway::takes_bytes`]) is
 //! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
 //! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
-//! anything else (a body over 64 KiB, a chunked one slower than that, another
+//! anything else (a chunked body over 64 KiB or slower than that, another
 //! transfer coding, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
 //! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream, any
 //! request while `[telemetry]` traces) ends the loop: hyper serves the rest
@@ -49,7 +49,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_byte_path_handovers_total",
         metrics::Unit::Count,
-        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body not whole within 100 ms of its head, a body over 64 KiB, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body over 64 KiB or not whole within 100 ms of its head, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
     );
 }
 
@@ -110,7 +110,7 @@ where
                         if !head.http10
                             && match head.framing {
                                 Framing::Empty => true,
-                                Framing::Length(n) => n <= h1::MAX_BODY,
+                                Framing::Length(_) => true,
                                 // Taken when it comes whole within `CHUNKS_WAIT` of its
                                 // head (see `Pieces`).
                                 Framing::Chunked => true,

@@ -1,0 +1,155 @@
+//! The byte path's side of an upstream exchange: a request sent over a pooled connection (or
+//! a new one), its body with it or streamed after it, and the final answer's head read.
+
+use std::io;
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWriteExt as _};
+
+use super::{read_at_most, read_more, BodyRead, MAX_RESPONSE_HEAD};
+use crate::proxy::{Proxy, ProxyError, RawConn};
+use crate::route::Upstream;
+use crate::wire;
+
+/// The most of a streamed body read from the client before it is written upstream.
+const STREAM_READ: usize = 64 * 1024;
+
+/// Sends `request` (a head, and the whole body if it has one) over a pooled connection to
+/// `upstream`, or a new one, and reads the final answer's head. A pooled connection the
+/// upstream closed meanwhile gets the request again on another: when it fails before any
+/// byte of an answer and the method is idempotent, or, for the other methods, when it is seen
+/// closed before the send.
+pub(super) async fn exchange<B>(
+    proxy: &Proxy<B>,
+    upstream: &Upstream,
+    request: &[u8],
+    idempotent: bool,
+    head_request: bool,
+) -> Result<(RawConn, wire::ResponseHead), ProxyError>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        let Some((mut conn, reused)) = send(proxy, upstream, request, idempotent).await? else {
+            continue;
+        };
+        match answer_head(&mut conn, head_request, reused && idempotent).await? {
+            Some(head) => return Ok((conn, head)),
+            None => continue,
+        }
+    }
+}
+
+/// Sends `request` (the head and the part of the body read so far, `client.1` empty after
+/// it), then the body's `rest` bytes as they come from the client, each read within
+/// `body_timeout`. The connection is taken first, as for [`exchange`] (a pooled one seen
+/// closed, or failing the first write, is replaced: nothing was read from the client
+/// since); once the rest has begun, nothing is sent again. A client that stops sending
+/// fails it with [`BodyRead::error`] (400, 408).
+pub(super) async fn send_streamed<B, C>(
+    proxy: &Proxy<B>,
+    upstream: &Upstream,
+    request: &[u8],
+    client: (&mut C, &mut BytesMut),
+    rest: u64,
+    body_timeout: Option<std::time::Duration>,
+) -> Result<RawConn, ProxyError>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    C: AsyncRead + Unpin,
+{
+    let mut conn = loop {
+        if let Some((conn, _)) = send(proxy, upstream, request, false).await? {
+            break conn;
+        }
+    };
+    let (io, buf) = client;
+    debug_assert!(buf.is_empty(), "the part of the body read is in `request`");
+    let mut left = rest;
+    while left > 0 {
+        let want = (left as usize).min(STREAM_READ);
+        let read = read_at_most(io, buf, want);
+        let read = match body_timeout {
+            Some(gap) => tokio::time::timeout(gap, read)
+                .await
+                .map_err(|_| BodyRead::Stalled(gap).error())?,
+            None => read.await,
+        };
+        match read {
+            Ok(0) | Err(_) => return Err(BodyRead::Cut.error()),
+            Ok(n) => left -= n as u64,
+        }
+        conn.stream.write_all(buf).await.map_err(ProxyError::Io)?;
+        buf.clear();
+    }
+    Ok(conn)
+}
+
+/// Takes a connection and writes `request` on it: the connection and whether it was pooled,
+/// or `None` when a pooled one was closed (seen before the send for a method that is not
+/// `idempotent`, or failing the write): another is to be tried.
+async fn send<B>(
+    proxy: &Proxy<B>,
+    upstream: &Upstream,
+    request: &[u8],
+    idempotent: bool,
+) -> Result<Option<(RawConn, bool)>, ProxyError>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (mut conn, reused) = match proxy.checkout_raw(upstream.authority()) {
+        Some(conn) => (conn, true),
+        // Boxed: the cold path's future stays out of every request's.
+        None => (Box::pin(proxy.connect_raw(upstream)).await?, false),
+    };
+    if reused && !idempotent && !conn.still_open() {
+        return Ok(None);
+    }
+    match conn.stream.write_all(request).await {
+        Ok(()) => Ok(Some((conn, reused))),
+        Err(_) if reused => Ok(None),
+        Err(e) => Err(ProxyError::Io(e)),
+    }
+}
+
+/// Reads the final answer's head from `conn` (informational answers skipped). `None`: the
+/// connection closed or failed before any byte of an answer and the request may be sent
+/// again (`may_resend`: a pooled connection, an idempotent method).
+pub(super) async fn answer_head(
+    conn: &mut RawConn,
+    head_request: bool,
+    may_resend: bool,
+) -> Result<Option<wire::ResponseHead>, ProxyError> {
+    loop {
+        match wire::Response::parse(&conn.buf, head_request, MAX_RESPONSE_HEAD) {
+            wire::Response::Final(head) => return Ok(Some(head)),
+            wire::Response::Informational(len) => {
+                conn.buf.advance(len);
+                continue;
+            }
+            wire::Response::Refused => {
+                return Err(ProxyError::Io(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the upstream's answer is no HTTP/1.1 response",
+                )))
+            }
+            wire::Response::Partial => {}
+        }
+        let read = read_more(&mut conn.stream, &mut conn.buf).await;
+        let nothing = conn.buf.is_empty();
+        match read {
+            Ok(0) | Err(_) if may_resend && nothing => return Ok(None),
+            Ok(0) => {
+                return Err(ProxyError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the upstream closed the connection before its answer",
+                )))
+            }
+            Err(e) => return Err(ProxyError::Io(e)),
+            Ok(_) => {}
+        }
+    }
+}
