@@ -70,6 +70,8 @@ where
     let mut left = rest;
     while left > 0 {
         let want = (left as usize).min(STREAM_READ);
+        // Room for a whole read: kept from one to the next, as `buf` is emptied after each.
+        buf.reserve(want);
         let read = read_at_most(io, buf, want);
         let read = match body_timeout {
             Some(gap) => tokio::time::timeout(gap, read)
