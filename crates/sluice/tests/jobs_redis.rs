@@ -488,7 +488,7 @@ async fn a_group_of_10_is_not_delayed_by_a_group_of_10000() {
         small_done,
     )
     .await;
-    let started = started.lock();
+    let started = started.lock().clone();
     let small: Vec<Duration> = started
         .iter()
         .filter(|(g, _)| g == "small")
@@ -809,7 +809,7 @@ async fn retry_after_from_the_api_is_obeyed_and_slows_the_group_only() {
                     WorkerOptions::new()
                         .slots(2)
                         .poll(Duration::from_millis(20))
-                        .backoff(backoff.clone()),
+                        .backoff(backoff),
                 )
                 .unwrap(),
             )

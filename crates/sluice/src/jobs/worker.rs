@@ -348,9 +348,10 @@ impl Worker {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(beat).await;
-                    match queue.touch(&group, &consumer, &id, &entry).await {
-                        Ok(false) => break,
-                        Ok(true) | Err(_) => {}
+                    // Claimed back by another worker: nothing more to keep alive. (A failed
+                    // heartbeat is tried again at the next beat.)
+                    if let Ok(false) = queue.touch(&group, &consumer, &id, &entry).await {
+                        break;
                     }
                 }
             })
