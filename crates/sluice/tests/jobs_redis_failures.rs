@@ -493,3 +493,110 @@ async fn on_a_cluster_each_groups_keys_share_its_buckets_slot() {
     let distinct: std::collections::HashSet<_> = slots.iter().collect();
     assert!(distinct.len() > 1, "the groups all hashed to one slot");
 }
+
+// === metrics ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_per_group_and_per_worker() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let name = unique("metrics");
+    let queue = JobQueue::connect(&RedisConfig::new(server.url()), &name, QueueOptions::new())
+        .await
+        .unwrap();
+    for payload in ["ok", "ok", "refused"] {
+        queue.enqueue(NewJob::new("m", payload)).await.unwrap();
+    }
+    queue
+        .enqueue(NewJob::new("later", "x").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let worker = metrics::with_local_recorder(&recorder, || {
+        Arc::new(
+            Worker::new(
+                queue.clone(),
+                WorkerOptions::new().poll(Duration::from_millis(20)),
+            )
+            .unwrap(),
+        )
+    });
+    let stats = queue.clone();
+    let done = move || {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let s = stats.stats("m").await.unwrap();
+                s.completed == 2 && s.dead == 1
+            })
+        })
+    };
+    let handler = |job: Job| async move {
+        if job.payload == b"refused" {
+            Err(Failure::permanent("refused"))
+        } else {
+            Ok(Done::new())
+        }
+    };
+    run_until(vec![worker], handler, Duration::from_secs(10), done).await;
+    let all = queue.all_stats().await.unwrap();
+    metrics::with_local_recorder(&recorder, || queue.record_metrics(&all));
+    let value = |metric: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find_map(|(key, _, _, v)| {
+                let k = key.key();
+                let matches = k.name() == metric
+                    && labels
+                        .iter()
+                        .all(|(n, want)| k.labels().any(|l| l.key() == *n && l.value() == *want));
+                match v {
+                    DebugValue::Counter(c) if matches => Some(c as f64),
+                    DebugValue::Gauge(g) if matches => Some(g.into_inner()),
+                    _ => None,
+                }
+            })
+    };
+    let q = name.as_str();
+    let got = [
+        value(
+            "sluice_jobs_total",
+            &[("queue", q), ("group", "m"), ("outcome", "completed")],
+        ),
+        value(
+            "sluice_jobs_total",
+            &[("queue", q), ("group", "m"), ("outcome", "failed")],
+        ),
+        value(
+            "sluice_jobs_total",
+            &[("queue", q), ("group", "m"), ("outcome", "dead")],
+        ),
+        value(
+            "sluice_jobs",
+            &[("queue", q), ("group", "m"), ("state", "dead")],
+        ),
+        value(
+            "sluice_jobs",
+            &[("queue", q), ("group", "later"), ("state", "delayed")],
+        ),
+        value(
+            "sluice_jobs",
+            &[("queue", q), ("group", "m"), ("state", "waiting")],
+        ),
+        value(
+            "sluice_job_attempts_total",
+            &[("queue", q), ("outcome", "completed")],
+        ),
+        value(
+            "sluice_job_attempts_total",
+            &[("queue", q), ("outcome", "dead")],
+        ),
+    ];
+    eprintln!("metrics: group m completed/failed/dead-lettered totals, dead gauge; later delayed; m waiting; worker completed, dead: {got:?}");
+    let want = [2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0, 1.0].map(Some);
+    assert_eq!(got, want);
+}

@@ -707,13 +707,21 @@ impl JobQueue {
         Ok(n as u64)
     }
 
-    /// Reads every group's figures and sets the `sluice_jobs` gauges and `sluice_jobs_total`
-    /// counters (see the module's documentation). Returns them.
-    pub async fn report_metrics(&self) -> Result<Vec<(String, GroupStats)>, JobError> {
+    /// Every group's figures, read from Redis.
+    pub async fn all_stats(&self) -> Result<Vec<(String, GroupStats)>, JobError> {
         let mut all = Vec::new();
         for group in self.groups().await? {
             let s = self.stats(&group).await?;
-            let queue = self.inner.name.clone();
+            all.push((group, s));
+        }
+        Ok(all)
+    }
+
+    /// Sets the `sluice_jobs` gauges and `sluice_jobs_total` counters (see the module's
+    /// documentation) to `stats`, as [`JobQueue::all_stats`] read them.
+    pub fn record_metrics(&self, stats: &[(String, GroupStats)]) {
+        let queue = &self.inner.name;
+        for (group, s) in stats {
             let gauge = |state: &'static str, v: u64| {
                 metrics::gauge!("sluice_jobs", "queue" => queue.clone(), "group" => group.clone(), "state" => state).set(v as f64);
             };
@@ -729,8 +737,14 @@ impl JobQueue {
             total("retried", s.retried);
             total("dead", s.dead_lettered);
             total("reclaimed", s.reclaimed);
-            all.push((group, s));
         }
+    }
+
+    /// Reads every group's figures and records them ([`JobQueue::record_metrics`]); returns
+    /// them. Call it periodically where the metrics are exported.
+    pub async fn report_metrics(&self) -> Result<Vec<(String, GroupStats)>, JobError> {
+        let all = self.all_stats().await?;
+        self.record_metrics(&all);
         Ok(all)
     }
 }

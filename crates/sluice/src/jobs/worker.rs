@@ -129,6 +129,26 @@ struct Counts {
     errors: AtomicU64,
 }
 
+/// The worker's `sluice_job_attempts_total` handles, taken when it is built.
+struct AttemptMetrics {
+    completed: metrics::Counter,
+    retried: metrics::Counter,
+    dead: metrics::Counter,
+    lost: metrics::Counter,
+}
+
+impl AttemptMetrics {
+    fn new(queue: &str) -> AttemptMetrics {
+        let counter = |outcome: &'static str| metrics::counter!("sluice_job_attempts_total", "queue" => queue.to_string(), "outcome" => outcome);
+        AttemptMetrics {
+            completed: counter("completed"),
+            retried: counter("retried"),
+            dead: counter("dead"),
+            lost: counter("lost"),
+        }
+    }
+}
+
 /// A worker of a [`JobQueue`].
 pub struct Worker {
     queue: JobQueue,
@@ -137,6 +157,7 @@ pub struct Worker {
     breakers: Mutex<HashMap<String, CircuitBreaker>>,
     rng: Mutex<StdRng>,
     counts: Counts,
+    metrics: AttemptMetrics,
 }
 
 impl std::fmt::Debug for Worker {
@@ -179,6 +200,7 @@ impl Worker {
             None => StdRng::from_rng(&mut rand::rng()),
         };
         Ok(Worker {
+            metrics: AttemptMetrics::new(queue.name()),
             queue,
             options,
             consumer,
@@ -427,27 +449,14 @@ impl Worker {
         let Some((result, due, version)) = finished else {
             return;
         };
-        let counter = |outcome: &'static str| {
-            metrics::counter!("sluice_job_attempts_total", "queue" => self.queue.name().to_string(), "outcome" => outcome).increment(1);
+        let (count, metric) = match result.as_str() {
+            "done" => (&self.counts.completed, &self.metrics.completed),
+            "retry" => (&self.counts.retried, &self.metrics.retried),
+            "dead" => (&self.counts.dead, &self.metrics.dead),
+            _ => (&self.counts.lost, &self.metrics.lost),
         };
-        match result.as_str() {
-            "done" => {
-                self.counts.completed.fetch_add(1, Ordering::Relaxed);
-                counter("completed");
-            }
-            "retry" => {
-                self.counts.retried.fetch_add(1, Ordering::Relaxed);
-                counter("retried");
-            }
-            "dead" => {
-                self.counts.dead.fetch_add(1, Ordering::Relaxed);
-                counter("dead");
-            }
-            _ => {
-                self.counts.lost.fetch_add(1, Ordering::Relaxed);
-                counter("lost");
-            }
-        }
+        count.fetch_add(1, Ordering::Relaxed);
+        metric.increment(1);
         // A retry is due later; with a concurrency bound, a group parked as busy may run now.
         let wake = match result.as_str() {
             "retry" => Some(due.as_str()),
