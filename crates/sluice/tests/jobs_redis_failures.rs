@@ -600,3 +600,75 @@ async fn metrics_per_group_and_per_worker() {
     let want = [2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0, 1.0].map(Some);
     assert_eq!(got, want);
 }
+
+// === a breaker per group; payloads are bytes ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_holds_its_group_and_not_the_others() {
+    let _heavy = HEAVY.lock().await;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let name = unique("breaker");
+    let queue = JobQueue::connect(&RedisConfig::new(server.url()), &name, QueueOptions::new())
+        .await
+        .unwrap();
+    for i in 0..6 {
+        queue
+            .enqueue(NewJob::new("flaky", format!("{i}")).max_attempts(1))
+            .await
+            .unwrap();
+    }
+    // Due while the flaky group's breaker is open; and every byte value, as one payload.
+    let bytes: Vec<u8> = (0..=255u8).collect();
+    queue
+        .enqueue(NewJob::new("fine", bytes.clone()).delay(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let breaker = sluice::breaker::CircuitBreaker::builder()
+        .count_window(3)
+        .min_calls(3)
+        .failure_rate(0.5)
+        .open_for(Duration::from_secs(1))
+        .half_open_probes(1);
+    let options = WorkerOptions::new()
+        .poll(Duration::from_millis(20))
+        .breaker(breaker);
+    let worker = Arc::new(Worker::new(queue.clone(), options).unwrap());
+    let seen: Arc<parking_lot::Mutex<Vec<(String, Instant, Vec<u8>)>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |job: Job| {
+            seen.lock()
+                .push((job.group.clone(), Instant::now(), job.payload.clone()));
+            let flaky = job.group == "flaky";
+            async move {
+                if flaky {
+                    Err(Failure::new("upstream down"))
+                } else {
+                    Ok(Done::new())
+                }
+            }
+        }
+    };
+    let stop = seen.clone();
+    run_until(vec![worker], handler, Duration::from_secs(10), move || {
+        stop.lock().len() >= 7
+    })
+    .await;
+    let seen = seen.lock().clone();
+    let flaky: Vec<Instant> = seen
+        .iter()
+        .filter(|(g, ..)| g == "flaky")
+        .map(|(_, t, _)| *t)
+        .collect();
+    let gaps: Vec<Duration> = flaky.windows(2).map(|w| w[1] - w[0]).collect();
+    let (_, fine_at, payload) = seen.iter().find(|(g, ..)| g == "fine").unwrap().clone();
+    eprintln!(
+        "breaker (3 calls, 50%, open 1 s): gaps between the flaky group's attempts {gaps:.2?}; the other group ran {:.2?} after the breaker opened",
+        fine_at - flaky[2]
+    );
+    assert!(gaps[2] >= Duration::from_millis(900), "not held: {gaps:?}");
+    assert!(fine_at < flaky[3], "the other group waited for the breaker");
+    assert_eq!(payload, bytes, "the payload's bytes changed");
+}
