@@ -635,7 +635,8 @@ async fn an_open_breaker_holds_its_group_and_not_the_others() {
         .poll(Duration::from_millis(20))
         .breaker(breaker);
     let worker = Arc::new(Worker::new(queue.clone(), options).unwrap());
-    let seen: Arc<parking_lot::Mutex<Vec<(String, Instant, Vec<u8>)>>> = Arc::default();
+    type Seen = Vec<(String, Instant, Vec<u8>)>;
+    let seen: Arc<parking_lot::Mutex<Seen>> = Arc::default();
     let handler = {
         let seen = seen.clone();
         move |job: Job| {
