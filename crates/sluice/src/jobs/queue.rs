@@ -202,7 +202,7 @@ pub(crate) struct Inner {
     /// The bucket's stamp (`''` without a limit) and capacity.
     pub(crate) stamp: String,
     pub(crate) options: QueueOptions,
-    queue_keys: [String; 5],
+    queue_keys: [String; 6],
 }
 
 /// A job queue in Redis (one server, a Cluster or the master of Sentinels). Cloning is cheap:
@@ -299,7 +299,7 @@ impl JobQueue {
         group_keys(&i.prefix, &i.name, &i.bucket_prefix, group).to_vec()
     }
 
-    /// The keys of the queue's group list (`docs/jobs.md`).
+    /// The keys of the queue's group list, and the sweep's cursor (`docs/jobs.md`).
     pub fn queue_keys(&self) -> Vec<String> {
         self.inner.queue_keys.to_vec()
     }
@@ -341,7 +341,7 @@ impl JobQueue {
     }
 
     async fn call_queue(&self, script: &Script, args: &[&[u8]]) -> Result<Value, JobError> {
-        self.call(script, &self.inner.queue_keys, args).await
+        self.call(script, &self.inner.queue_keys[..5], args).await
     }
 
     /// Adds `job`, and its group to the queue's list.
@@ -705,6 +705,28 @@ impl JobQueue {
             .await?;
         }
         Ok(n as u64)
+    }
+
+    /// Looks at the next `count` groups of the queue's group list (the workers walk it
+    /// together) and puts back on the ready list each that holds jobs but is on neither list:
+    /// a producer stopped between its enqueue and its registration. Returns how many.
+    pub async fn sweep(&self, count: u64) -> Result<u64, JobError> {
+        let reply = self
+            .call(
+                &self.inner.scripts.sweep,
+                &self.inner.queue_keys,
+                &[count.max(1).to_string().as_bytes()],
+            )
+            .await?;
+        let mut put_back = 0;
+        for group in strings(&reply)? {
+            let s = self.stats(&group).await?;
+            if s.waiting + s.delayed + s.active > 0 {
+                self.register(&group, None, "0").await?;
+                put_back += 1;
+            }
+        }
+        Ok(put_back)
     }
 
     /// Every group's figures, read from Redis.

@@ -25,6 +25,7 @@ pub struct WorkerOptions {
     slow_group_on_hint: bool,
     breaker: Option<BreakerBuilder>,
     seed: Option<u64>,
+    sweep: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -37,6 +38,7 @@ impl Default for WorkerOptions {
             slow_group_on_hint: true,
             breaker: None,
             seed: None,
+            sweep: Duration::from_secs(5),
         }
     }
 }
@@ -85,6 +87,14 @@ impl WorkerOptions {
     /// group's is open the worker skips the group until it may admit again.
     pub fn breaker(mut self, breaker: BreakerBuilder) -> WorkerOptions {
         self.breaker = Some(breaker);
+        self
+    }
+
+    /// How often the worker sweeps a page of 100 groups for one holding jobs but off the
+    /// queue's lists (a producer stopped between its two calls; see [`JobQueue::sweep`]).
+    /// Default 5 s.
+    pub fn sweep(mut self, every: Duration) -> WorkerOptions {
+        self.sweep = every.max(Duration::from_millis(10));
         self
     }
 
@@ -259,8 +269,24 @@ impl Worker {
                 }
             }));
         }
+        let sweeper = {
+            let worker = self.clone();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tokio::time::sleep(worker.options.sweep) => {}
+                    }
+                    if let Err(e) = worker.queue.sweep(100).await {
+                        let _ = worker.error(&e);
+                    }
+                }
+            })
+        };
         shutdown.await;
         let _ = stop_tx.send(true);
+        let _ = sweeper.await;
         for slot in slots {
             let _ = slot.await;
         }
