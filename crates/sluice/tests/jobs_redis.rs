@@ -1,7 +1,8 @@
 //! The job queue against real redis-server processes: a worker killed with SIGKILL mid-job
 //! loses no job, and idempotency keys keep every effect once; a group's bound holds in every
 //! window across 4 worker processes; fairness between a group of 10,000 jobs and one of 10;
-//! weighted costs and settled costs; one bucket shared with `RedisStore` (the gateway's).
+//! weighted costs and settled costs; one bucket shared with `RedisStore` (the gateway's); a
+//! job whose producer stopped before registering it is found by the workers' sweep.
 //! Failures, priorities, concurrency and Redis Cluster: `jobs_redis_failures.rs`.
 //!
 //! Real time is needed here (Redis has its own clock): admission times are Redis's own (each
@@ -552,4 +553,89 @@ async fn the_gateway_and_the_queue_share_one_bucket() {
         "{} of {bound}: false denials",
         gw + jobs
     );
+}
+
+// === a producer that stops between enqueue and register ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_producer_stopped_before_registering_is_found_by_the_sweep() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let name = unique("sweep");
+    let queue = JobQueue::connect(&RedisConfig::new(server.url()), &name, QueueOptions::new())
+        .await
+        .unwrap();
+    // The group's first job, enqueued whole, runs; the group is then dropped from the lists
+    // as empty (the queue still knows it).
+    queue.enqueue(NewJob::new("orphan", "first")).await.unwrap();
+    let qkeys = queue.queue_keys();
+    let dropped = {
+        let (queue, url, qkeys) = (queue.clone(), server.url(), qkeys.clone());
+        move || {
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    let mut conn = raw(&url).await;
+                    let ready: Option<f64> = conn.zscore(&qkeys[0], "orphan").await.unwrap();
+                    let later: Option<f64> = conn.zscore(&qkeys[1], "orphan").await.unwrap();
+                    queue.stats("orphan").await.unwrap().completed == 1
+                        && ready.is_none()
+                        && later.is_none()
+                })
+            })
+        }
+    };
+    run_until(
+        workers(&queue, 1, 1),
+        |_job: Job| async { Ok::<_, Failure>(Done::new()) },
+        Duration::from_secs(10),
+        dropped,
+    )
+    .await;
+    // Its second: the producer's first call only (enqueue.lua), as one killed before
+    // `register`.
+    let enqueue = concat!(
+        include_str!("../src/jobs/lua/now.lua"),
+        include_str!("../src/jobs/lua/group.lua"),
+        include_str!("../src/jobs/lua/enqueue.lua")
+    );
+    let mut conn = raw(&server.url()).await;
+    let keys = queue.group_keys("orphan");
+    let reply: Vec<String> = redis::Script::new(enqueue)
+        .key(&keys[..])
+        .arg("")
+        .arg("orphan")
+        .arg("second")
+        .arg(1)
+        .arg(0)
+        .arg(0)
+        .arg(3)
+        .arg("")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply[1], "1");
+    let worker = Arc::new(
+        Worker::new(
+            queue.clone(),
+            WorkerOptions::new()
+                .poll(Duration::from_millis(20))
+                .sweep(Duration::from_millis(200)),
+        )
+        .unwrap(),
+    );
+    let begin = Instant::now();
+    run_until(
+        vec![worker],
+        |_job: Job| async { Ok::<_, Failure>(Done::new()) },
+        Duration::from_secs(10),
+        completed(&queue, &["orphan"], 2),
+    )
+    .await;
+    let orphan = queue.stats("orphan").await.unwrap();
+    eprintln!(
+        "a job enqueued without its registration completed {:.2?} later (sweep every 200 ms)",
+        begin.elapsed()
+    );
+    assert_eq!(orphan.completed, 2, "the job was never found");
 }
