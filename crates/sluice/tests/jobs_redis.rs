@@ -32,7 +32,7 @@ use support::jobs::{admissions, completed, gcra, raw, run_until, unique, workers
 
 /// The helper: a worker process of `SLUICE_QUEUE` with 2 slots. Each job prints `START <id>`,
 /// sleeps 150 ms, applies its effect once per idempotency key (`SET effect:<key> NX`, and
-/// `INCR runs:<key>` every time), sleeps 150 ms, and completes.
+/// `INCR runs:<key>` every time), prints `EFFECT <id>`, sleeps 150 ms, and completes.
 #[test]
 fn helper_jobs_worker() {
     let Some(_role) = role() else { return };
@@ -97,6 +97,7 @@ fn effect_handler(
             if !first {
                 let _: () = conn.incr("effects-refused", 1).await.unwrap();
             }
+            println!("EFFECT {}", job.id);
             tokio::time::sleep(Duration::from_millis(150)).await;
             Ok(Done::new())
         })
@@ -126,26 +127,25 @@ async fn a_worker_killed_mid_job_loses_none_and_keys_keep_each_effect_once() {
         .env("SLUICE_QUEUE", &name)
         .spawn()
         .unwrap();
-    // Killed 220 ms after its 6th start: that job has had its effect (at 150 ms) and is not
-    // acknowledged (at 300 ms); another may be before its effect.
+    // Killed at once when its 6th effect is reported: that job has had its effect and is not
+    // acknowledged (150 ms later); the job in its other slot may be before its effect.
     let stdout = child.stdout.take().unwrap();
-    let started = tokio::task::spawn_blocking(move || {
+    let effects_seen = tokio::task::spawn_blocking(move || {
         use std::io::BufRead;
         let mut lines = std::io::BufReader::new(stdout).lines();
-        let mut started = 0;
-        while started < 6 {
+        let mut effects = 0;
+        while effects < 6 {
             match lines.next() {
-                Some(Ok(l)) if l.starts_with("START ") => started += 1,
+                Some(Ok(l)) if l.starts_with("EFFECT ") => effects += 1,
                 Some(_) => {}
                 None => break,
             }
         }
-        started
+        effects
     })
     .await
     .unwrap();
-    assert_eq!(started, 6, "the worker process stopped early");
-    tokio::time::sleep(Duration::from_millis(220)).await;
+    assert_eq!(effects_seen, 6, "the worker process stopped early");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let killed_at = Instant::now();
@@ -178,7 +178,7 @@ async fn a_worker_killed_mid_job_loses_none_and_keys_keep_each_effect_once() {
     }
     let refused: Option<u64> = conn.get("effects-refused").await.unwrap();
     eprintln!(
-        "killed after 6 starts; all done {:.1?} later: completed {completed}/{n}, reclaimed {reclaimed}, effects {effects}/{n}, jobs run twice {ran_twice}, second effects refused by their key {}",
+        "killed after 6 effects; all done {:.1?} later: completed {completed}/{n}, reclaimed {reclaimed}, effects {effects}/{n}, jobs run twice {ran_twice}, second effects refused by their key {}",
         killed_at.elapsed(),
         refused.unwrap_or(0)
     );
