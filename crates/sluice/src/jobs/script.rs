@@ -166,6 +166,44 @@ mod tests {
         assert!(!ENQUEUE.contains("bucket_gcra"));
     }
 
+    /// `lua/scripts.txt`, which the npm package follows, says what the constants are.
+    #[test]
+    fn the_manifest_assembles_the_same_scripts() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let constants = [
+            ("claim", CLAIM),
+            ("finish", FINISH),
+            ("enqueue", ENQUEUE),
+            ("touch", TOUCH),
+            ("stats", STATS),
+            ("retry_dead", RETRY_DEAD),
+            ("purge", PURGE),
+            ("register", REGISTER),
+            ("pick", PICK),
+            ("park", PARK),
+            ("sweep", SWEEP),
+        ];
+        let manifest = include_str!("lua/scripts.txt");
+        let mut named = 0;
+        for line in manifest
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name, files) = line.split_once(": ").expect("name: files");
+            let assembled: String = files
+                .split(' ')
+                .map(|f| std::fs::read_to_string(src.join(f)).expect(f))
+                .collect();
+            let (_, constant) = constants
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("{name} has no constant"));
+            assert_eq!(&assembled, constant, "{name}");
+            named += 1;
+        }
+        assert_eq!(named, constants.len());
+    }
+
     #[test]
     fn a_groups_keys_share_the_bucket_keys_slot() {
         let keys = group_keys("sluice:jobs", "mail", "sluice:api", "key-7");
