@@ -406,42 +406,19 @@ impl Worker {
         };
         let result = handler(job).await;
         heartbeat.abort();
-        let (outcome, actual, delay, pause, error) = match &result {
-            Ok(done) => (
-                "done",
-                done.actual_cost,
-                Duration::ZERO,
-                None,
-                String::new(),
-            ),
-            Err(f) if f.permanent => (
-                "dead",
-                f.actual_cost,
-                Duration::ZERO,
-                None,
-                f.message.clone(),
-            ),
-            Err(f) => {
-                let (delay, pause) = match f.retry_after {
-                    Some(after) => {
-                        let slow = f.slow_group.unwrap_or(self.options.slow_group_on_hint);
-                        (after, slow.then_some(after))
-                    }
-                    None => (
-                        self.options
-                            .backoff
-                            .delay(attempt.saturating_sub(1), &mut *self.rng.lock()),
-                        None,
-                    ),
-                };
-                let outcome = if attempt >= max_attempts {
-                    "dead"
-                } else {
-                    "retry"
-                };
-                (outcome, f.actual_cost, delay, pause, f.message.clone())
-            }
-        };
+        let plan = plan(
+            &result,
+            (attempt, max_attempts),
+            &self.options,
+            &mut *self.rng.lock(),
+        );
+        let (outcome, actual, delay, pause, error) = (
+            plan.outcome,
+            plan.actual_cost,
+            plan.delay,
+            plan.pause,
+            plan.error,
+        );
         if let Some(permit) = permit {
             permit.record(result.is_err());
         }
@@ -494,5 +471,127 @@ impl Worker {
                 let _ = self.error(&e);
             }
         }
+    }
+}
+
+/// How an attempt ends, as the worker tells finish.lua.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Plan {
+    /// `done`, `retry` or `dead`.
+    outcome: &'static str,
+    actual_cost: Option<u64>,
+    /// Before the retry.
+    delay: Duration,
+    /// Of the whole group.
+    pause: Option<Duration>,
+    error: String,
+}
+
+/// The end of attempt `attempt` of `max_attempts` with `result`: a server's hint is waited
+/// exactly (and pauses the group unless the failure or the options say not); otherwise the
+/// backoff's jittered delay for retry `attempt - 1`; permanent failures and the last attempt
+/// are dead.
+fn plan<R: rand::RngCore + ?Sized>(
+    result: &Result<Done, Failure>,
+    (attempt, max_attempts): (u32, u32),
+    options: &WorkerOptions,
+    rng: &mut R,
+) -> Plan {
+    let f = match result {
+        Ok(done) => {
+            return Plan {
+                outcome: "done",
+                actual_cost: done.actual_cost,
+                delay: Duration::ZERO,
+                pause: None,
+                error: String::new(),
+            }
+        }
+        Err(f) => f,
+    };
+    let (delay, pause) = match f.retry_after {
+        _ if f.permanent => (Duration::ZERO, None),
+        Some(after) => {
+            let slow = f.slow_group.unwrap_or(options.slow_group_on_hint);
+            (after, slow.then_some(after))
+        }
+        None => (options.backoff.delay(attempt.saturating_sub(1), rng), None),
+    };
+    let outcome = if f.permanent || attempt >= max_attempts {
+        "dead"
+    } else {
+        "retry"
+    };
+    Plan {
+        outcome,
+        actual_cost: f.actual_cost,
+        delay,
+        pause,
+        error: f.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_ends_as_the_server_or_the_backoff_says() {
+        let options = WorkerOptions::new().backoff(Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        ));
+        let mut rng = StdRng::seed_from_u64(7);
+        let hinted = Failure::new("429").retry_after(Duration::from_secs(3));
+        let p = plan(&Err(hinted.clone()), (1, 5), &options, &mut rng);
+        assert_eq!(
+            (p.outcome, p.delay, p.pause),
+            (
+                "retry",
+                Duration::from_secs(3),
+                Some(Duration::from_secs(3))
+            )
+        );
+        let p = plan(
+            &Err(hinted.clone().slow_group(false)),
+            (1, 5),
+            &options,
+            &mut rng,
+        );
+        assert_eq!(p.pause, None);
+        let quiet = options.clone().slow_group_on_hint(false);
+        assert_eq!(
+            plan(&Err(hinted.clone()), (1, 5), &quiet, &mut rng).pause,
+            None
+        );
+        // Without a hint: the backoff's own draw for retry n - 1, within [0, min(cap, base 2^n)].
+        for attempt in 1..=6u32 {
+            let mut a = StdRng::seed_from_u64(u64::from(attempt));
+            let mut b = StdRng::seed_from_u64(u64::from(attempt));
+            let p = plan(&Err(Failure::new("500")), (attempt, 10), &options, &mut a);
+            assert_eq!(p.delay, options.backoff.delay(attempt - 1, &mut b));
+            assert!(p.delay <= options.backoff.ceiling(attempt - 1));
+            assert_eq!((p.outcome, p.pause), ("retry", None));
+        }
+        assert_eq!(
+            plan(&Err(Failure::new("500")), (5, 5), &options, &mut rng).outcome,
+            "dead"
+        );
+        assert_eq!(
+            plan(&Err(hinted), (5, 5), &options, &mut rng).outcome,
+            "dead"
+        );
+        let p = plan(
+            &Err(Failure::permanent("400").with_cost(3)),
+            (1, 5),
+            &options,
+            &mut rng,
+        );
+        assert_eq!(
+            (p.outcome, p.actual_cost, p.error.as_str()),
+            ("dead", Some(3), "400")
+        );
+        let p = plan(&Ok(Done::with_cost(9)), (1, 5), &options, &mut rng);
+        assert_eq!((p.outcome, p.actual_cost), ("done", Some(9)));
     }
 }
