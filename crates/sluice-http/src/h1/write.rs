@@ -217,24 +217,12 @@ pub(super) async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
             if left == 0 {
                 break;
             }
-            // What is left of a short answer is waited for and sent with what came (one write
-            // for the client instead of two, as the upstream's head often comes apart from
-            // the rest of its body); a longer one is passed on as it comes.
-            let whole_fits = out.len() as u64 + left <= FLUSH_AT as u64;
-            if out.len() >= FLUSH_AT || (conn.buf.is_empty() && !whole_fits) {
+            if out.len() >= FLUSH_AT || conn.buf.is_empty() {
                 client.0.write_all(out).await?;
                 out.clear();
             }
-            let read = match read_upstream(conn, gap, &mut client).await {
-                Ok(0) => Err(cut()),
-                read => read,
-            };
-            if let Err(e) = read {
-                // The client gets what came, as when it was passed on at once (hyper's path
-                // sends the head and the body as far as it went before the connection closes).
-                let _ = client.0.write_all(out).await;
-                out.clear();
-                return Err(e);
+            if read_upstream(conn, gap, &mut client).await? == 0 {
+                return Err(cut());
             }
         },
         Framing::Chunked => {
