@@ -7,7 +7,8 @@ use crate::config::{Config, PolicyConfig};
 /// `store.key_salt` (the keys stored under the old salt would all be forgotten),
 /// `store.backend` (each policy's store owns its keys' state; a reload would start them
 /// afresh in another kind of store), and for the file store `store.path` and
-/// `store.max_loss` (the store owns its file and its write schedule).
+/// `store.max_loss` (the store owns its file and its write schedule), and `[jobs]` (its
+/// queues are connected and read from start).
 /// The first one changed, by its config name.
 pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     use crate::config::BackendKind;
@@ -36,6 +37,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     } else if old.store.key_salt != new.store.key_salt {
         // Every key stored under the old salt would be forgotten: a burst.
         Some("store.key_salt")
+    } else if old.jobs != new.jobs {
+        Some("[jobs]")
     } else {
         None
     }
