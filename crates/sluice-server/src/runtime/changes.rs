@@ -194,3 +194,26 @@ fn plan_changes(o: &PolicyConfig, p: &PolicyConfig, fields: &mut Vec<String>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::needs_restart;
+    use crate::config::parse;
+
+    #[test]
+    fn a_change_of_jobs_needs_a_restart() {
+        let route = "[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9\"\n";
+        let with = |jobs: &str| parse(&format!("{route}{jobs}"), "t.toml").unwrap();
+        let mail = with("[jobs]\nredis = \"redis://127.0.0.1:6400\"\nqueues = [\"mail\"]\n");
+        assert_eq!(needs_restart(&mail, &mail.clone()), None);
+        for other in [
+            with(""),
+            with("[jobs]\nredis = \"redis://127.0.0.1:6400\"\nqueues = [\"mail\", \"embed\"]\n"),
+            with("[jobs]\nredis = \"redis://127.0.0.1:6401\"\nqueues = [\"mail\"]\n"),
+            with("[jobs]\nredis = \"redis://127.0.0.1:6400\"\nqueues = [\"mail\"]\ninterval = \"1s\"\n"),
+        ] {
+            assert_eq!(needs_restart(&mail, &other), Some("[jobs]"));
+            assert_eq!(needs_restart(&other, &mail), Some("[jobs]"));
+        }
+    }
+}
