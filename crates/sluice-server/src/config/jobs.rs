@@ -28,7 +28,7 @@ pub const MAX_JOB_QUEUES: usize = 64;
 pub struct JobsConfig {
     /// The Redis URLs of the queues: `jobs.redis`, or the Redis store's `store.url`.
     pub urls: Vec<String>,
-    /// Whether the URLs are the seeds of a Redis Cluster (given as a list).
+    /// Whether the URLs are nodes of a Redis Cluster (given as a list).
     pub cluster: bool,
     /// Whether the URLs are the store's (`jobs.redis` was not given).
     pub from_store: bool,
