@@ -208,10 +208,54 @@ test('dashboard: live figures under load, offline, with a screenshot', { timeout
     assert.deepEqual(rows[1].slice(0, 3), ['rejected_total', 'reason=limit', '3']);
     await page.unroute('**/v1/stats');
 
+    // Job queues ([jobs]) are shown when /v1/stats names some, read from /v1/jobs: the gateway
+    // has none here (crates/sluice-server/tests/jobs_dashboard.rs reads real ones), so name
+    // one and answer /v1/jobs with two of its three groups.
+    const figures = (waiting, delayed, active, dead, completed, failed, retried) => ({ waiting, delayed, active, dead, completed, failed, retried, dead_lettered: dead, reclaimed: 0 });
+    const jobsDoc = {
+      v: 1,
+      prefix: 'sluice:jobs',
+      redis: 'jobs.redis',
+      interval_ms: 100,
+      queues: [
+        {
+          name: 'mail',
+          error: null,
+          groups_total: 3,
+          groups: [
+            { group: 'acme', ...figures(0, 1, 0, 1, 2, 2, 1), paused_ms: 0 },
+            { group: 'zeta', ...figures(2, 0, 1, 0, 0, 0, 0), paused_ms: 0 },
+          ],
+          total: figures(2, 1, 1, 1, 2, 2, 1),
+        },
+      ],
+    };
+    await page.route('**/v1/stats', async (route) => {
+      const response = await route.fetch();
+      const json = await response.json();
+      json.jobs = { queues: ['mail'], interval_ms: 100 };
+      await route.fulfill({ response, json });
+    });
+    await page.route('**/v1/jobs', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(jobsDoc) }));
+    await page.waitForFunction(() => !document.getElementById('jobs').hidden && document.querySelectorAll('#jobs tr.job-row').length === 2, null, { timeout: 10000 });
+    const jobRows = await page.$$eval('#jobs tr.job-row, #jobs tr.job-total', (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+    t.diagnostic(JSON.stringify(jobRows));
+    assert.deepEqual(jobRows, [
+      ['acme', '0', '1', '0', '1', '2', '2', '1'],
+      ['zeta', '2', '0', '1', '0', '0', '0', '0'],
+      ['all shown', '2', '1', '1', '1', '2', '2', '1'],
+    ]);
+    assert.match(await page.textContent('#jobs'), /queue mail[\s\S]*1 more groups not shown/);
+    await page.screenshot({ path: join(WEB, 'test-results', 'dashboard-jobs.png'), fullPage: true });
+    await page.unroute('**/v1/stats');
+    await page.unroute('**/v1/jobs');
+    await page.waitForFunction(() => document.getElementById('jobs').hidden, null, { timeout: 5000 });
+
     // Nothing but this page and its data endpoint, all from the admin listener.
     const foreign = requests.filter((u) => !u.startsWith(gateway.admin + '/'));
     assert.deepEqual(foreign, []);
     assert.ok(requests.some((u) => u.endsWith('/v1/stats')));
+    assert.ok(requests.some((u) => u.endsWith('/v1/jobs')));
     assert.deepEqual(problems, []);
   } finally {
     await browser.close();

@@ -357,3 +357,44 @@ fn a_redis_sentinel_url_is_read_and_a_malformed_one_named_with_its_line() {
         );
     }
 }
+
+#[test]
+fn a_jobs_table_is_accepted_or_refused_naming_file_line_field_and_value() {
+    let route = "[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9000\"\n";
+    let (code, stdout, stderr, _) = check(&format!(
+        "{route}\n[jobs]\nredis = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\nqueues = [\"mail\", \"embed\"]\nprefix = \"acme:jobs\"\ninterval = \"1s\"\n"
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(": ok ("), "{stdout}");
+    let (code, _, stderr, _) = check(&format!(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n{route}\n[jobs]\nqueues = [\"mail\"]\n"
+    ));
+    assert_eq!(code, 0, "the store's Redis: {stderr}");
+
+    let (code, _, stderr, path) = check(&format!(
+        "{route}\n[jobs]\nredis = \"127.0.0.1:6379\"\nqueues = [\"mail\", \"mail\", \"a}}b\"]\ninterval = \"2h\"\n"
+    ));
+    assert_eq!(code, 2, "{stderr}");
+    for (line, field, value) in [
+        (6, "jobs.redis", "`127.0.0.1:6379`"),
+        (7, "jobs.queues[1]", "`mail` is listed twice"),
+        (7, "jobs.queues[2]", "`a}b`"),
+        (8, "jobs.interval", "7200s"),
+    ] {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&format!("{path}:{line}:"))
+                    && l.contains(&format!(" {field}: "))
+                    && l.contains(value)),
+            "no {line} {field} {value} in\n{stderr}"
+        );
+    }
+    assert_eq!(stderr.lines().count(), 4, "{stderr}");
+    let (code, _, stderr, path) = check(&format!("{route}\n[jobs]\nqueues = [\"mail\"]\n"));
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with(&format!("{path}:5:")) && stderr.contains("jobs.redis: no Redis"),
+        "{stderr}"
+    );
+}

@@ -7,13 +7,14 @@
 //!
 //! This module holds the whole file ([`Config`]) and the order its sections are read in;
 //! each section has a room of its own, with its types and its checks: `server`, `store`,
-//! `policy`, `route`, `browser`, `rls` and `otlp` (`[telemetry]`). Below them, `walk`
+//! `policy`, `route`, `browser`, `rls`, `otlp` (`[telemetry]`) and `jobs`. Below them, `walk`
 //! collects the errors and walks the tables, `values` reads durations, sizes and booleans
 //! from them, `units` their text forms, `secret` what `env:` and `file:` name, and `tls` the
 //! PEM files. Every public name is re-exported here: code outside reads `config::X`.
 
 mod browser;
 mod cost;
+mod jobs;
 pub mod lease;
 mod otlp;
 pub mod plan;
@@ -35,6 +36,7 @@ use toml::de::DeTable;
 pub use browser::{
     BrowserConfig, FailMode, TelemetryConfig, RESERVED_PREFIX as BROWSER_RESERVED_PREFIX,
 };
+pub use jobs::{JobsConfig, DEFAULT_JOBS_INTERVAL, DEFAULT_JOBS_PREFIX, MAX_JOB_QUEUES};
 pub use otlp::OtlpConfig;
 pub use policy::PolicyConfig;
 pub use rls::{RlsEntry, RlsRule};
@@ -74,6 +76,8 @@ pub struct Config {
     pub rls: Vec<RlsRule>,
     /// `[telemetry]`: span export over OTLP, off by default.
     pub telemetry: OtlpConfig,
+    /// `[jobs]`: the job queues the dashboard and `/metrics` show, if any.
+    pub jobs: Option<JobsConfig>,
 }
 
 /// A configuration file that could not be used.
@@ -215,6 +219,9 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
         .table("telemetry", &mut errors)
         .map(|(t, _)| otlp::parse(t, &mut errors))
         .unwrap_or_default();
+    let jobs = top
+        .table("jobs", &mut errors)
+        .and_then(|(t, at)| jobs::parse(t, at, &store, &mut errors));
     top.finish(&mut errors);
     if errors.list.is_empty() {
         Ok(Config {
@@ -226,6 +233,7 @@ pub fn parse_as(text: &str, file: &str, need: Routes) -> Result<Config, Vec<Conf
             browser,
             rls,
             telemetry,
+            jobs,
         })
     } else {
         errors.list.sort_by_key(|e| (e.line, e.column));

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use toml::de::{DeTable, DeValue};
+use toml::Spanned;
 
 use super::secret::read_secret;
 use super::units;
@@ -121,75 +122,10 @@ pub(super) fn parse(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -
         }
         PathBuf::from(p)
     });
-    let mut urls = Vec::new();
-    let mut cluster = false;
-    if let Some(value) = f.get("url") {
-        cluster = matches!(value.get_ref(), DeValue::Array(_));
-        let list: Vec<(&str, usize)> = match value.get_ref() {
-            DeValue::String(s) => vec![(s.as_ref(), value.span().start)],
-            DeValue::Array(items) => items
-                .iter()
-                .filter_map(|item| match item.get_ref() {
-                    DeValue::String(s) => Some((s.as_ref(), item.span().start)),
-                    other => {
-                        errors.value(
-                            item,
-                            "store.url",
-                            format!("expected a string, found {}", other.type_str()),
-                        );
-                        None
-                    }
-                })
-                .collect(),
-            other => {
-                errors.value(
-                    value,
-                    "store.url",
-                    format!(
-                        "expected a URL or a list of URLs, found {}",
-                        other.type_str()
-                    ),
-                );
-                Vec::new()
-            }
-        };
-        for (url, at) in list {
-            if sluice::store::RedisConfig::new(url).is_sentinel() {
-                // Redis Sentinel: the URL names the Sentinels and the master itself.
-                let problem = if cluster {
-                    Some(String::from("a Sentinel URL names every Sentinel itself: give it as one string, not in a list (a list is a Redis Cluster)"))
-                } else {
-                    match sluice::store::RedisConfig::new(url).check() {
-                        Ok(()) => None,
-                        Err(sluice::store::RedisStoreError::BadUrl { reason, .. }) => Some(reason),
-                        Err(e) => Some(e.to_string()),
-                    }
-                };
-                match problem {
-                    None => urls.push(url.to_owned()),
-                    Some(reason) => errors.at(
-                        at,
-                        "store.url",
-                        format!("cannot read `{url}` as a Redis Sentinel URL: {reason}"),
-                    ),
-                }
-                continue;
-            }
-            let rest = url
-                .strip_prefix("redis://")
-                .or_else(|| url.strip_prefix("rediss://"))
-                .or_else(|| url.strip_prefix("redis+unix://"))
-                .or_else(|| url.strip_prefix("unix://"));
-            match rest {
-                Some(rest) if !rest.is_empty() => urls.push(url.to_owned()),
-                _ => errors.at(
-                    at,
-                    "store.url",
-                    format!("cannot read `{url}` as a Redis URL: expected redis://HOST:PORT, or redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME for Redis Sentinel"),
-                ),
-            }
-        }
-    }
+    let (urls, cluster) = match f.get("url") {
+        Some(value) => redis_urls(value, "store.url", errors),
+        None => (Vec::new(), false),
+    };
     let on_error = match f.str("on_error", errors) {
         None | Some(("local", _)) => OnError::Local,
         Some(("allow", _)) => OnError::Allow,
@@ -256,4 +192,80 @@ pub(super) fn parse(t: &DeTable<'_>, table_at: usize, errors: &mut Errors<'_>) -
         key_salt,
         max_loss,
     }
+}
+
+/// A Redis URL, or a list of URLs (a Redis Cluster, reached through any of them), for `field`
+/// (`store.url`, `jobs.redis`): the URLs that can be read, and whether it is a list.
+pub(super) fn redis_urls(
+    value: &Spanned<DeValue<'_>>,
+    field: &str,
+    errors: &mut Errors<'_>,
+) -> (Vec<String>, bool) {
+    let mut urls = Vec::new();
+    let cluster = matches!(value.get_ref(), DeValue::Array(_));
+    let list: Vec<(&str, usize)> = match value.get_ref() {
+        DeValue::String(s) => vec![(s.as_ref(), value.span().start)],
+        DeValue::Array(items) => items
+            .iter()
+            .filter_map(|item| match item.get_ref() {
+                DeValue::String(s) => Some((s.as_ref(), item.span().start)),
+                other => {
+                    errors.value(
+                        item,
+                        field,
+                        format!("expected a string, found {}", other.type_str()),
+                    );
+                    None
+                }
+            })
+            .collect(),
+        other => {
+            errors.value(
+                value,
+                field,
+                format!(
+                    "expected a URL or a list of URLs, found {}",
+                    other.type_str()
+                ),
+            );
+            Vec::new()
+        }
+    };
+    for (url, at) in list {
+        if sluice::store::RedisConfig::new(url).is_sentinel() {
+            // Redis Sentinel: the URL names the Sentinels and the master itself.
+            let problem = if cluster {
+                Some(String::from("a Sentinel URL names every Sentinel itself: give it as one string, not in a list (a list is a Redis Cluster)"))
+            } else {
+                match sluice::store::RedisConfig::new(url).check() {
+                    Ok(()) => None,
+                    Err(sluice::store::RedisStoreError::BadUrl { reason, .. }) => Some(reason),
+                    Err(e) => Some(e.to_string()),
+                }
+            };
+            match problem {
+                None => urls.push(url.to_owned()),
+                Some(reason) => errors.at(
+                    at,
+                    field,
+                    format!("cannot read `{url}` as a Redis Sentinel URL: {reason}"),
+                ),
+            }
+            continue;
+        }
+        let rest = url
+            .strip_prefix("redis://")
+            .or_else(|| url.strip_prefix("rediss://"))
+            .or_else(|| url.strip_prefix("redis+unix://"))
+            .or_else(|| url.strip_prefix("unix://"));
+        match rest {
+            Some(rest) if !rest.is_empty() => urls.push(url.to_owned()),
+            _ => errors.at(
+                at,
+                field,
+                format!("cannot read `{url}` as a Redis URL: expected redis://HOST:PORT, or redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME for Redis Sentinel"),
+            ),
+        }
+    }
+    (urls, cluster)
 }

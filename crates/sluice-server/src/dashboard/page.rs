@@ -1,10 +1,12 @@
-//! The handlers: `GET /dashboard` (one self-contained page) and `GET /v1/stats` (its data).
+//! The handlers: `GET /dashboard` (one self-contained page), `GET /v1/stats` (its data) and
+//! `GET /v1/jobs` (the job queues of `[jobs]`, which the page reads when `/v1/stats` says
+//! there are some).
 
 use std::sync::OnceLock;
 
 use axum::extract::State;
 use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::dashboard::stats;
@@ -47,10 +49,34 @@ pub async fn stats(State(shared): State<&'static Shared>) -> Response {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let body = stats::snapshot(&runtime, &metrics, now_ms)
-        .await
-        .to_string();
-    let mut response = body.into_response();
+    let mut body = stats::snapshot(&runtime, &metrics, now_ms).await;
+    body["jobs"] = shared
+        .jobs
+        .as_ref()
+        .map_or(serde_json::Value::Null, |jobs| {
+            let c = jobs.config();
+            serde_json::json!({
+                "queues": c.queues,
+                "interval_ms": u64::try_from(c.interval.as_millis()).unwrap_or(u64::MAX),
+            })
+        });
+    json(StatusCode::OK, &body)
+}
+
+/// `GET /v1/jobs`: each `[jobs]` queue's groups and their figures, read from Redis now; 404
+/// without `[jobs]`.
+pub async fn jobs(State(shared): State<&'static Shared>) -> Response {
+    match &shared.jobs {
+        Some(jobs) => json(StatusCode::OK, &jobs.snapshot().await),
+        None => json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({ "error": "no [jobs] in the configuration: no job queue is watched" }),
+        ),
+    }
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
     let h = response.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));

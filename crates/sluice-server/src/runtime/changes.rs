@@ -7,7 +7,8 @@ use crate::config::{Config, PolicyConfig};
 /// `store.key_salt` (the keys stored under the old salt would all be forgotten),
 /// `store.backend` (each policy's store owns its keys' state; a reload would start them
 /// afresh in another kind of store), and for the file store `store.path` and
-/// `store.max_loss` (the store owns its file and its write schedule).
+/// `store.max_loss` (the store owns its file and its write schedule), and `[jobs]` (its
+/// queues are connected and read from start).
 /// The first one changed, by its config name.
 pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     use crate::config::BackendKind;
@@ -36,6 +37,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Option<&'static str> {
     } else if old.store.key_salt != new.store.key_salt {
         // Every key stored under the old salt would be forgotten: a burst.
         Some("store.key_salt")
+    } else if old.jobs != new.jobs {
+        Some("[jobs]")
     } else {
         None
     }
@@ -188,6 +191,29 @@ fn plan_changes(o: &PolicyConfig, p: &PolicyConfig, fields: &mut Vec<String>) {
     for plan in &o.plans {
         if !p.plans.iter().any(|x| x.name == plan.name) {
             fields.push(format!("plan {} removed", plan.name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_restart;
+    use crate::config::parse;
+
+    #[test]
+    fn a_change_of_jobs_needs_a_restart() {
+        let route = "[[route]]\npath_prefix = \"/\"\nupstream = \"http://127.0.0.1:9\"\n";
+        let with = |jobs: &str| parse(&format!("{route}{jobs}"), "t.toml").unwrap();
+        let mail = with("[jobs]\nredis = \"redis://127.0.0.1:6400\"\nqueues = [\"mail\"]\n");
+        assert_eq!(needs_restart(&mail, &mail.clone()), None);
+        for other in [
+            with(""),
+            with("[jobs]\nredis = \"redis://127.0.0.1:6400\"\nqueues = [\"mail\", \"embed\"]\n"),
+            with("[jobs]\nredis = \"redis://127.0.0.1:6401\"\nqueues = [\"mail\"]\n"),
+            with("[jobs]\nredis = \"redis://127.0.0.1:6400\"\nqueues = [\"mail\"]\ninterval = \"1s\"\n"),
+        ] {
+            assert_eq!(needs_restart(&mail, &other), Some("[jobs]"));
+            assert_eq!(needs_restart(&other, &mail), Some("[jobs]"));
         }
     }
 }

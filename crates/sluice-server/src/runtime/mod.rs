@@ -8,6 +8,7 @@
 //!   metrics handle and request ids, borrowed by every listener.
 //! - [`changes`]: what a reload changes, and which changes need a restart.
 //! - [`otlp`]: the span exporter of `[telemetry]`.
+//! - [`jobs`]: the job queues of `[jobs]`, read for the dashboard and `/metrics`.
 //! - [`rls_table`]: Envoy rate limit descriptors to policies.
 //! - [`overrides`]: a policy's keys with a quota of their own, as the admin API and the
 //!   dashboard list them.
@@ -17,6 +18,7 @@
 
 pub mod build;
 pub mod changes;
+pub mod jobs;
 pub mod otlp;
 pub mod overrides;
 pub mod rls_table;

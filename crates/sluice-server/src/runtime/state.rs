@@ -25,17 +25,25 @@ pub struct Shared {
     /// The span exporter of `[telemetry] otlp_endpoint`; `None` (nothing built, nothing
     /// done per request) without it.
     pub spans: Option<crate::runtime::otlp::Spans>,
+    /// The job queues of `[jobs]`, read for the dashboard and `/metrics`; `None` without it.
+    pub jobs: Option<crate::runtime::jobs::Jobs>,
 }
 
 impl Shared {
     /// What the listeners of one process share, starting with `runtime`; `demo` is the
     /// built-in demo upstream's address, if it runs; `spans`, the OTLP exporter, if set.
+    /// The job queues are those of the runtime's `[jobs]`.
     pub fn new(
         runtime: Runtime,
         prometheus: PrometheusHandle,
         demo: Option<std::net::SocketAddr>,
         spans: Option<crate::runtime::otlp::Spans>,
     ) -> Shared {
+        let jobs = runtime
+            .config
+            .jobs
+            .clone()
+            .map(crate::runtime::jobs::Jobs::new);
         Shared {
             runtime: ArcSwap::from_pointee(runtime),
             prometheus,
@@ -43,6 +51,7 @@ impl Shared {
             demo,
             reconfigure: tokio::sync::Mutex::new(()),
             spans,
+            jobs,
         }
     }
 

@@ -7,6 +7,7 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | 200 `ok` |
 //! | `GET /dashboard`, `GET /v1/stats` | the dashboard and its data |
+//! | `GET /v1/jobs` | the job queues of `[jobs]`, each group's figures read from Redis (404 without `[jobs]`) |
 //! | `GET /v1/policies`, `PUT /v1/policies/NAME` | the policies in force; a live change of one (see [`crate::serve::policies`]) |
 //! | `GET /v1/policies/NAME/keys`, `GET`, `PUT`, `DELETE /v1/policies/NAME/keys/KEY` | per-key quotas (see [`crate::serve::keys`]) |
 //! | `POST /v1/explain` | `{"method","path","headers","client_ip"}` → 200 with the route, each policy's key, quota, cost, state and decision, and the overall decision, consuming nothing (see [`crate::serve::explain`]); 400 a description that is no request, naming the field and value |
@@ -81,6 +82,7 @@ pub fn router(shared: &'static Shared) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/dashboard", get(crate::dashboard::page::page))
         .route("/v1/stats", get(crate::dashboard::page::stats))
+        .route("/v1/jobs", get(crate::dashboard::page::jobs))
         .route("/v1/policies", get(crate::serve::policies::list))
         .route(
             "/v1/policies/{name}",

@@ -8,8 +8,8 @@
 //!   or store settings changed keeps each key's state, converted so that no key gains
 //!   tokens (tokens left after = min(before, new capacity)). A config that is invalid, that
 //!   cannot be built (a store that cannot open), or that changes `server.listen`,
-//!   `server.admin_listen`, `server.rls_listen`, `server.workers` or
-//!   `telemetry.otlp_endpoint` (they need a restart) is
+//!   `server.admin_listen`, `server.rls_listen`, `server.workers`,
+//!   `telemetry.otlp_endpoint` or `[jobs]` (they need a restart) is
 //!   refused, and the old configuration keeps serving untouched. Each reload logs one line
 //!   saying what changed and counts itself in `sluice_reloads_total{result="ok"|"refused"}`.
 //!   The files of `[server.tls]` and every `upstream_ca` are read again too: new connections
@@ -89,6 +89,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     conn::describe_metrics();
     byte_path::describe_metrics();
     crate::rls::describe_metrics();
+    crate::runtime::jobs::describe_metrics();
     metrics::describe_counter!(
         "sluice_reloads_total",
         metrics::Unit::Count,
@@ -147,6 +148,9 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
     let workers = gateway::Workers::start(&server, shared, &stop_rx)
         .with_context(|| format!("binding server.listen {}", server.listen))?;
     let admin = tokio::spawn(admin::serve(admin_listener, shared, stop_rx.clone()));
+    if let Some(jobs) = &shared.jobs {
+        tokio::spawn(jobs.report_every());
+    }
     let rls = rls_listener.map(|l| tokio::spawn(crate::rls::serve(l, shared, stop_rx.clone())));
     drop(stop_rx);
     tracing::info!(
@@ -154,6 +158,7 @@ pub async fn run(path: Option<PathBuf>) -> Result<(), ServeError> {
         admin_listen = %server.admin_listen,
         rls_listen = ?server.rls_listen,
         otlp_endpoint = shared.spans.as_ref().map(otlp::Spans::endpoint),
+        jobs = ?shared.jobs.as_ref().map(|j| &j.config().queues),
         workers = server.workers,
         config = %source,
         "sluice serving"

@@ -47,9 +47,10 @@
     paused: false,
     timer: null,
     cards: new Map(), // policy name -> {root, refs, history}
+    jobsAt: 0, // when v1/jobs was last read
   };
   // For tests and the curious: the latest snapshot and how many polls succeeded.
-  const view = (window.sluiceDashboard = { polls: 0, errors: 0, last: null, rates: {} });
+  const view = (window.sluiceDashboard = { polls: 0, errors: 0, last: null, rates: {}, jobs: null });
 
   const sum = (o) => Object.values(o || {}).reduce((a, b) => a + (b || 0), 0);
 
@@ -289,6 +290,53 @@
     box.append(h('table', { class: 'grid' }, h('thead', {}, h('tr', {}, h('th', { text: 'metric' }), h('th', { text: 'labels' }), h('th', { class: 'num', text: 'value' }), h('th', { class: 'num', text: 'rate' }))), tbody));
   }
 
+  // === job queues ([jobs]) ===
+
+  const JOB_FIGURES = ['waiting', 'delayed', 'active', 'dead', 'completed', 'failed', 'retried'];
+
+  function renderJobs(doc) {
+    const box = $('jobs-queues');
+    box.replaceChildren();
+    for (const q of doc.queues) {
+      box.append(h('div', { class: 'queue-h', text: `queue ${q.name}` }));
+      if (q.error) {
+        box.append(h('div', { class: 'empty-note', text: `Redis did not answer: ${q.error}` }));
+        continue;
+      }
+      if (!q.groups.length) {
+        box.append(h('div', { class: 'empty-note', text: 'No group has had a job yet.' }));
+        continue;
+      }
+      const tbody = h('tbody');
+      const row = (cls, name, f) => h('tr', { class: cls, 'data-queue': q.name, 'data-group': name }, h('td', { class: 'key', title: name, text: name }), ...JOB_FIGURES.map((k) => h('td', { class: 'num ' + k, text: fmt.int(f[k]) })));
+      for (const g of q.groups) tbody.append(row('job-row', g.group, g));
+      if (q.groups.length > 1) tbody.append(row('job-total', 'all shown', q.total));
+      const head = h('tr', {}, h('th', { text: 'group' }), ...JOB_FIGURES.map((k) => h('th', { class: 'num', text: k })));
+      box.append(h('table', { class: 'grid job-groups' }, h('thead', {}, head), tbody));
+      if (q.groups_total > q.groups.length) box.append(h('div', { class: 'empty-note', text: `${q.groups_total - q.groups.length} more groups not shown (sluice jobs inspect lists them all).` }));
+    }
+    $('jobs-hint').textContent = `[jobs]: each group's jobs, read from Redis every ${fmt.ms(Math.max(2000, doc.interval_ms || 0))}`;
+    view.jobs = doc;
+  }
+
+  // Read at most every jobs.interval (and not more often than every 2 s): each read asks
+  // Redis for every group's figures.
+  async function pollJobs(jobs) {
+    const section = $('jobs');
+    section.hidden = !jobs;
+    if (!jobs) return;
+    const every = Math.max(2000, jobs.interval_ms || 0);
+    if (state.jobsAt && Date.now() - state.jobsAt < every) return;
+    state.jobsAt = Date.now();
+    try {
+      const response = await fetch('v1/jobs', { cache: 'no-store' });
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      renderJobs(await response.json());
+    } catch (e) {
+      $('jobs-hint').textContent = `no answer from v1/jobs (${e.message})`;
+    }
+  }
+
   // === the whole page ===
 
   function render(snap) {
@@ -364,7 +412,9 @@
     try {
       const response = await fetch('v1/stats', { cache: 'no-store' });
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      render(await response.json());
+      const snap = await response.json();
+      render(snap);
+      await pollJobs(snap.jobs);
       setStatus('on', `live · ${new Date().toLocaleTimeString()}`);
     } catch (e) {
       view.errors += 1;
