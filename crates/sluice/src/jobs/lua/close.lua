@@ -1,0 +1,2 @@
+-- sluice jobs: closes a bucket function opened by open_*.lua.
+end
