@@ -8,12 +8,16 @@
 //! - [`Keyed`]: one limit per key (user, IP), with a hard cap on keys and idle eviction.
 //! - [`retry`]: exponential backoff with full jitter, honouring `Retry-After`, with a budget.
 //! - [`breaker`]: a circuit breaker over failures and slow calls.
+//! - `jobs` (feature `redis`): durable jobs on Redis Streams under the same limits, shared by
+//!   Rust and Node workers.
 #![forbid(unsafe_code)]
 
 pub mod breaker;
 pub mod cell;
 pub mod clock;
 mod error;
+#[cfg(feature = "redis")]
+pub mod jobs;
 pub mod keyed;
 pub mod limiter;
 mod metrics;

@@ -206,4 +206,6 @@ mod store;
 
 pub use config::{OnError, RedisConfig, RedisStoreError};
 pub use lease::{LeaseConfig, LeaseSize};
+pub(crate) use link::{validate, Conn};
+pub(crate) use script::Program;
 pub use store::RedisStore;

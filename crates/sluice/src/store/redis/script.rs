@@ -133,7 +133,6 @@ impl Program {
     }
 
     /// The stamp of the values this program writes: `<family>:<capacity>:<interval_ns>`.
-    #[cfg(test)]
     pub(crate) fn stamp(&self) -> &str {
         &self.stamp
     }
