@@ -50,6 +50,7 @@ class Script {
   constructor(source) {
     this.source = source;
     this.sha = null;
+    this.loading = null;
   }
 }
 
@@ -127,15 +128,18 @@ export class JobQueue {
   async run(source, keys, args) {
     const s = this.#script(source);
     const argv = ['', ...args.map(String)];
+    if (s.sha === null) {
+      // SCRIPT LOAD (once, however many calls wait for it) answers the digest, the same on
+      // every node; where it was not loaded, EVALSHA fails with NOSCRIPT and EVAL loads it.
+      s.loading ??= this.#send(keys[0], ['SCRIPT', 'LOAD', source]).then((sha) => { s.sha = String(sha); }, () => {}).finally(() => { s.loading = null; });
+      await s.loading;
+    }
     if (s.sha !== null) {
       try {
         return await this.#send(keys[0], ['EVALSHA', s.sha, String(keys.length), ...keys, ...argv]);
       } catch (e) {
         if (!/NOSCRIPT/.test(String(e?.message ?? e))) throw e;
       }
-    } else {
-      // SCRIPT LOAD answers the digest, the same on every node; EVAL loads it where it runs.
-      this.#send(keys[0], ['SCRIPT', 'LOAD', source]).then((sha) => { s.sha = String(sha); }, () => {});
     }
     return this.#send(keys[0], ['EVAL', source, String(keys.length), ...keys, ...argv]);
   }
@@ -476,23 +480,27 @@ export class Worker {
     }
   }
 
+  /** The next pick, sent with a call whose answer the slot waits for anyway (one round trip). */
+  #pickAlong(call) {
+    if (this.closed) return call.then((r) => [r, null]);
+    return Promise.all([call, this.#pick()]);
+  }
+
   async #slot() {
-    let group = null;
+    // [group, ms] of a pick sent along with the slot's last call, or null.
+    let next = null;
     while (!this.closed) {
       try {
-        if (group === null) {
-          const [g, ms] = await this.#pick();
-          if (g === '') {
-            group = await this.#idle(ms);
-            continue;
-          }
-          group = g;
+        const [g, ms] = next ?? await this.#pick();
+        next = null;
+        if (g === '') {
+          const found = await this.#idle(ms);
+          if (found !== null) next = [found, ''];
+          continue;
         }
-        const g = group;
-        group = null;
-        await this.#take(g);
+        next = await this.#take(g);
       } catch (error) {
-        group = null;
+        next = null;
         this.#emit('error', { error });
         try {
           await sleep(this.pollMs, this.#stop.signal);
@@ -503,7 +511,10 @@ export class Worker {
     }
   }
 
-  /** Claims a job of `group` and runs it, or takes the group out of turn as claim says. */
+  /**
+   * Claims a job of `group` and runs it, or takes the group out of turn as claim says.
+   * Resolves to the next pick (sent along with the last call), or null.
+   */
   async #take(group) {
     const b = this.breaker(group);
     if (b !== null && b.state === 'open') {
@@ -513,40 +524,42 @@ export class Worker {
       } catch {
         // closing
       }
-      return;
+      return null;
     }
     const q = this.#queue;
     const keys = q.groupKeys(group);
     for (;;) {
-      const r = (await this.#call(JOB_CLAIM, keys, [q.limit?.stamp ?? '', this.consumer, q.concurrency, q.visibilityTimeoutMs])).map(String);
-      const kind = r[0];
+      const r = await this.#call(JOB_CLAIM, keys, [q.limit?.stamp ?? '', this.consumer, q.concurrency, q.visibilityTimeoutMs]);
+      const kind = String(r[0]);
       if (kind === 'job') return this.#runJob(group, keys, r, b);
       if (kind === 'skip') {
         if (r[1] !== '') {
           this.#count(group, 'dead');
-          this.#emit('dead', { job: { id: r[1], group }, reason: 'claim' });
+          this.#emit('dead', { job: { id: String(r[1]), group }, reason: 'claim' });
         }
         continue;
       }
-      const seq = r[2];
+      const seq = String(r[2]);
+      let park;
       if (kind === 'empty') {
-        await this.#call(JOB_PARK, q.queueKeys(), [group, 'drop', seq, '0']);
+        park = [group, 'drop', seq, '0'];
       } else if (kind === 'wait' || kind === 'paused' || kind === 'delayed') {
-        await this.#call(JOB_PARK, q.queueKeys(), [group, 'park', seq, r[1]]);
+        park = [group, 'park', seq, String(r[1])];
       } else if (kind === 'busy' || kind === 'idle') {
         // Running jobs free the group: a finish registers it again; a stopped worker's entry
         // is claimed back after the visibility timeout.
-        await this.#call(JOB_PARK, q.queueKeys(), [group, 'park', seq, String(Math.min(q.visibilityTimeoutMs, kind === 'busy' ? 1000 : this.pollMs * 5))]);
+        park = [group, 'park', seq, String(Math.min(q.visibilityTimeoutMs, kind === 'busy' ? 1000 : this.pollMs * 5))];
       } else {
         throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
       }
-      return;
+      // Redis runs the pick after the park: one connection keeps their order.
+      const [, next] = await this.#pickAlong(this.#call(JOB_PARK, q.queueKeys(), park));
+      return next;
     }
   }
 
   async #runJob(group, keys, r, breaker) {
-    const [, id, entry, payload, cost, attempts, max, priority, key, reclaimed] = r;
-    const ac = new AbortController();
+    const [, id, entry, payload, cost, attempts, max, priority, key, reclaimed] = r.map(String);
     let data = payload;
     try {
       data = JSON.parse(payload);
@@ -554,16 +567,30 @@ export class Worker {
       // Not JSON (a Rust producer's bytes): the text as it is.
     }
     let actual = '';
+    // The signal is made when the handler asks for it.
+    let ac = null;
+    const held = { job: null, keys, lost: null, abort(reason) {
+      this.lost = reason;
+      ac?.abort(reason);
+    } };
     const job = {
       id, group, data, payload, cost: Number(cost), priority: Number(priority), attempt: Number(attempts),
-      maxAttempts: Number(max), key, reclaimed: reclaimed === '1', entry, signal: ac.signal,
+      maxAttempts: Number(max), key, reclaimed: reclaimed === '1', entry,
+      get signal() {
+        if (ac === null) {
+          ac = new AbortController();
+          if (held.lost !== null) ac.abort(held.lost);
+        }
+        return ac.signal;
+      },
       settle(n) {
         wholeIn(n, 0, MAX_COST, 'the settled cost');
         actual = String(n);
       },
     };
-    const held = { job, keys, ac, lost: false };
-    this.#active.set(`${group}\n${id}`, held);
+    held.job = job;
+    const name = `${group}\n${id}`;
+    this.#active.set(name, held);
     this.#count(group, 'active');
     if (job.reclaimed) {
       this.#count(group, 'reclaimed');
@@ -573,14 +600,13 @@ export class Worker {
     let result;
     let error = null;
     let failed = false;
-    const run = () => this.#handler(job);
     try {
-      result = await (breaker !== null ? breaker.call(run) : run());
+      result = await (breaker !== null ? breaker.call(() => this.#handler(job)) : this.#handler(job));
     } catch (e) {
       failed = true;
       error = e;
     }
-    this.#active.delete(`${group}\n${id}`);
+    this.#active.delete(name);
     this.#count(group, 'active', -1);
     const q = this.#queue;
     const stamp = q.limit?.stamp ?? '';
@@ -599,15 +625,18 @@ export class Worker {
         delay = Math.floor(this.random() * bound);
       }
     }
-    const f = (await this.#call(JOB_FINISH, keys, [
+    const finish = this.#call(JOB_FINISH, keys, [
       stamp, this.consumer, id, entry, outcome, actual, q.maxDebt, delay, pause, failed ? errorText(error) : '', q.keepCompletedMs,
-    ])).map(String);
-    const [res, settled, due] = f;
-    const detail = { job, settled: Number(settled) };
+    ]);
+    // A retry registers the group after the finish; the next pick waits for that.
+    const [f, next] = failed ? [await finish, null] : await this.#pickAlong(finish);
+    const res = String(f[0]);
+    const due = String(f[2]);
+    const detail = { job, settled: Number(f[1]) };
     if (res === 'lost') {
       this.#count(group, 'lost');
       this.#emit('lost', detail);
-      return;
+      return next;
     }
     if (failed) {
       this.#count(group, 'failed');
@@ -626,18 +655,18 @@ export class Worker {
       if (q.concurrency > 0) await q.register(group, '', '0');
       this.#emit('dead', { ...detail, error });
     }
+    return next;
   }
 
   /** The heartbeat: every running job's entry touched; a job another worker took is lost. */
   async #beat() {
     const q = this.#queue;
     for (const held of this.#active.values()) {
-      if (held.lost) continue;
+      if (held.lost !== null) continue;
       const { job, keys } = held;
       q.run(JOB_TOUCH, keys, [this.consumer, job.id, job.entry]).then((ok) => {
-        if (Number(ok) === 0 && !held.lost) {
-          held.lost = true;
-          held.ac.abort(new Error(`job ${job.id} of group ${job.group} was claimed back by another worker`));
+        if (Number(ok) === 0 && held.lost === null) {
+          held.abort(new Error(`job ${job.id} of group ${job.group} was claimed back by another worker`));
         }
       }, (error) => this.#emit('error', { error }));
     }
