@@ -45,6 +45,17 @@ const GROUPS = 100;
 const QUEUE = 'bench';
 const now = () => performance.timeOrigin + performance.now();
 
+/**
+ * sluice's limit of a scenario (a queue option every worker and producer shares): the global
+ * limit is one group's bucket, a fixed window as BullMQ's counter; each of the 100 groups a
+ * GCRA bucket.
+ */
+function sluiceLimit(limit, globalRate, groupRate, groupBurst) {
+  if (limit === 'global') return { prefix: 'bench', algorithm: 'fixed_window', capacity: globalRate, rate: `${globalRate}/s` };
+  if (limit === 'groups') return { prefix: 'bench', algorithm: 'gcra', capacity: groupBurst, rate: `${groupRate}/s` };
+  return null;
+}
+
 // === A worker process: `node jobs.mjs --role worker` (forked by the main process) ===
 
 if (flag('--role') === 'worker') {
@@ -85,7 +96,7 @@ if (flag('--role') === 'worker') {
     });
   } else {
     const client = new Redis({ host: '127.0.0.1', port });
-    const queue = new JobQueue({ client, name: QUEUE });
+    const queue = new JobQueue({ client, name: QUEUE, limit: sluiceLimit(limit, globalRate, groupRate, groupBurst), keepCompleted: 0 });
     const worker = new SluiceWorker(queue, async (job) => {
       started({ group: job.group, t: job.data.t });
       done++;
@@ -97,10 +108,6 @@ if (flag('--role') === 'worker') {
     process.on('message', (m) => {
       if (m === 'go') worker.run();
     });
-    // Limits live in Redis, set by the main process before the workers start.
-    void globalRate;
-    void groupRate;
-    void groupBurst;
   }
   process.on('message', async (m) => {
     if (m !== 'stop') return;
@@ -127,6 +134,7 @@ async function main() {
   const LATENCY_RATE = Number(flag('--latency-rate', 200));
   const LATENCY_SECONDS = Number(flag('--latency-seconds', 5));
   const JSON_OUT = args.includes('--json');
+  const ONLY = flag('--only', 'none,global,groups,latency').split(',');
   const log = (...a) => {
     if (!JSON_OUT) console.log(...a);
   };
@@ -134,11 +142,29 @@ async function main() {
   const redis = await startRedis();
   const admin = new Redis({ host: '127.0.0.1', port: redis.port });
 
+  /** The calls of every command so far (INFO commandstats), and of those sent by clients. */
   async function commandCalls() {
     const info = await admin.info('commandstats');
     let calls = 0;
-    for (const m of info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)) calls += Number(m[1]);
-    return calls;
+    const by = {};
+    for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+      calls += Number(m[2]);
+      by[m[1]] = Number(m[2]);
+    }
+    return { calls, by };
+  }
+
+  /** Calls per job between two readings: all (commands run by scripts included), and the scripts. */
+  function perJob(c0, c1, n) {
+    const d = (k) => ((c1.by[k] ?? 0) - (c0.by[k] ?? 0)) / n;
+    return { all: (c1.calls - c0.calls - 1) / n, evalsha: d('evalsha') + d('eval') };
+  }
+
+  /** Redis's CPU time so far (user + system), in ms. */
+  async function redisCpuMs() {
+    const info = await admin.info('cpu');
+    const f = (k) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(info)[1]);
+    return (f('used_cpu_user') + f('used_cpu_sys')) * 1000;
   }
 
   /** Starts the 4 workers; resolves once each said it is ready. */
@@ -199,7 +225,7 @@ async function main() {
       await queue.close();
     } else {
       const client = new Redis({ host: '127.0.0.1', port: redis.port });
-      const queue = new JobQueue({ client, name: QUEUE });
+      const queue = new JobQueue({ client, name: QUEUE, keepCompleted: 0 });
       for (let i = 0; i < n; i += 1000) {
         const batch = [];
         for (let j = i; j < Math.min(n, i + 1000); j++) batch.push({ data: { t }, group: groups ? `g${j % groups}` : 'default' });
@@ -208,20 +234,6 @@ async function main() {
       client.disconnect();
     }
     return now() - t;
-  }
-
-  /** Sets the sluice limits of a scenario in Redis (BullMQ's go in its workers' options). */
-  async function limits(limit) {
-    const client = new Redis({ host: '127.0.0.1', port: redis.port });
-    const queue = new JobQueue({ client, name: QUEUE });
-    if (limit === 'global') {
-      await queue.setGroup('default', { algorithm: 'fixed_window', capacity: GLOBAL_RATE, rate: `${GLOBAL_RATE}/s` });
-    } else if (limit === 'groups') {
-      for (let g = 0; g < GROUPS; g++) {
-        await queue.setGroup(`g${g}`, { algorithm: 'gcra', capacity: GROUP_BURST, rate: `${GROUP_RATE}/s` });
-      }
-    }
-    client.disconnect();
   }
 
   /** The most starts of one group in any window of `windowMs` and its bound, worst over groups. */
@@ -249,16 +261,20 @@ async function main() {
   async function throughput(system, limit) {
     await admin.flushall();
     const n = limit === 'groups' ? GROUP_JOBS : JOBS;
-    if (system === 'sluice') await limits(limit);
     const fillMs = await fill(system, n, limit === 'groups' ? GROUPS : 0);
     const w = await workers(system, limit, limit !== 'none');
     const calls0 = await commandCalls();
+    const cpu0 = await redisCpuMs();
     const t0 = now();
     w.go();
     const t1 = await w.until(n);
     const calls1 = await commandCalls();
+    const cpu1 = await redisCpuMs();
     await w.stop();
-    const out = { system, limit, jobs: n, perSecond: (n * 1000) / (t1 - t0), commandsPerJob: (calls1 - calls0 - 1) / n, fillPerSecond: (n * 1000) / fillMs };
+    const out = {
+      system, limit, jobs: n, perSecond: (n * 1000) / (t1 - t0), commandsPerJob: perJob(calls0, calls1, n).all, scriptsPerJob: perJob(calls0, calls1, n).evalsha,
+      redisCpuUsPerJob: ((cpu1 - cpu0) * 1000) / n, redisBusy: (cpu1 - cpu0) / (t1 - t0), fillPerSecond: (n * 1000) / fillMs,
+    };
     if (limit === 'groups') {
       // The bound of every group in windows of 1 s and of 100 ms (jitter of the clocks included).
       out.window1s = worstWindow(w.counts.starts, GROUP_RATE, GROUP_BURST, 1000);
@@ -283,7 +299,7 @@ async function main() {
       close = () => queue.close();
     } else {
       const client = new Redis({ host: '127.0.0.1', port: redis.port });
-      const queue = new JobQueue({ client, name: QUEUE });
+      const queue = new JobQueue({ client, name: QUEUE, keepCompleted: 0 });
       enqueue = () => queue.enqueue({ t: now() });
       close = () => client.disconnect();
     }
@@ -315,17 +331,17 @@ async function main() {
     for (let r = 0; r < ROUNDS; r++) {
       const order = r % 2 === 0 ? ['sluice', 'bullmq'] : ['bullmq', 'sluice'];
       const round = [];
-      for (const limit of ['none', 'global', 'groups']) {
+      for (const limit of ['none', 'global', 'groups'].filter((l) => ONLY.includes(l))) {
         for (const system of order) {
           if (limit === 'groups' && system === 'bullmq') continue;
           const x = await throughput(system, limit);
           round.push({ kind: 'throughput', ...x });
-          log(`round ${r + 1} ${system} ${limit}: ${x.perSecond.toFixed(0)} jobs/s, ${x.commandsPerJob.toFixed(2)} commands/job`
+          log(`round ${r + 1} ${system} ${limit}: ${x.perSecond.toFixed(0)} jobs/s, ${x.commandsPerJob.toFixed(2)} commands/job (${x.scriptsPerJob.toFixed(2)} scripts), Redis CPU ${x.redisCpuUsPerJob.toFixed(0)} µs/job (busy ${(x.redisBusy * 100).toFixed(0)} %)`
             + (x.window1s ? `, worst 1 s window ${x.window1s.most} (over the bound by ${x.window1s.over})` : '')
             + (x.window100ms ? `, worst 100 ms window ${x.window100ms.most} (over by ${x.window100ms.over})` : ''));
         }
       }
-      for (const system of order) {
+      for (const system of ONLY.includes('latency') ? order : []) {
         const x = await latency(system);
         round.push({ kind: 'latency', ...x });
         log(`round ${r + 1} ${system} latency: median ${x.medianMs.toFixed(2)} ms, p99 ${x.p99Ms.toFixed(2)} ms`);
@@ -344,13 +360,13 @@ async function main() {
       if (!mine.length) continue;
       summary.push({
         kind: 'throughput', system, limit, perSecond: stats(mine.map((x) => x.perSecond)),
-        commandsPerJob: stats(mine.map((x) => x.commandsPerJob)),
+        commandsPerJob: stats(mine.map((x) => x.commandsPerJob)), redisCpuUsPerJob: stats(mine.map((x) => x.redisCpuUsPerJob)),
         worstOver1s: mine[0].window1s ? Math.max(...mine.map((x) => x.window1s.over)) : null,
         worstOver100ms: mine[0].window100ms ? Math.max(...mine.map((x) => x.window100ms.over)) : null,
       });
     }
   }
-  for (const system of ['sluice', 'bullmq']) {
+  for (const system of ONLY.includes('latency') ? ['sluice', 'bullmq'] : []) {
     const mine = rounds.map((round) => round.find((x) => x.kind === 'latency' && x.system === system));
     summary.push({ kind: 'latency', system, medianMs: stats(mine.map((x) => x.medianMs)), p99Ms: stats(mine.map((x) => x.p99Ms)) });
   }
@@ -364,16 +380,16 @@ async function main() {
   }
   const f = (s, d = 0) => `${s.median.toFixed(d)} (${s.min.toFixed(d)} to ${s.max.toFixed(d)})`;
   console.log(`\n${started} to ${result.finished}, Node ${process.version}, ${ROUNDS} rounds, ${WORKERS} workers x concurrency ${CONCURRENCY}`);
-  for (const limit of ['none', 'global', 'groups']) {
+  for (const limit of ['none', 'global', 'groups'].filter((l) => ONLY.includes(l))) {
     const s = summary.find((x) => x.system === 'sluice' && x.limit === limit);
     const b = summary.find((x) => x.system === 'bullmq' && x.limit === limit);
-    console.log(`throughput, limit ${limit}: sluice ${f(s.perSecond)} jobs/s, ${f(s.commandsPerJob, 2)} commands/job`
-      + (b ? `; BullMQ ${f(b.perSecond)} jobs/s, ${f(b.commandsPerJob, 2)} commands/job; ratio ${(s.perSecond.median / b.perSecond.median).toFixed(2)}` : '; BullMQ: no group limits in its open-source edition')
+    console.log(`throughput, limit ${limit}: sluice ${f(s.perSecond)} jobs/s, ${f(s.commandsPerJob, 2)} commands/job, Redis CPU ${f(s.redisCpuUsPerJob)} µs/job`
+      + (b ? `; BullMQ ${f(b.perSecond)} jobs/s, ${f(b.commandsPerJob, 2)} commands/job, Redis CPU ${f(b.redisCpuUsPerJob)} µs/job; ratio ${(s.perSecond.median / b.perSecond.median).toFixed(2)}` : '; BullMQ: no group limits in its open-source edition')
       + (s.worstOver1s !== null ? `; sluice's worst window over the bound: ${s.worstOver1s} (1 s)` : '')
       + (s.worstOver100ms !== null ? `, ${s.worstOver100ms} (100 ms)` : '')
       + (b && b.worstOver1s !== null ? `; BullMQ's: ${b.worstOver1s} (1 s)` : ''));
   }
   const sl = summary.find((x) => x.kind === 'latency' && x.system === 'sluice');
   const bl = summary.find((x) => x.kind === 'latency' && x.system === 'bullmq');
-  console.log(`enqueue to start: sluice median ${f(sl.medianMs, 2)} ms, p99 ${f(sl.p99Ms, 2)} ms; BullMQ median ${f(bl.medianMs, 2)} ms, p99 ${f(bl.p99Ms, 2)} ms`);
+  if (sl) console.log(`enqueue to start: sluice median ${f(sl.medianMs, 2)} ms, p99 ${f(sl.p99Ms, 2)} ms; BullMQ median ${f(bl.medianMs, 2)} ms, p99 ${f(bl.p99Ms, 2)} ms`);
 }

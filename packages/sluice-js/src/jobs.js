@@ -316,6 +316,9 @@ function randomId() {
  * failures in a row open it for 30 s; `false`: none) stops this worker taking the group's
  * jobs while open; failures the server named a wait for do not count.
  *
+ * While no group has a job to hand out, one slot of the worker polls: after 1 ms, then twice
+ * as long each time nothing came, up to `poll` (default 50 ms); the other slots wait for it.
+ *
  * Events (addEventListener / on): 'active', 'completed', 'failed', 'retried', 'dead',
  * 'reclaimed', 'lost' (detail `{ job, ... }`), and 'error' (detail `{ error }`) when Redis
  * fails; metrics() counts them per group.
@@ -340,7 +343,7 @@ export class Worker {
     if (!(queue instanceof JobQueue)) throw new TypeError('queue must be a JobQueue');
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
     const {
-      concurrency = 1, consumer, backoff = {}, poll = 200, slowGroup = true, breaker = {}, shouldRetry,
+      concurrency = 1, consumer, backoff = {}, poll = 50, slowGroup = true, breaker = {}, shouldRetry,
       autorun = true, random = Math.random,
     } = options;
     this.#queue = queue;
@@ -480,10 +483,15 @@ export class Worker {
     }
   }
 
-  /** The next pick, sent with a call whose answer the slot waits for anyway (one round trip). */
-  #pickAlong(call) {
-    if (this.closed) return call.then((r) => [r, null]);
-    return Promise.all([call, this.#pick()]);
+  /**
+   * Script call `[source, keys, args]` and the next pick, sent together (one round trip):
+   * [its reply, [group, ms]] (no pick once closing).
+   */
+  async #pickAlong(call) {
+    if (this.closed) return [await this.#queue.run(...call), null];
+    // One connection keeps their order: Redis runs the pick after the call.
+    const [r, p] = await Promise.all([this.#queue.run(...call), this.#pick()]);
+    return [r, p];
   }
 
   async #slot() {
@@ -552,8 +560,7 @@ export class Worker {
       } else {
         throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
       }
-      // Redis runs the pick after the park: one connection keeps their order.
-      const [, next] = await this.#pickAlong(this.#call(JOB_PARK, q.queueKeys(), park));
+      const [, next] = await this.#pickAlong([JOB_PARK, q.queueKeys(), park]);
       return next;
     }
   }
@@ -625,11 +632,11 @@ export class Worker {
         delay = Math.floor(this.random() * bound);
       }
     }
-    const finish = this.#call(JOB_FINISH, keys, [
+    const finish = [JOB_FINISH, keys, [
       stamp, this.consumer, id, entry, outcome, actual, q.maxDebt, delay, pause, failed ? errorText(error) : '', q.keepCompletedMs,
-    ]);
+    ]];
     // A retry registers the group after the finish; the next pick waits for that.
-    const [f, next] = failed ? [await finish, null] : await this.#pickAlong(finish);
+    const [f, next] = failed ? [await q.run(...finish), null] : await this.#pickAlong(finish);
     const res = String(f[0]);
     const due = String(f[2]);
     const detail = { job, settled: Number(f[1]) };
