@@ -10,7 +10,7 @@ import { createClient } from 'redis';
 import { Redis } from 'ioredis';
 import { JobQueue, Worker, failureWaitMs } from '../src/index.js';
 import { RedisStore } from '../src/redis.js';
-import { missing, startRedis, which } from './support.mjs';
+import { missing, redisCli, startRedis, startRedisCluster, which } from './support.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -219,3 +219,48 @@ test('jobs: ioredis as the client, and a job run by a worker that lost it is ref
     io.disconnect();
   }
 }));
+
+test('jobs: on a Redis Cluster (node-redis createCluster and ioredis Cluster), each group\'s keys in its bucket\'s slot', { timeout: 180000 }, async (t) => {
+  if (!which('redis-server')) return missing(t, 'redis-server');
+  if (!which('redis-cli')) return missing(t, 'redis-cli (redis-cli --cluster create)');
+  const { createCluster } = await import('redis');
+  const { Cluster } = await import('ioredis');
+  const cluster = await startRedisCluster();
+  const slotOf = (port, key) => Number(redisCli(port, 'CLUSTER', 'KEYSLOT', key).trim());
+  try {
+    const clients = [
+      ['node-redis', await createCluster({ rootNodes: [{ url: cluster.nodes[0].url }] }).connect(), (c) => c.quit()],
+      ['ioredis', new Cluster([{ host: '127.0.0.1', port: cluster.nodes[0].port }]), (c) => c.quit()],
+    ];
+    for (const [name, client, close] of clients) {
+      const queue = new JobQueue({ client, name: `c-${name}`, limit: { prefix: 'api', algorithm: 'gcra', capacity: 50, rate: '100/s' } });
+      const groups = Array.from({ length: 12 }, (_, i) => `tenant-${i}`);
+      for (const g of groups) {
+        const slots = new Set(queue.groupKeys(g).map((k) => slotOf(cluster.nodes[0].port, k)));
+        assert.equal(slots.size, 1, `${g}: every key in one slot`);
+        for (let i = 0; i < 3; i++) await queue.enqueue({ i }, { group: g, cost: 2 });
+      }
+      // The groups spread over the three masters.
+      const owners = new Set(groups.map((g) => cluster.nodes.findIndex((n) => redisCli(n.port, 'EXISTS', queue.groupKeys(g)[1]).trim() === '1')));
+      assert.equal(owners.size, 3, `${name}: the groups' keys on every master`);
+      // A node that lost its scripts gets them again.
+      for (const n of cluster.nodes) redisCli(n.port, 'SCRIPT', 'FLUSH');
+      const done = [];
+      const worker = new Worker(queue, async (job) => { done.push(`${job.group}/${job.id}`); }, { concurrency: 4, poll: 5 });
+      await until(() => done.length === 36, 20000, `${name}: the 36 jobs`);
+      await worker.close();
+      const figures = await queue.inspect();
+      assert.deepEqual(Object.keys(figures).sort(), [...groups].sort());
+      for (const g of groups) assert.equal(figures[g].completed, 3);
+      // Each group's bucket is RedisStore's key, written by the store's script, on the node of
+      // the group's other keys.
+      const store = new RedisStore({ client, prefix: 'api', algorithm: 'gcra', capacity: 50, rate: '100/s' });
+      const node = cluster.nodes.find((n) => redisCli(n.port, 'EXISTS', queue.groupKeys('tenant-3')[1]).trim() === '1');
+      assert.equal(store.redisKey('tenant-3'), queue.groupKeys('tenant-3')[0]);
+      assert.match(redisCli(node.port, 'GET', 'api:{tenant-3}'), /^gcra:50:10000000\|\d+/);
+      await close(client);
+    }
+  } finally {
+    await cluster.close();
+  }
+});
