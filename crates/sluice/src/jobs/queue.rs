@@ -183,11 +183,11 @@ pub(crate) enum Claim {
     /// Park the group this long (bucket, pause, delayed jobs, concurrency or only active jobs).
     Park {
         wait: Duration,
-        seq: String,
+        version: String,
     },
     /// The group holds nothing: drop it.
     Empty {
-        seq: String,
+        version: String,
     },
     /// Claim again.
     Skip,
@@ -369,21 +369,22 @@ impl JobQueue {
             )
             .await?;
         let r = strings(&reply)?;
-        let [id, added, seq, due] = &r[..] else {
+        let [id, added, version, due] = &r[..] else {
             return Err(unexpected("enqueue", &reply));
         };
-        self.register(&job.group, Some(seq), due).await?;
+        self.register(&job.group, Some(version), due).await?;
         Ok(Enqueued {
             id: id.clone(),
             added: added == "1",
         })
     }
 
-    /// Puts `group` on the queue's list, due at `due_ms` (`"0"`: now). Safe to repeat.
+    /// Puts `group` on the queue's list, due at `due_ms` (`"0"`: now), with the group's
+    /// `version` if it changed. Safe to repeat.
     pub(crate) async fn register(
         &self,
         group: &str,
-        seq: Option<&str>,
+        version: Option<&str>,
         due_ms: &str,
     ) -> Result<(), JobError> {
         let mut last = None;
@@ -393,7 +394,7 @@ impl JobQueue {
                     &self.inner.scripts.register,
                     &[
                         group.as_bytes(),
-                        seq.unwrap_or("").as_bytes(),
+                        version.unwrap_or("").as_bytes(),
                         due_ms.as_bytes(),
                     ],
                 )
@@ -419,12 +420,12 @@ impl JobQueue {
         }
     }
 
-    /// Parks (`wait: Some`) or drops (`None`) `group`, unless an enqueue newer than `seq` was
+    /// Parks (`wait: Some`) or drops (`None`) `group`, unless a version newer than `version` was
     /// registered.
     pub(crate) async fn park(
         &self,
         group: &str,
-        seq: &str,
+        version: &str,
         wait: Option<Duration>,
     ) -> Result<(), JobError> {
         let (mode, ms) = match wait {
@@ -436,7 +437,7 @@ impl JobQueue {
             &[
                 group.as_bytes(),
                 mode.as_bytes(),
-                seq.as_bytes(),
+                version.as_bytes(),
                 ms.as_bytes(),
             ],
         )
@@ -487,15 +488,15 @@ impl JobQueue {
             }
             ("wait" | "paused" | "delayed", 3) => Ok(Claim::Park {
                 wait: Duration::from_millis(parse_u64(&text(1))?),
-                seq: text(2),
+                version: text(2),
             }),
             // Only active jobs, or the concurrency taken: come back when one could have gone
             // stale (a finish wakes the group sooner).
             ("busy" | "idle", 3) => Ok(Claim::Park {
                 wait: o.visibility,
-                seq: text(2),
+                version: text(2),
             }),
-            ("empty", 3) => Ok(Claim::Empty { seq: text(2) }),
+            ("empty", 3) => Ok(Claim::Empty { version: text(2) }),
             ("skip", 3) => Ok(Claim::Skip),
             _ => Err(unexpected("claim", &reply)),
         }
@@ -520,8 +521,8 @@ impl JobQueue {
     }
 
     /// Ends an attempt: `outcome` `done`, `retry` (after `delay`) or `dead`. Returns the
-    /// script's result word and the retry's due time (ms). Safe to repeat: a repeat finds the
-    /// entry gone and answers `lost`.
+    /// script's result word, the retry's due time (ms) and the group's version. Safe to
+    /// repeat: a repeat finds the entry gone and answers `lost`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn finish(
         &self,
@@ -533,7 +534,7 @@ impl JobQueue {
         delay: Duration,
         pause: Option<Duration>,
         error: &str,
-    ) -> Result<(String, String), JobError> {
+    ) -> Result<(String, String, String), JobError> {
         let o = &self.inner.options;
         let reply = self
             .call_group(
@@ -562,7 +563,7 @@ impl JobQueue {
             .await?;
         let r = strings(&reply)?;
         match &r[..] {
-            [result, _settled, due] => Ok((result.clone(), due.clone())),
+            [result, _settled, due, version] => Ok((result.clone(), due.clone(), version.clone())),
             _ => Err(unexpected("finish", &reply)),
         }
     }
@@ -672,15 +673,16 @@ impl JobQueue {
                 &[most.to_string().as_bytes()],
             )
             .await?;
-        let (moved, seq) = match &reply {
+        let (moved, version) = match &reply {
             Value::Array(v) => match v[..] {
-                [Value::Int(m), Value::Int(s)] => (m, s),
+                [Value::Int(m), Value::Int(v)] => (m, v),
                 _ => return Err(unexpected("retry_dead", &reply)),
             },
             _ => return Err(unexpected("retry_dead", &reply)),
         };
         if moved > 0 {
-            self.register(group, Some(&seq.to_string()), "0").await?;
+            self.register(group, Some(&version.to_string()), "0")
+                .await?;
         }
         Ok(moved as u64)
     }

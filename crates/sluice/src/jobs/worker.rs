@@ -289,8 +289,10 @@ impl Worker {
         };
         let parked = match self.queue.claim(&group, &self.consumer).await {
             Ok(Claim::Job { job, entry }) => return Next::Run(job, entry, permit),
-            Ok(Claim::Park { wait, seq }) => self.queue.park(&group, &seq, Some(wait)).await,
-            Ok(Claim::Empty { seq }) => self.queue.park(&group, &seq, None).await,
+            Ok(Claim::Park { wait, version }) => {
+                self.queue.park(&group, &version, Some(wait)).await
+            }
+            Ok(Claim::Empty { version }) => self.queue.park(&group, &version, None).await,
             Ok(Claim::Skip) => Ok(()),
             Err(e) => Err(e),
         };
@@ -346,9 +348,10 @@ impl Worker {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(beat).await;
-                    match queue.touch(&group, &consumer, &id, &entry).await {
-                        Ok(false) => break,
-                        Ok(true) | Err(_) => {}
+                    // Claimed back by another worker: nothing more to keep alive. (A failed
+                    // heartbeat is tried again at the next beat.)
+                    if let Ok(false) = queue.touch(&group, &consumer, &id, &entry).await {
+                        break;
                     }
                 }
             })
@@ -421,7 +424,7 @@ impl Worker {
                 }
             }
         }
-        let Some((result, due)) = finished else {
+        let Some((result, due, version)) = finished else {
             return;
         };
         let counter = |outcome: &'static str| {
@@ -452,7 +455,7 @@ impl Worker {
             _ => None,
         };
         if let Some(due) = wake {
-            if let Err(e) = self.queue.register(&group, None, due).await {
+            if let Err(e) = self.queue.register(&group, Some(&version), due).await {
                 let _ = self.error(&e);
             }
         }

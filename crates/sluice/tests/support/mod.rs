@@ -2,6 +2,8 @@
 //! for the store tests; small helpers for the tests on paused time.
 #![allow(dead_code)]
 
+#[cfg(feature = "redis")]
+pub mod jobs;
 pub mod model;
 pub mod paused;
 pub mod process;

@@ -4,8 +4,8 @@
 -- key ('' for none).
 -- With an idempotency key the group already holds (a job waiting, running, dead, or completed
 -- and still kept), nothing is added and that job's id is returned.
--- Returns {id, added (1|0), seq, due}: strings; seq the group's enqueue count after this call
--- (register.lua takes it), due the time (ms) the job is due ('0' if now).
+-- Returns {id, added (1|0), version, due}: strings; version the group's version after this
+-- call (register.lua takes it), due the time (ms) the job is due ('0' if now).
 local group, payload, idem = ARGV[2], ARGV[3], ARGV[8]
 local cost, prio, delay, max = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not group or group == '' or not payload or not idem then
@@ -26,7 +26,7 @@ end
 if idem ~= '' then
   local known = redis.call('HGET', K_IDEM, idem)
   if known and redis.call('HEXISTS', K_JOBS, known) == 1 then
-    return {known, '0', int(meta_int('seq')), '0'}
+    return {known, '0', int(meta_int('v')), '0'}
   end
 end
 ensure_group()
@@ -45,4 +45,4 @@ else
 end
 save_job(j)
 if idem ~= '' then redis.call('HSET', K_IDEM, idem, id) end
-return {id, '1', id, due}
+return {id, '1', bump(), due}

@@ -7,10 +7,11 @@
 -- is above the charge ('' for none), [9] for a retry, the delay (ms), [10] the group's pause
 -- (ms, '' for none: a server's hint that slows the whole group), [11] the error ('' for none),
 -- [12] how long a completed job is kept (ms; 0: deleted now, its idempotency key with it).
--- Returns {result, settled, due}, strings: result 'done' | 'retry' | 'dead', or 'lost' when
--- the consumer no longer holds the entry (it was claimed back, or the job purged: nothing
--- changes); settled the tokens given back (negative) or charged beyond the admission;
--- due the retry's due time (ms), else ''.
+-- Returns {result, settled, due, version}, strings: result 'done' | 'retry' | 'dead', or
+-- 'lost' when the consumer no longer holds the entry (it was claimed back, or the job purged:
+-- nothing changes); settled the tokens given back (negative) or charged beyond the
+-- admission; due the retry's due time (ms), else ''; version the group's version after
+-- (raised: a slot of its concurrency is free), '' when lost.
 local stamp, consumer, id, entry, outcome = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local delay, keep = tonumber(ARGV[9] or '0'), tonumber(ARGV[12] or '')
 if (outcome ~= 'done' and outcome ~= 'retry' and outcome ~= 'dead') or not delay or not keep then
@@ -18,9 +19,10 @@ if (outcome ~= 'done' and outcome ~= 'retry' and outcome ~= 'dead') or not delay
 end
 local j = load_job(id)
 if not j or j.s ~= 'active' or j.e ~= entry or owner(entry) ~= consumer then
-  return {'lost', '0', ''}
+  return {'lost', '0', '', ''}
 end
 drop_entry(entry)
+local version = bump()
 -- The actual cost, settled on the bucket as the store settles: a refund of the difference
 -- (admitted at j.st) or a charge into debt, up to ARGV[8] tokens beyond empty.
 local settled = 0
@@ -68,7 +70,7 @@ if outcome == 'done' then
     redis.call('HDEL', K_JOBS, o)
     if oj and oj.k ~= '' then redis.call('HDEL', K_IDEM, oj.k) end
   end
-  return {'done', int(settled), ''}
+  return {'done', int(settled), '', version}
 end
 redis.call('HINCRBY', K_META, 'failed', 1)
 if outcome == 'retry' and tonumber(j.a) < tonumber(j.m) then
@@ -77,8 +79,8 @@ if outcome == 'retry' and tonumber(j.a) < tonumber(j.m) then
   save_job(j)
   redis.call('ZADD', K_DELAYED, due, id)
   redis.call('HINCRBY', K_META, 'retried', 1)
-  return {'retry', int(settled), int(due)}
+  return {'retry', int(settled), int(due), version}
 end
 if outcome == 'retry' then err = 'after ' .. j.a .. ' attempts: ' .. err end
 dead_letter(j, err)
-return {'dead', int(settled), ''}
+return {'dead', int(settled), '', version}

@@ -8,7 +8,7 @@
 --   [5] <prefix>:<queue>:{<group>}:active   STREAM one entry {job = id} per job admitted and
 --                                           not yet finished; consumer group 'w'
 --   [6] <prefix>:<queue>:{<group>}:dead     STREAM dead letters {job, error, attempts}
---   [7] <prefix>:<queue>:{<group>}:meta     HASH   seq, paused (ms), and the counters
+--   [7] <prefix>:<queue>:{<group>}:meta     HASH   seq, v, paused (ms), and the counters
 --   [8] <prefix>:<queue>:{<group>}:done     ZSET   completed job ids by completion (ms)
 --   [9] <prefix>:<queue>:{<group>}:idem     HASH   idempotency key -> job id
 -- A job is a JSON object of strings: id, g (group), p (payload), c (cost), pr (priority),
@@ -35,6 +35,11 @@ local function wait_score(j)
 end
 local function meta_int(field)
   return tonumber(redis.call('HGET', K_META, field) or '0') or 0
+end
+-- The group's version: raised by every change that may give it a job to hand out (an
+-- enqueue, a finished attempt, dead letters put back); register.lua and park.lua compare it.
+local function bump()
+  return int(redis.call('HINCRBY', K_META, 'v', 1))
 end
 -- The consumer group exists from the first enqueue (MKSTREAM makes the stream).
 local function ensure_group()

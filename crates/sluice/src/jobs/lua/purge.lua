@@ -1,7 +1,7 @@
 -- sluice jobs: deletes a group's jobs. After now.lua and group.lua.
 -- ARGV: [1] now, [2] what: 'waiting' (waiting and delayed jobs), 'dead' (the dead letters),
--- 'done' (completed jobs kept), or 'all' (every key of the group but its bucket and its
--- enqueue count, active jobs included: their workers' results come back 'lost').
+-- 'done' (completed jobs kept), or 'all' (every key of the group but its bucket, its enqueue
+-- count and its version, active jobs included: their workers' results come back 'lost').
 -- Returns the number of jobs deleted.
 local what = ARGV[2]
 local n = 0
@@ -34,10 +34,10 @@ elseif what == 'done' then
   redis.call('DEL', K_DONE)
 elseif what == 'all' then
   n = redis.call('HLEN', K_JOBS)
-  -- The enqueue count stays: job ids are never reused.
-  local seq = meta_int('seq')
+  -- The enqueue count and the version stay: job ids are never reused.
+  local seq, v = meta_int('seq'), meta_int('v')
   redis.call('DEL', K_JOBS, K_WAIT, K_DELAYED, K_ACTIVE, K_DEAD, K_META, K_DONE, K_IDEM)
-  if seq > 0 then redis.call('HSET', K_META, 'seq', int(seq)) end
+  if seq > 0 then redis.call('HSET', K_META, 'seq', int(seq), 'v', int(v)) end
 else
   return redis.error_reply('sluice jobs: purge takes waiting, dead, done or all, not ' .. tostring(what))
 end

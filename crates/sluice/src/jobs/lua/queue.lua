@@ -4,7 +4,7 @@
 --                                         (round robin: a group taken goes to the back)
 --   [2] <prefix>:{<queue>}:later   ZSET   groups skipped until a time (ms): their bucket,
 --                                         pause, concurrency or delayed jobs said so
---   [3] <prefix>:{<queue>}:marks   HASH   group -> the highest enqueue count registered
+--   [3] <prefix>:{<queue>}:marks   HASH   group -> the highest version registered
 --   [4] <prefix>:{<queue>}:turn    STRING the round-robin counter
 --   [5] <prefix>:{<queue>}:groups  SET    every group the queue has had (until forgotten)
 local K_READY, K_LATER, K_MARKS, K_TURN, K_GROUPS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]

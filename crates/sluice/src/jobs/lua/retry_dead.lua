@@ -1,6 +1,6 @@
 -- sluice jobs: puts dead-lettered jobs back to wait, their attempts counted afresh. After
 -- now.lua and group.lua. ARGV: [1] now, [2] how many at most (0 for all).
--- Returns {moved, seq}: seq the group's enqueue count after (register.lua takes it).
+-- Returns {moved, version}: the group's version after (register.lua takes it).
 local most = tonumber(ARGV[2])
 if not most or most < 0 then return redis.error_reply('sluice jobs: bad count ' .. tostring(ARGV[2])) end
 local moved = 0
@@ -23,6 +23,6 @@ if redis.call('EXISTS', K_DEAD) == 1 then
     end
   end
 end
-local seq = redis.call('HINCRBY', K_META, 'seq', 0)
-if moved > 0 then seq = redis.call('HINCRBY', K_META, 'seq', 1) end
-return {moved, seq}
+local version = meta_int('v')
+if moved > 0 then version = tonumber(bump()) end
+return {moved, version}

@@ -1,6 +1,6 @@
 -- sluice jobs: a group's figures, read at once. After now.lua and group.lua. ARGV: [1] now.
 -- Returns {waiting, delayed, active, dead (in the dead-letter stream), completed, failed,
--- retried, dead-lettered, reclaimed, paused (ms left), seq}, integers.
+-- retried, dead-lettered, reclaimed, paused (ms left), seq (the enqueue count)}, integers.
 local paused = meta_int('paused') - NOW_MS
 if paused < 0 then paused = 0 end
 local active = 0
