@@ -34,7 +34,7 @@ const MAX_COST = 4294967296;
 const MAX_PRIORITY = 1e3;
 const MAX_ATTEMPTS = 1e3;
 const YEAR_MS = 365 * 864e5;
-const ANY_SEQ = "9007199254740991";
+const ANY_VERSION = "9007199254740991";
 const msOption = (value, what) => {
   const ns = (0, import_time.durationNs)(value, what);
   return ns === null ? Infinity : (0, import_time.nsToMsCeil)(ns);
@@ -157,20 +157,23 @@ class JobQueue {
     if (typeof key !== "string") throw new TypeError("key must be a string");
     const text = payload !== void 0 ? String(payload) : JSON.stringify(data ?? null);
     const reply = await this.run(import_redis_scripts_generated.JOB_ENQUEUE, this.groupKeys(group), [group, text, cost, priority, delayMs, maxAttempts, key]);
-    const [id, added, seq, due] = reply.map(String);
-    if (added === "1") await this.register(group, seq, due);
+    const [id, added, version, due] = reply.map(String);
+    if (added === "1") await this.register(group, version, due);
     return { id, group, added: added === "1", due: Number(due) };
   }
   /** Adds many jobs, `[{ data, ...options }]`, sent together: their results in order. */
   enqueueMany(jobs) {
     return Promise.all(jobs.map(({ data, ...options }) => this.enqueue(data, options)));
   }
-  /** Puts `group` on the queue's list (after an enqueue, a retry, retryDead). Safe to repeat. */
-  async register(group, seq = "", due = "0") {
+  /**
+   * Puts `group` on the queue's list, due at `due` (ms since the epoch, '0' now), with the
+   * group's `version` as an enqueue, a finish or retryDead returned it. Safe to repeat.
+   */
+  async register(group, version = "", due = "0") {
     let last;
     for (let i = 0; i < 3; i++) {
       try {
-        await this.run(import_redis_scripts_generated.JOB_REGISTER, this.#queueKeys, [group, seq, due]);
+        await this.run(import_redis_scripts_generated.JOB_REGISTER, this.#queueKeys, [group, version, due]);
         return;
       } catch (e) {
         last = e;
@@ -250,8 +253,8 @@ class JobQueue {
   }
   /** Puts up to `count` (0: all) dead letters of `group` back to wait, attempts afresh: how many. */
   async retryDead(group, { count = 0 } = {}) {
-    const [moved, seq] = (await this.run(import_redis_scripts_generated.JOB_RETRY_DEAD, this.groupKeys(group), [wholeIn(count, 0, Number.MAX_SAFE_INTEGER, "count")])).map(String);
-    if (Number(moved) > 0) await this.register(group, seq, "0");
+    const [moved, version] = (await this.run(import_redis_scripts_generated.JOB_RETRY_DEAD, this.groupKeys(group), [wholeIn(count, 0, Number.MAX_SAFE_INTEGER, "count")])).map(String);
+    if (Number(moved) > 0) await this.register(group, version, "0");
     return Number(moved);
   }
   /**
@@ -487,14 +490,18 @@ class Worker {
    */
   async #take(group) {
     const b = this.breaker(group);
-    if (b !== null && b.state === "open") {
-      try {
-        await (0, import_time.sleep)(Math.min(this.pollMs, 100), this.#stop.signal);
-      } catch {
-      }
-      return null;
-    }
     const q = this.#queue;
+    if (b !== null && b.state === "open") {
+      let waitMs = 1;
+      try {
+        await b.call(() => {
+        });
+      } catch (e) {
+        waitMs = Math.max(1, e?.retryAfterMs ?? 1);
+      }
+      const [, next] = await this.#pickAlong([import_redis_scripts_generated.JOB_PARK, q.queueKeys(), [group, "park", ANY_VERSION, String(waitMs)]]);
+      return next;
+    }
     const keys = q.groupKeys(group);
     for (; ; ) {
       const r = await this.#call(import_redis_scripts_generated.JOB_CLAIM, keys, [q.limit?.stamp ?? "", this.consumer, q.concurrency, q.visibilityTimeoutMs]);
@@ -507,14 +514,14 @@ class Worker {
         }
         continue;
       }
-      const seq = String(r[2]);
+      const version = String(r[2]);
       let park;
       if (kind === "empty") {
-        park = [group, "drop", seq, "0"];
+        park = [group, "drop", version, "0"];
       } else if (kind === "wait" || kind === "paused" || kind === "delayed") {
-        park = [group, "park", seq, String(r[1])];
+        park = [group, "park", version, String(r[1])];
       } else if (kind === "busy" || kind === "idle") {
-        park = [group, "park", seq, String(Math.min(q.visibilityTimeoutMs, kind === "busy" ? 1e3 : this.pollMs * 5))];
+        park = [group, "park", version, String(q.visibilityTimeoutMs)];
       } else {
         throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
       }
@@ -610,9 +617,10 @@ ${id}`;
       failed ? errorText(error) : "",
       q.keepCompletedMs
     ]];
-    const [f, next] = failed ? [await q.run(...finish), null] : await this.#pickAlong(finish);
+    const [f, next] = failed || q.concurrency > 0 || this.closed ? [await this.#finish(finish), null] : await Promise.all([this.#finish(finish), this.#pick()]);
     const res = String(f[0]);
     const due = String(f[2]);
+    const version = String(f[3]);
     const detail = { job, settled: Number(f[1]) };
     if (res === "lost") {
       this.#count(group, "lost");
@@ -626,17 +634,29 @@ ${id}`;
     if (res === "done") {
       this.#count(group, "completed");
       this.#emit("completed", { ...detail, result });
-      if (q.concurrency > 0) await q.register(group, "", "0");
+      if (q.concurrency > 0) await q.register(group, version, "0");
     } else if (res === "retry") {
       this.#count(group, "retried");
-      await q.register(group, "", due);
+      await q.register(group, version, due);
       this.#emit("retried", { ...detail, error, delayMs: delay, pausedMs: pause === "" ? 0 : Number(pause), due: Number(due) });
     } else if (res === "dead") {
       this.#count(group, "dead");
-      if (q.concurrency > 0) await q.register(group, "", "0");
+      if (q.concurrency > 0) await q.register(group, version, "0");
       this.#emit("dead", { ...detail, error });
     }
     return next;
+  }
+  /** A finish, sent again (up to 3 times) when Redis failed: a repeat answers 'lost'. */
+  async #finish(call) {
+    for (let i = 0; ; i++) {
+      try {
+        return await this.#queue.run(...call);
+      } catch (e) {
+        if (i >= 2) throw e;
+        this.#emit("error", { error: e });
+        await (0, import_time.sleep)(50);
+      }
+    }
   }
   /** The heartbeat: every running job's entry touched; a job another worker took is lost. */
   async #beat() {

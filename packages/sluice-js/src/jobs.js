@@ -20,8 +20,8 @@ const MAX_COST = 4294967296;
 const MAX_PRIORITY = 1000;
 const MAX_ATTEMPTS = 1000;
 const YEAR_MS = 365 * 86400000;
-/** park's "whatever was registered": a seq no enqueue reaches. */
-const ANY_SEQ = '9007199254740991';
+/** park's "whatever was registered": a version no group reaches. */
+const ANY_VERSION = '9007199254740991';
 
 const msOption = (value, what) => {
   const ns = durationNs(value, what);
@@ -163,8 +163,8 @@ export class JobQueue {
     if (typeof key !== 'string') throw new TypeError('key must be a string');
     const text = payload !== undefined ? String(payload) : JSON.stringify(data ?? null);
     const reply = await this.run(JOB_ENQUEUE, this.groupKeys(group), [group, text, cost, priority, delayMs, maxAttempts, key]);
-    const [id, added, seq, due] = reply.map(String);
-    if (added === '1') await this.register(group, seq, due);
+    const [id, added, version, due] = reply.map(String);
+    if (added === '1') await this.register(group, version, due);
     return { id, group, added: added === '1', due: Number(due) };
   }
 
@@ -173,12 +173,15 @@ export class JobQueue {
     return Promise.all(jobs.map(({ data, ...options }) => this.enqueue(data, options)));
   }
 
-  /** Puts `group` on the queue's list (after an enqueue, a retry, retryDead). Safe to repeat. */
-  async register(group, seq = '', due = '0') {
+  /**
+   * Puts `group` on the queue's list, due at `due` (ms since the epoch, '0' now), with the
+   * group's `version` as an enqueue, a finish or retryDead returned it. Safe to repeat.
+   */
+  async register(group, version = '', due = '0') {
     let last;
     for (let i = 0; i < 3; i++) {
       try {
-        await this.run(JOB_REGISTER, this.#queueKeys, [group, seq, due]);
+        await this.run(JOB_REGISTER, this.#queueKeys, [group, version, due]);
         return;
       } catch (e) {
         last = e;
@@ -242,8 +245,8 @@ export class JobQueue {
 
   /** Puts up to `count` (0: all) dead letters of `group` back to wait, attempts afresh: how many. */
   async retryDead(group, { count = 0 } = {}) {
-    const [moved, seq] = (await this.run(JOB_RETRY_DEAD, this.groupKeys(group), [wholeIn(count, 0, Number.MAX_SAFE_INTEGER, 'count')])).map(String);
-    if (Number(moved) > 0) await this.register(group, seq, '0');
+    const [moved, version] = (await this.run(JOB_RETRY_DEAD, this.groupKeys(group), [wholeIn(count, 0, Number.MAX_SAFE_INTEGER, 'count')])).map(String);
+    if (Number(moved) > 0) await this.register(group, version, '0');
     return Number(moved);
   }
 
@@ -525,16 +528,19 @@ export class Worker {
    */
   async #take(group) {
     const b = this.breaker(group);
-    if (b !== null && b.state === 'open') {
-      // This worker does not take the group's jobs while its breaker is open; others may.
-      try {
-        await sleep(Math.min(this.pollMs, 100), this.#stop.signal);
-      } catch {
-        // closing
-      }
-      return null;
-    }
     const q = this.#queue;
+    if (b !== null && b.state === 'open') {
+      // The group is parked without a claim until the breaker half-opens, whatever was
+      // registered meanwhile (as the Rust worker does).
+      let waitMs = 1;
+      try {
+        await b.call(() => {});
+      } catch (e) {
+        waitMs = Math.max(1, e?.retryAfterMs ?? 1);
+      }
+      const [, next] = await this.#pickAlong([JOB_PARK, q.queueKeys(), [group, 'park', ANY_VERSION, String(waitMs)]]);
+      return next;
+    }
     const keys = q.groupKeys(group);
     for (;;) {
       const r = await this.#call(JOB_CLAIM, keys, [q.limit?.stamp ?? '', this.consumer, q.concurrency, q.visibilityTimeoutMs]);
@@ -547,16 +553,17 @@ export class Worker {
         }
         continue;
       }
-      const seq = String(r[2]);
+      const version = String(r[2]);
       let park;
       if (kind === 'empty') {
-        park = [group, 'drop', seq, '0'];
+        park = [group, 'drop', version, '0'];
       } else if (kind === 'wait' || kind === 'paused' || kind === 'delayed') {
-        park = [group, 'park', seq, String(r[1])];
+        park = [group, 'park', version, String(r[1])];
       } else if (kind === 'busy' || kind === 'idle') {
-        // Running jobs free the group: a finish registers it again; a stopped worker's entry
-        // is claimed back after the visibility timeout.
-        park = [group, 'park', seq, String(Math.min(q.visibilityTimeoutMs, kind === 'busy' ? 1000 : this.pollMs * 5))];
+        // A finished attempt raises the group's version and registers it again (with a
+        // concurrency bound); a stopped worker's entry is claimed back after the visibility
+        // timeout.
+        park = [group, 'park', version, String(q.visibilityTimeoutMs)];
       } else {
         throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
       }
@@ -636,9 +643,12 @@ export class Worker {
       stamp, this.consumer, id, entry, outcome, actual, q.maxDebt, delay, pause, failed ? errorText(error) : '', q.keepCompletedMs,
     ]];
     // A retry registers the group after the finish; the next pick waits for that.
-    const [f, next] = failed ? [await q.run(...finish), null] : await this.#pickAlong(finish);
+    const [f, next] = failed || q.concurrency > 0 || this.closed
+      ? [await this.#finish(finish), null]
+      : await Promise.all([this.#finish(finish), this.#pick()]);
     const res = String(f[0]);
     const due = String(f[2]);
+    const version = String(f[3]);
     const detail = { job, settled: Number(f[1]) };
     if (res === 'lost') {
       this.#count(group, 'lost');
@@ -652,17 +662,31 @@ export class Worker {
     if (res === 'done') {
       this.#count(group, 'completed');
       this.#emit('completed', { ...detail, result });
-      if (q.concurrency > 0) await q.register(group, '', '0');
+      // A slot of the group's concurrency is free: a group parked as busy runs again.
+      if (q.concurrency > 0) await q.register(group, version, '0');
     } else if (res === 'retry') {
       this.#count(group, 'retried');
-      await q.register(group, '', due);
+      await q.register(group, version, due);
       this.#emit('retried', { ...detail, error, delayMs: delay, pausedMs: pause === '' ? 0 : Number(pause), due: Number(due) });
     } else if (res === 'dead') {
       this.#count(group, 'dead');
-      if (q.concurrency > 0) await q.register(group, '', '0');
+      if (q.concurrency > 0) await q.register(group, version, '0');
       this.#emit('dead', { ...detail, error });
     }
     return next;
+  }
+
+  /** A finish, sent again (up to 3 times) when Redis failed: a repeat answers 'lost'. */
+  async #finish(call) {
+    for (let i = 0; ; i++) {
+      try {
+        return await this.#queue.run(...call);
+      } catch (e) {
+        if (i >= 2) throw e;
+        this.#emit('error', { error: e });
+        await sleep(50);
+      }
+    }
   }
 
   /** The heartbeat: every running job's entry touched; a job another worker took is lost. */

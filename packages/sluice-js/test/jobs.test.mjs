@@ -264,3 +264,23 @@ test('jobs: on a Redis Cluster (node-redis createCluster and ioredis Cluster), e
     await cluster.close();
   }
 });
+
+test('jobs: a group\'s concurrency holds across workers, and a finished job frees its slot at once', (t) => withRedis(t, async (client) => {
+  const queue = new JobQueue({ client, name: 'conc', concurrency: 2 });
+  for (let i = 0; i < 20; i++) await queue.enqueue({ i }, { group: 'tenant' });
+  let running = 0;
+  let most = 0;
+  const t0 = performance.now();
+  const workers = [1, 2, 3].map((n) => new Worker(queue, async () => {
+    most = Math.max(most, ++running);
+    await sleep(30);
+    running--;
+  }, { concurrency: 4, poll: 5, consumer: `c${n}` }));
+  await until(async () => (await queue.stats('tenant')).completed === 20, 10000, 'the 20 jobs');
+  const elapsed = performance.now() - t0;
+  await Promise.all(workers.map((w) => w.close()));
+  assert.equal(most, 2, 'at most 2 of the group at once, across 3 workers of 4 slots');
+  // 10 rounds of 2 jobs of 30 ms: a group parked as busy comes back when a job finishes, not
+  // after the visibility timeout (30 s).
+  assert.ok(elapsed < 3000, `20 jobs took ${elapsed.toFixed(0)} ms`);
+}));
