@@ -1,8 +1,8 @@
 // The job queue with worker processes on a real redis-server: a Node worker killed with
-// SIGKILL mid-job loses no job; a group's bound held in every window across 4 workers (2 Node
-// and 2 Rust when the Rust example worker is in the tree, else 4 Node); fairness between a
-// group of 10,000 jobs and one of 10; weighted costs; Retry-After and rate-limit fields from a
-// stand-in API on 127.0.0.1.
+// SIGKILL mid-job loses no job; a group's bound held in every window across 4 workers, 2 Node
+// processes and 2 Rust ones (the Rust crate's own worker, built by cargo from
+// crates/sluice/tests/jobs_redis.rs); fairness between a group of 10,000 jobs and one of 10;
+// weighted costs; Retry-After and rate-limit fields from a stand-in API on 127.0.0.1.
 //
 // The bound is checked on the time Redis admitted each job (the job's `st`, ns): for a GCRA
 // bucket of capacity C and interval I, any n jobs (or n tokens) admitted between two
@@ -11,7 +11,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 
@@ -31,22 +30,50 @@ async function until(fn, ms, what) {
   }
 }
 
-const RUST_EXAMPLE = join(ROOT, 'crates', 'sluice', 'examples', 'jobs_worker.rs');
-
-/** The Rust example worker, built once: its path, or null when the tree has none. */
+/**
+ * The Rust worker: the helper test `helper_jobs_bound` of crates/sluice/tests/jobs_redis.rs,
+ * which runs a `sluice::jobs::Worker` (3 slots, jobs of 5 ms) on the queue `SLUICE_QUEUE`,
+ * limited by gcra `SLUICE_CAPACITY` per `SLUICE_RATE` at the bucket prefix `SLUICE_BUCKETS`,
+ * for `SLUICE_RUN_MS`, then prints `COMPLETED <n>`. Built once with cargo: its path, or null
+ * where cargo is missing (CI=true: a failure).
+ */
 let rustWorker;
 function rustWorkerBin() {
   if (rustWorker !== undefined) return rustWorker;
   rustWorker = null;
-  if (!existsSync(RUST_EXAMPLE)) return null;
   if (!which('cargo')) {
-    if (CI) throw new Error('cargo is missing (the Rust example worker); CI=true, so this fails');
+    if (CI) throw new Error('cargo is missing (the Rust worker of the two-language test); CI=true, so this fails');
     return null;
   }
-  const r = spawnSync('cargo', ['build', '-q', '-p', 'sluice', '--example', 'jobs_worker', '--features', 'redis'], { cwd: ROOT, stdio: 'inherit' });
-  if (r.status !== 0) throw new Error('cargo build --example jobs_worker failed');
-  rustWorker = join(process.env.CARGO_TARGET_DIR || join(ROOT, 'target'), 'debug', 'examples', 'jobs_worker');
+  const r = spawnSync('cargo', ['test', '-q', '-p', 'sluice', '--test', 'jobs_redis', '--no-run', '--message-format=json'], {
+    cwd: ROOT, encoding: 'utf8', maxBuffer: 1 << 28, stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  if (r.status !== 0) throw new Error('cargo test -p sluice --test jobs_redis --no-run failed');
+  for (const line of r.stdout.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const m = JSON.parse(line);
+    if (m.reason === 'compiler-artifact' && m.target?.name === 'jobs_redis' && m.executable) rustWorker = m.executable;
+  }
+  if (rustWorker === null) throw new Error('cargo built no jobs_redis test binary');
   return rustWorker;
+}
+
+/** A Rust worker process (see rustWorkerBin), running `runMs`: { child, name, done } (done: its completed jobs). */
+function startRustWorker(url, queue, name, limit, runMs) {
+  const child = spawn(rustWorkerBin(), ['helper_jobs_bound', '--exact', '--nocapture', '--test-threads', '1'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: {
+      ...process.env, SLUICE_HELPER: name, SLUICE_REDIS_URL: url, SLUICE_QUEUE: queue, SLUICE_BUCKETS: limit.prefix,
+      SLUICE_CAPACITY: String(limit.capacity), SLUICE_RATE: limit.rate, SLUICE_RUN_MS: String(runMs),
+    },
+  });
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  const done = new Promise((resolve, reject) => child.once('exit', (code) => {
+    if (code !== 0) return reject(new Error(`the Rust worker ${name} exited with ${code}`));
+    resolve([...out.matchAll(/^COMPLETED (\d+)$/gm)].reduce((n, m) => n + Number(m[1]), 0));
+  }));
+  return { child, name, done, kill: () => child.kill('SIGKILL') };
 }
 
 /**
@@ -54,10 +81,7 @@ function rustWorkerBin() {
  * stopped: { child, name, stop() (SIGTERM, resolves on exit), kill() (SIGKILL) }.
  */
 async function startWorker(kind, url, queue, options) {
-  const [cmd, args] = kind === 'node'
-    ? [process.execPath, [join(PACKAGE, 'test', 'jobs-worker.mjs'), url, queue, JSON.stringify(options)]]
-    : [rustWorkerBin(), [url, queue, JSON.stringify(options)]];
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [join(PACKAGE, 'test', 'jobs-worker.mjs'), url, queue, JSON.stringify(options)], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = new Promise((r) => child.once('exit', r));
   await new Promise((resolve, reject) => {
     let out = '';
@@ -90,6 +114,7 @@ async function withRedis(t, fn) {
     await fn(client, redis, workers);
   } finally {
     await Promise.all(workers.map((w) => (w.child.exitCode === null && w.child.signalCode === null ? w.kill() : null)));
+    await Promise.all(workers.map((w) => w.done?.catch(() => {})));
     await client.quit();
     await redis.close();
   }
@@ -158,11 +183,10 @@ test('jobs: a Node worker killed with SIGKILL mid-job loses no job; only the job
   assert.deepEqual([s.completed, s.reclaimed, s.active, s.waiting, s.dead], [N, held.length, 0, 0, 0]);
 }));
 
-test('jobs: a group\'s bound held in every window across 4 workers: 2 Node and 2 Rust (4 Node while the tree has no Rust example worker)', { timeout: 120000 }, (t) => withRedis(t, async (client, redis, workers) => {
+test('jobs: a group\'s bound held in every window across 4 workers in two languages: 2 Node and 2 Rust processes', { timeout: 600000 }, (t) => withRedis(t, async (client, redis, workers) => {
   const rust = rustWorkerBin();
-  const kinds = rust ? ['node', 'node', 'rust', 'rust'] : ['node', 'node', 'node', 'node'];
-  if (!rust) t.diagnostic(`no Rust example worker at ${RUST_EXAMPLE}: 4 Node workers`);
-  const limit = { prefix: 'api', algorithm: 'gcra', capacity: 5, rate: '20/s' };
+  if (!rust) t.diagnostic('cargo missing: 4 Node workers');
+  const limit = { prefix: 'gw:embed', algorithm: 'gcra', capacity: 5, rate: '20/s' };
   const intervalNs = 50000000n;
   const queue = new JobQueue({ client, name: 'shared', limit });
   const groups = { k1: 80, k2: 40 };
@@ -171,16 +195,24 @@ test('jobs: a group\'s bound held in every window across 4 workers: 2 Node and 2
     for (let i = 0; i < n; i++) ids[g].push((await queue.enqueue({ i }, { group: g })).id);
   }
   const started = performance.now();
-  for (const [i, kind] of kinds.entries()) {
-    workers.push(await startWorker(kind, redis.url, 'shared', { record: 'b', name: `${kind}-${i}`, concurrency: 2, sleepMs: 5, limit }));
+  const rustWorkers = [];
+  for (let i = 0; i < 2; i++) {
+    if (rust) rustWorkers.push(startRustWorker(redis.url, 'shared', `rust-${i}`, limit, 8000));
+    else workers.push(await startWorker('node', redis.url, 'shared', { record: 'b', name: `node-${i + 2}`, concurrency: 3, sleepMs: 5, limit }));
   }
-  await until(async () => (await client.lLen('b:done')) === 120, 60000, 'every job done');
+  workers.push(...rustWorkers);
+  for (let i = 0; i < 2; i++) {
+    workers.push(await startWorker('node', redis.url, 'shared', { record: 'b', name: `node-${i}`, concurrency: 3, sleepMs: 5, limit }));
+  }
+  await until(async () => (await queue.stats('k1')).completed + (await queue.stats('k2')).completed === 120, 60000, 'every job done');
   const elapsed = performance.now() - started;
-  await Promise.all(workers.map((w) => w.stop()));
   const by = new Map();
   for (const s of await starts(client, 'b')) by.set(s.worker, (by.get(s.worker) ?? 0) + 1);
+  for (const w of rustWorkers) by.set(w.name, await w.done);
+  await Promise.all(workers.filter((w) => w.stop).map((w) => w.stop()));
   t.diagnostic(`jobs per worker: ${JSON.stringify(Object.fromEntries(by))}; ${elapsed.toFixed(0)} ms`);
-  assert.equal(by.size, 4, 'every worker ran jobs');
+  assert.equal([...by.values()].reduce((a, b) => a + b, 0), 120, 'each job ran once');
+  assert.equal([...by.values()].filter((n) => n > 0).length, 4, 'every worker ran jobs');
   for (const g of Object.keys(groups)) {
     const adm = await admissions(queue, g, ids[g]);
     const excess = worstExcess(adm, limit.capacity, intervalNs);
