@@ -312,6 +312,7 @@ class Worker {
   #heartbeat = null;
   #scout = null;
   #nap = 1;
+  #foundAt = -Infinity;
   #backoff;
   #breaker;
   constructor(queue, handler, options = {}) {
@@ -415,12 +416,18 @@ class Worker {
   /** The group whose turn it is: [group, ms until one is due ('' none)]. */
   async #pick() {
     const r = await this.#call(import_redis_scripts_generated.JOB_PICK, this.#queue.queueKeys(), []);
-    return [String(r[0]), String(r[1])];
+    const g = String(r[0]);
+    if (g !== "") {
+      this.#nap = 1;
+      this.#foundAt = performance.now();
+    }
+    return [g, String(r[1])];
   }
   /**
-   * Nothing to take: one slot naps (1 ms, doubling while nothing comes, up to `poll` or until
-   * the next group is due) and picks again; the others wait for it. Resolves to a group, or
-   * null for the others (who pick themselves).
+   * Nothing to take: one slot naps and picks again; the others wait for it. Within 200 ms of
+   * the last pick that found a group it naps 2 ms (work comes in a trickle); then 1 ms,
+   * doubling while nothing comes, up to `poll` (or until the next group is due). Resolves to a
+   * group, or null for the others (who pick themselves).
    */
   async #idle(dueMs) {
     if (this.#scout) {
@@ -434,18 +441,16 @@ class Worker {
     try {
       let due = dueMs;
       for (; ; ) {
-        const nap = Math.min(this.#nap, this.pollMs, due === "" ? Infinity : Math.max(1, Number(due)));
-        this.#nap = Math.min(this.#nap * 2, this.pollMs);
+        const recent = performance.now() - this.#foundAt < 200;
+        const nap = Math.min(recent ? 2 : this.#nap, this.pollMs, due === "" ? Infinity : Math.max(1, Number(due)));
+        if (!recent) this.#nap = Math.min(this.#nap * 2, this.pollMs);
         try {
           await (0, import_time.sleep)(nap, this.#stop.signal);
         } catch {
           return null;
         }
         const [g, ms] = await this.#pick();
-        if (g !== "") {
-          this.#nap = 1;
-          return g;
-        }
+        if (g !== "") return g;
         due = ms;
       }
     } finally {
