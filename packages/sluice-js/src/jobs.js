@@ -20,6 +20,8 @@ const MAX_COST = 4294967296;
 const MAX_PRIORITY = 1000;
 const MAX_ATTEMPTS = 1000;
 const YEAR_MS = 365 * 86400000;
+/** What #claimed answers for a job dead-lettered at its claim: claim again. */
+const SKIPPED = Symbol('skipped');
 /** park's "whatever was registered": a version no group reaches. */
 const ANY_VERSION = '9007199254740991';
 
@@ -341,6 +343,9 @@ export class Worker {
   #scout = null;
   #nap = 1;
   #foundAt = -Infinity;
+  #lastPick = '';
+  #repeats = 0;
+  #unpicked = 0;
   #backoff;
   #breaker;
 
@@ -455,6 +460,8 @@ export class Worker {
       this.#nap = 1;
       this.#foundAt = performance.now();
     }
+    this.#repeats = g !== '' && g === this.#lastPick ? this.#repeats + 1 : 0;
+    this.#lastPick = g;
     return [g, String(r[1])];
   }
 
@@ -500,19 +507,43 @@ export class Worker {
     if (this.closed) return [await this.#queue.run(...call), null];
     // One connection keeps their order: Redis runs the pick after the call.
     const [r, p] = await Promise.all([this.#queue.run(...call), this.#pick()]);
-    return [r, p];
+    return [r, { pick: p, claim: null }];
+  }
+
+  #claimArgs() {
+    const q = this.#queue;
+    return [q.limit?.stamp ?? '', this.consumer, q.concurrency, q.visibilityTimeoutMs];
   }
 
   async #slot() {
-    // [group, ms] of a pick sent along with the slot's last call, or null.
+    // What the slot's last call brought along: { pick: [group, ms], claim } (claim: a claim of
+    // the last job's group sent after that pick, { group, keys, reply }, or null), or null.
     let next = null;
     while (!this.closed) {
       try {
-        const [g, ms] = next ?? await this.#pick();
-        next = null;
+        let pick;
+        if (next === null) {
+          pick = await this.#pick();
+        } else {
+          ({ pick } = next);
+          const { claim } = next;
+          next = null;
+          if (claim !== null) {
+            if (pick[0] === claim.group) {
+              // The pick named the group claimed after it: that claim is this turn's.
+              next = await this.#claimed(claim.group, claim.keys, claim.reply, this.breaker(claim.group));
+              if (next === SKIPPED) next = { pick: [claim.group, ''], claim: null };
+              continue;
+            }
+            // Another group's turn came up: a job the claim took runs first (its group had one
+            // turn more), then the group picked.
+            if (String(claim.reply[0]) === 'job') await this.#runJob(claim.group, claim.keys, claim.reply, this.breaker(claim.group), false);
+          }
+        }
+        const [g, ms] = pick;
         if (g === '') {
           const found = await this.#idle(ms);
-          if (found !== null) next = [found, ''];
+          if (found !== null) next = { pick: [found, ''], claim: null };
           continue;
         }
         next = await this.#take(g);
@@ -526,11 +557,20 @@ export class Worker {
         }
       }
     }
+    // A job claimed along with the last finish, as the worker closed, runs before it stops.
+    if (next?.claim && String(next.claim.reply[0]) === 'job') {
+      const { group, keys, reply } = next.claim;
+      try {
+        await this.#runJob(group, keys, reply, this.breaker(group), false);
+      } catch (error) {
+        this.#emit('error', { error });
+      }
+    }
   }
 
   /**
    * Claims a job of `group` and runs it, or takes the group out of turn as claim says.
-   * Resolves to the next pick (sent along with the last call), or null.
+   * Resolves to what the last call brought along (see #slot), or null.
    */
   async #take(group) {
     const b = this.breaker(group);
@@ -549,36 +589,49 @@ export class Worker {
     }
     const keys = q.groupKeys(group);
     for (;;) {
-      const r = await this.#call(JOB_CLAIM, keys, [q.limit?.stamp ?? '', this.consumer, q.concurrency, q.visibilityTimeoutMs]);
-      const kind = String(r[0]);
-      if (kind === 'job') return this.#runJob(group, keys, r, b);
-      if (kind === 'skip') {
-        if (r[1] !== '') {
-          this.#count(group, 'dead');
-          this.#emit('dead', { job: { id: String(r[1]), group }, reason: 'claim' });
-        }
-        continue;
-      }
-      const version = String(r[2]);
-      let park;
-      if (kind === 'empty') {
-        park = [group, 'drop', version, '0'];
-      } else if (kind === 'wait' || kind === 'paused' || kind === 'delayed') {
-        park = [group, 'park', version, String(r[1])];
-      } else if (kind === 'busy' || kind === 'idle') {
-        // A finished attempt raises the group's version and registers it again (with a
-        // concurrency bound); a stopped worker's entry is claimed back after the visibility
-        // timeout.
-        park = [group, 'park', version, String(q.visibilityTimeoutMs)];
-      } else {
-        throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
-      }
-      const [, next] = await this.#pickAlong([JOB_PARK, q.queueKeys(), park]);
-      return next;
+      const r = await this.#call(JOB_CLAIM, keys, this.#claimArgs());
+      const next = await this.#claimed(group, keys, r, b);
+      if (next !== SKIPPED) return next;
     }
   }
 
-  async #runJob(group, keys, r, breaker) {
+  /** Acts on claim's reply `r` for `group`: runs the job, or parks the group as it says. */
+  async #claimed(group, keys, r, b) {
+    const q = this.#queue;
+    const kind = String(r[0]);
+    if (kind === 'job') return this.#runJob(group, keys, r, b, true);
+    if (kind === 'skip') {
+      if (r[1] !== '') {
+        this.#count(group, 'dead');
+        this.#emit('dead', { job: { id: String(r[1]), group }, reason: 'claim' });
+      }
+      return SKIPPED;
+    }
+    const version = String(r[2]);
+    let park;
+    if (kind === 'empty') {
+      park = [group, 'drop', version, '0'];
+    } else if (kind === 'wait' || kind === 'paused' || kind === 'delayed') {
+      park = [group, 'park', version, String(r[1])];
+    } else if (kind === 'busy' || kind === 'idle') {
+      // A finished attempt raises the group's version and registers it again (with a
+      // concurrency bound); a stopped worker's entry is claimed back after the visibility
+      // timeout.
+      park = [group, 'park', version, String(q.visibilityTimeoutMs)];
+    } else {
+      throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
+    }
+    const [, next] = await this.#pickAlong([JOB_PARK, q.queueKeys(), park]);
+    return next;
+  }
+
+  /**
+   * Runs a claimed job and finishes it. With `along`, the next pick goes with the finish, and
+   * when the picks keep naming one group, a claim of the job's group after it (one round trip
+   * where the picks would name that group again; while they name it again and again, 3 claims
+   * in 4 go without a pick). Resolves to what came along, or null.
+   */
+  async #runJob(group, keys, r, breaker, along) {
     const [, id, entry, payload, cost, attempts, max, priority, key, reclaimed] = r.map(String);
     let data = payload;
     try {
@@ -649,9 +702,24 @@ export class Worker {
       stamp, this.consumer, id, entry, outcome, actual, q.maxDebt, delay, pause, failed ? errorText(error) : '', q.keepCompletedMs,
     ]];
     // A retry registers the group after the finish; the next pick waits for that.
-    const [f, next] = failed || q.concurrency > 0 || this.closed
-      ? [await this.#finish(finish), null]
-      : await Promise.all([this.#finish(finish), this.#pick()]);
+    let f;
+    let next = null;
+    if (!along || failed || q.concurrency > 0 || this.closed) {
+      f = await this.#finish(finish);
+    } else {
+      const speculate = this.#repeats >= 2 && (breaker === null || breaker.state === 'closed');
+      // While the picks name one group again and again, 3 finishes in 4 go without a pick:
+      // their claim of the group is its turn. A group registered meanwhile is picked within
+      // a few jobs of each slot.
+      const withPick = !speculate || this.#repeats < 8 || ++this.#unpicked % 4 === 0;
+      const calls = [this.#finish(finish), withPick ? this.#pick() : [group, '']];
+      // A claim whose answer is lost leaves its job to be claimed back after the visibility
+      // timeout: nothing to do here but go on.
+      if (speculate) calls.push(this.#call(JOB_CLAIM, keys, this.#claimArgs()).catch(() => null));
+      const [fr, p, c] = await Promise.all(calls);
+      f = fr;
+      next = { pick: p, claim: c ? { group, keys, reply: c } : null };
+    }
     const res = String(f[0]);
     const due = String(f[2]);
     const version = String(f[3]);
