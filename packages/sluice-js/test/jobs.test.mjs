@@ -284,3 +284,29 @@ test('jobs: a group\'s concurrency holds across workers, and a finished job free
   // after the visibility timeout (30 s).
   assert.ok(elapsed < 3000, `20 jobs took ${elapsed.toFixed(0)} ms`);
 }));
+
+test('jobs: without a limit, a group arriving behind a long run of another group\'s jobs is picked within a few jobs', (t) => withRedis(t, async (client) => {
+  const queue = new JobQueue({ client, name: 'turns', keepCompleted: 0 });
+  for (let i = 0; i < 5000; i += 500) {
+    await queue.enqueueMany(Array.from({ length: 500 }, (_, j) => ({ data: { i: i + j }, group: 'big' })));
+  }
+  const ran = [];
+  const worker = new Worker(queue, async (job) => {
+    ran.push(job.group);
+    await sleep(1);
+  }, { concurrency: 4, poll: 5 });
+  // A long run of one group: the worker claims along with each finish, mostly without picks.
+  await until(async () => (await queue.stats('big')).completed >= 1000, 20000, 'a thousand of the big group');
+  const before = ran.length;
+  for (let i = 0; i < 10; i++) await queue.enqueue({ i }, { group: 'small' });
+  await until(() => ran.filter((g) => g === 'small').length === 10, 10000, 'the small group\'s jobs');
+  await worker.close();
+  // Round robin: once picked, the small group alternates with the big one.
+  const between = ran.slice(before).indexOf('small');
+  const bigWhileSmall = ran.slice(before).slice(between, ran.lastIndexOf('small') - before + 1).filter((g) => g === 'big').length;
+  t.diagnostic(`the small group's first job after ${between} jobs of the big group; ${bigWhileSmall} big ones among the small group's 10`);
+  assert.ok(between <= 60, `the small group waited for ${between} jobs of the big one`);
+  assert.ok(bigWhileSmall <= 40, `${bigWhileSmall} jobs of the big group ran among the small group's 10`);
+  assert.ok((await queue.stats('big')).waiting > 2000);
+  await queue.purge();
+}));
