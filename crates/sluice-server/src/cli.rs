@@ -1,5 +1,5 @@
 //! The command line: `sluice serve`, `sluice check-config`, `sluice default-config`,
-//! `sluice bundle`.
+//! `sluice bundle`, `sluice simulate`, `sluice stress`, `sluice jobs`.
 //!
 //! Exit status: 0 success, 1 a runtime failure (a port in use), 2 an invalid configuration.
 
@@ -56,6 +56,9 @@ pub enum Command {
     Simulate(crate::simulate::Args),
     /// Send load to a URL at a fixed rate and summarise status codes and latencies.
     Stress(crate::stress::Args),
+    /// Inspect a job queue in Redis (each group's waiting, active, completed, failed, retried
+    /// and dead jobs), put its dead letters back, or purge it.
+    Jobs(crate::jobs::Args),
 }
 
 /// Parses the command line and runs it.
@@ -71,6 +74,7 @@ pub fn run() -> ExitCode {
         Command::Bundle(args) => crate::bundle::run(args),
         Command::Simulate(args) => crate::simulate::run(args),
         Command::Stress(args) => crate::stress::run(args),
+        Command::Jobs(args) => crate::jobs::run(args),
     }
 }
 

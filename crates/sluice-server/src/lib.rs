@@ -45,6 +45,7 @@ pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
+pub mod jobs;
 pub mod rls;
 pub mod runtime;
 pub mod serve;

@@ -488,8 +488,188 @@ async fn on_a_cluster_each_groups_keys_share_its_buckets_slot() {
         slots.push(bucket);
     }
     let queue_slots: Vec<String> = queue.queue_keys().iter().map(|k| slot(k)).collect();
-    eprintln!("6 groups on a 3-master Cluster, 60 jobs all completed; each group's 9 keys in its bucket's slot: {slots:?}; the queue's 5 keys in slot {}", queue_slots[0]);
+    eprintln!("6 groups on a 3-master Cluster, 60 jobs all completed; each group's 9 keys in its bucket's slot: {slots:?}; the queue's {} keys in slot {}", queue_slots.len(), queue_slots[0]);
     assert!(queue_slots.iter().all(|s| *s == queue_slots[0]));
     let distinct: std::collections::HashSet<_> = slots.iter().collect();
     assert!(distinct.len() > 1, "the groups all hashed to one slot");
+}
+
+// === metrics ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_per_group_and_per_worker() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let name = unique("metrics");
+    let queue = JobQueue::connect(&RedisConfig::new(server.url()), &name, QueueOptions::new())
+        .await
+        .unwrap();
+    for payload in ["ok", "ok", "refused"] {
+        queue.enqueue(NewJob::new("m", payload)).await.unwrap();
+    }
+    queue
+        .enqueue(NewJob::new("later", "x").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let worker = metrics::with_local_recorder(&recorder, || {
+        Arc::new(
+            Worker::new(
+                queue.clone(),
+                WorkerOptions::new().poll(Duration::from_millis(20)),
+            )
+            .unwrap(),
+        )
+    });
+    let stats = queue.clone();
+    let done = move || {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let s = stats.stats("m").await.unwrap();
+                s.completed == 2 && s.dead == 1
+            })
+        })
+    };
+    let handler = |job: Job| async move {
+        if job.payload == b"refused" {
+            Err(Failure::permanent("refused"))
+        } else {
+            Ok(Done::new())
+        }
+    };
+    run_until(vec![worker], handler, Duration::from_secs(10), done).await;
+    let all = queue.all_stats().await.unwrap();
+    metrics::with_local_recorder(&recorder, || queue.record_metrics(&all));
+    let value = |metric: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find_map(|(key, _, _, v)| {
+                let k = key.key();
+                let matches = k.name() == metric
+                    && labels
+                        .iter()
+                        .all(|(n, want)| k.labels().any(|l| l.key() == *n && l.value() == *want));
+                match v {
+                    DebugValue::Counter(c) if matches => Some(c as f64),
+                    DebugValue::Gauge(g) if matches => Some(g.into_inner()),
+                    _ => None,
+                }
+            })
+    };
+    let q = name.as_str();
+    let got = [
+        value(
+            "sluice_jobs_total",
+            &[("queue", q), ("group", "m"), ("outcome", "completed")],
+        ),
+        value(
+            "sluice_jobs_total",
+            &[("queue", q), ("group", "m"), ("outcome", "failed")],
+        ),
+        value(
+            "sluice_jobs_total",
+            &[("queue", q), ("group", "m"), ("outcome", "dead")],
+        ),
+        value(
+            "sluice_jobs",
+            &[("queue", q), ("group", "m"), ("state", "dead")],
+        ),
+        value(
+            "sluice_jobs",
+            &[("queue", q), ("group", "later"), ("state", "delayed")],
+        ),
+        value(
+            "sluice_jobs",
+            &[("queue", q), ("group", "m"), ("state", "waiting")],
+        ),
+        value(
+            "sluice_job_attempts_total",
+            &[("queue", q), ("outcome", "completed")],
+        ),
+        value(
+            "sluice_job_attempts_total",
+            &[("queue", q), ("outcome", "dead")],
+        ),
+    ];
+    eprintln!("metrics: group m completed/failed/dead-lettered totals, dead gauge; later delayed; m waiting; worker completed, dead: {got:?}");
+    let want = [2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2.0, 1.0].map(Some);
+    assert_eq!(got, want);
+}
+
+// === a breaker per group; payloads are bytes ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_holds_its_group_and_not_the_others() {
+    let _heavy = HEAVY.lock().await;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let name = unique("breaker");
+    let queue = JobQueue::connect(&RedisConfig::new(server.url()), &name, QueueOptions::new())
+        .await
+        .unwrap();
+    for i in 0..6 {
+        queue
+            .enqueue(NewJob::new("flaky", format!("{i}")).max_attempts(1))
+            .await
+            .unwrap();
+    }
+    // Due while the flaky group's breaker is open; and every byte value, as one payload.
+    let bytes: Vec<u8> = (0..=255u8).collect();
+    queue
+        .enqueue(NewJob::new("fine", bytes.clone()).delay(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let breaker = sluice::breaker::CircuitBreaker::builder()
+        .count_window(3)
+        .min_calls(3)
+        .failure_rate(0.5)
+        .open_for(Duration::from_secs(1))
+        .half_open_probes(1);
+    let options = WorkerOptions::new()
+        .poll(Duration::from_millis(20))
+        .breaker(breaker);
+    let worker = Arc::new(Worker::new(queue.clone(), options).unwrap());
+    type Seen = Vec<(String, Instant, Vec<u8>)>;
+    let seen: Arc<parking_lot::Mutex<Seen>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        move |job: Job| {
+            seen.lock()
+                .push((job.group.clone(), Instant::now(), job.payload.clone()));
+            let flaky = job.group == "flaky";
+            async move {
+                if flaky {
+                    Err(Failure::new("upstream down"))
+                } else {
+                    Ok(Done::new())
+                }
+            }
+        }
+    };
+    let stop = seen.clone();
+    run_until(vec![worker], handler, Duration::from_secs(10), move || {
+        stop.lock().len() >= 7
+    })
+    .await;
+    let seen = seen.lock().clone();
+    let flaky: Vec<Instant> = seen
+        .iter()
+        .filter(|(g, ..)| g == "flaky")
+        .map(|(_, t, _)| *t)
+        .collect();
+    let gaps: Vec<Duration> = flaky.windows(2).map(|w| w[1] - w[0]).collect();
+    let (_, fine_at, payload) = seen.iter().find(|(g, ..)| g == "fine").unwrap().clone();
+    eprintln!(
+        "breaker (3 calls, 50%, open 1 s): gaps between the flaky group's attempts {gaps:.2?}; the other group ran {:.2?} after the breaker opened",
+        fine_at - flaky[2]
+    );
+    assert!(gaps[2] >= Duration::from_millis(900), "not held: {gaps:?}");
+    assert!(fine_at < flaky[3], "the other group waited for the breaker");
+    assert_eq!(payload, bytes, "the payload's bytes changed");
 }

@@ -18,8 +18,9 @@
 //!
 //! # Metrics
 //!
-//! [`JobQueue::report_metrics`] reads every group's figures from Redis and sets, labelled
-//! `queue` and `group`:
+//! [`JobQueue::report_metrics`] reads every group's figures from Redis
+//! ([`JobQueue::all_stats`]) and records them ([`JobQueue::record_metrics`]), labelled `queue`
+//! and `group`:
 //!
 //! | name | kind | labels |
 //! |------|------|--------|

@@ -202,7 +202,7 @@ pub(crate) struct Inner {
     /// The bucket's stamp (`''` without a limit) and capacity.
     pub(crate) stamp: String,
     pub(crate) options: QueueOptions,
-    queue_keys: [String; 5],
+    queue_keys: [String; 6],
 }
 
 /// A job queue in Redis (one server, a Cluster or the master of Sentinels). Cloning is cheap:
@@ -299,7 +299,7 @@ impl JobQueue {
         group_keys(&i.prefix, &i.name, &i.bucket_prefix, group).to_vec()
     }
 
-    /// The keys of the queue's group list (`docs/jobs.md`).
+    /// The keys of the queue's group list, and the sweep's cursor (`docs/jobs.md`).
     pub fn queue_keys(&self) -> Vec<String> {
         self.inner.queue_keys.to_vec()
     }
@@ -341,7 +341,7 @@ impl JobQueue {
     }
 
     async fn call_queue(&self, script: &Script, args: &[&[u8]]) -> Result<Value, JobError> {
-        self.call(script, &self.inner.queue_keys, args).await
+        self.call(script, &self.inner.queue_keys[..5], args).await
     }
 
     /// Adds `job`, and its group to the queue's list.
@@ -707,13 +707,43 @@ impl JobQueue {
         Ok(n as u64)
     }
 
-    /// Reads every group's figures and sets the `sluice_jobs` gauges and `sluice_jobs_total`
-    /// counters (see the module's documentation). Returns them.
-    pub async fn report_metrics(&self) -> Result<Vec<(String, GroupStats)>, JobError> {
+    /// Looks at the next `count` groups of the queue's group list (the workers walk it
+    /// together) and puts back on the ready list each that holds jobs but is on neither list:
+    /// a producer stopped between its enqueue and its registration. Returns how many.
+    pub async fn sweep(&self, count: u64) -> Result<u64, JobError> {
+        let reply = self
+            .call(
+                &self.inner.scripts.sweep,
+                &self.inner.queue_keys,
+                &[count.max(1).to_string().as_bytes()],
+            )
+            .await?;
+        let mut put_back = 0;
+        for group in strings(&reply)? {
+            let s = self.stats(&group).await?;
+            if s.waiting + s.delayed + s.active > 0 {
+                self.register(&group, None, "0").await?;
+                put_back += 1;
+            }
+        }
+        Ok(put_back)
+    }
+
+    /// Every group's figures, read from Redis.
+    pub async fn all_stats(&self) -> Result<Vec<(String, GroupStats)>, JobError> {
         let mut all = Vec::new();
         for group in self.groups().await? {
             let s = self.stats(&group).await?;
-            let queue = self.inner.name.clone();
+            all.push((group, s));
+        }
+        Ok(all)
+    }
+
+    /// Sets the `sluice_jobs` gauges and `sluice_jobs_total` counters (see the module's
+    /// documentation) to `stats`, as [`JobQueue::all_stats`] read them.
+    pub fn record_metrics(&self, stats: &[(String, GroupStats)]) {
+        let queue = &self.inner.name;
+        for (group, s) in stats {
             let gauge = |state: &'static str, v: u64| {
                 metrics::gauge!("sluice_jobs", "queue" => queue.clone(), "group" => group.clone(), "state" => state).set(v as f64);
             };
@@ -729,8 +759,14 @@ impl JobQueue {
             total("retried", s.retried);
             total("dead", s.dead_lettered);
             total("reclaimed", s.reclaimed);
-            all.push((group, s));
         }
+    }
+
+    /// Reads every group's figures and records them ([`JobQueue::record_metrics`]); returns
+    /// them. Call it periodically where the metrics are exported.
+    pub async fn report_metrics(&self) -> Result<Vec<(String, GroupStats)>, JobError> {
+        let all = self.all_stats().await?;
+        self.record_metrics(&all);
         Ok(all)
     }
 }

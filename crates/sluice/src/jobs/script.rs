@@ -78,6 +78,7 @@ pub(crate) const PURGE: &str = group!("lua/purge.lua");
 pub(crate) const REGISTER: &str = queue!("lua/register.lua");
 pub(crate) const PICK: &str = queue!("lua/pick.lua");
 pub(crate) const PARK: &str = queue!("lua/park.lua");
+pub(crate) const SWEEP: &str = queue!("lua/sweep.lua");
 
 /// Every job script, loaded once per queue handle.
 #[derive(Debug, Clone)]
@@ -92,6 +93,7 @@ pub(crate) struct Scripts {
     pub(crate) register: Script,
     pub(crate) pick: Script,
     pub(crate) park: Script,
+    pub(crate) sweep: Script,
 }
 
 impl Scripts {
@@ -107,6 +109,7 @@ impl Scripts {
             register: Script::new(REGISTER),
             pick: Script::new(PICK),
             park: Script::new(PARK),
+            sweep: Script::new(SWEEP),
         }
     }
 }
@@ -134,9 +137,9 @@ pub(crate) fn group_keys(
     ]
 }
 
-/// The keys of the queue's group list (`KEYS[1..5]` of the queue scripts), all with the hash
-/// tag `{<queue>}`.
-pub(crate) fn queue_keys(prefix: &str, queue: &str) -> [String; 5] {
+/// The keys of the queue's group list (`KEYS[1..5]` of the queue scripts, and `KEYS[6]` of
+/// the sweep), all with the hash tag `{<queue>}`.
+pub(crate) fn queue_keys(prefix: &str, queue: &str) -> [String; 6] {
     let base = format!("{prefix}:{{{queue}}}:");
     [
         format!("{base}ready"),
@@ -144,6 +147,7 @@ pub(crate) fn queue_keys(prefix: &str, queue: &str) -> [String; 5] {
         format!("{base}marks"),
         format!("{base}turn"),
         format!("{base}groups"),
+        format!("{base}sweep"),
     ]
 }
 
@@ -160,6 +164,44 @@ mod tests {
             assert!(script.contains("local function bucket_gcra(KEYS, ARGV)"));
         }
         assert!(!ENQUEUE.contains("bucket_gcra"));
+    }
+
+    /// `lua/scripts.txt`, which the npm package follows, says what the constants are.
+    #[test]
+    fn the_manifest_assembles_the_same_scripts() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let constants = [
+            ("claim", CLAIM),
+            ("finish", FINISH),
+            ("enqueue", ENQUEUE),
+            ("touch", TOUCH),
+            ("stats", STATS),
+            ("retry_dead", RETRY_DEAD),
+            ("purge", PURGE),
+            ("register", REGISTER),
+            ("pick", PICK),
+            ("park", PARK),
+            ("sweep", SWEEP),
+        ];
+        let manifest = include_str!("lua/scripts.txt");
+        let mut named = 0;
+        for line in manifest
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (name, files) = line.split_once(": ").expect("name: files");
+            let assembled: String = files
+                .split(' ')
+                .map(|f| std::fs::read_to_string(src.join(f)).expect(f))
+                .collect();
+            let (_, constant) = constants
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("{name} has no constant"));
+            assert_eq!(&assembled, constant, "{name}");
+            named += 1;
+        }
+        assert_eq!(named, constants.len());
     }
 
     #[test]

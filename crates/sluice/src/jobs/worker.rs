@@ -25,6 +25,7 @@ pub struct WorkerOptions {
     slow_group_on_hint: bool,
     breaker: Option<BreakerBuilder>,
     seed: Option<u64>,
+    sweep: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -37,6 +38,7 @@ impl Default for WorkerOptions {
             slow_group_on_hint: true,
             breaker: None,
             seed: None,
+            sweep: Duration::from_secs(5),
         }
     }
 }
@@ -88,6 +90,14 @@ impl WorkerOptions {
         self
     }
 
+    /// How often the worker sweeps a page of 100 groups for one holding jobs but off the
+    /// queue's lists (a producer stopped between its two calls; see [`JobQueue::sweep`]).
+    /// Default 5 s.
+    pub fn sweep(mut self, every: Duration) -> WorkerOptions {
+        self.sweep = every.max(Duration::from_millis(10));
+        self
+    }
+
     /// Seeds the backoff's jitter (a schedule known in advance, for tests).
     pub fn seed(mut self, seed: u64) -> WorkerOptions {
         self.seed = Some(seed);
@@ -129,6 +139,26 @@ struct Counts {
     errors: AtomicU64,
 }
 
+/// The worker's `sluice_job_attempts_total` handles, taken when it is built.
+struct AttemptMetrics {
+    completed: metrics::Counter,
+    retried: metrics::Counter,
+    dead: metrics::Counter,
+    lost: metrics::Counter,
+}
+
+impl AttemptMetrics {
+    fn new(queue: &str) -> AttemptMetrics {
+        let counter = |outcome: &'static str| metrics::counter!("sluice_job_attempts_total", "queue" => queue.to_string(), "outcome" => outcome);
+        AttemptMetrics {
+            completed: counter("completed"),
+            retried: counter("retried"),
+            dead: counter("dead"),
+            lost: counter("lost"),
+        }
+    }
+}
+
 /// A worker of a [`JobQueue`].
 pub struct Worker {
     queue: JobQueue,
@@ -137,6 +167,7 @@ pub struct Worker {
     breakers: Mutex<HashMap<String, CircuitBreaker>>,
     rng: Mutex<StdRng>,
     counts: Counts,
+    metrics: AttemptMetrics,
 }
 
 impl std::fmt::Debug for Worker {
@@ -179,6 +210,7 @@ impl Worker {
             None => StdRng::from_rng(&mut rand::rng()),
         };
         Ok(Worker {
+            metrics: AttemptMetrics::new(queue.name()),
             queue,
             options,
             consumer,
@@ -237,8 +269,24 @@ impl Worker {
                 }
             }));
         }
+        let sweeper = {
+            let worker = self.clone();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tokio::time::sleep(worker.options.sweep) => {}
+                    }
+                    if let Err(e) = worker.queue.sweep(100).await {
+                        let _ = worker.error(&e);
+                    }
+                }
+            })
+        };
         shutdown.await;
         let _ = stop_tx.send(true);
+        let _ = sweeper.await;
         for slot in slots {
             let _ = slot.await;
         }
@@ -358,42 +406,19 @@ impl Worker {
         };
         let result = handler(job).await;
         heartbeat.abort();
-        let (outcome, actual, delay, pause, error) = match &result {
-            Ok(done) => (
-                "done",
-                done.actual_cost,
-                Duration::ZERO,
-                None,
-                String::new(),
-            ),
-            Err(f) if f.permanent => (
-                "dead",
-                f.actual_cost,
-                Duration::ZERO,
-                None,
-                f.message.clone(),
-            ),
-            Err(f) => {
-                let (delay, pause) = match f.retry_after {
-                    Some(after) => {
-                        let slow = f.slow_group.unwrap_or(self.options.slow_group_on_hint);
-                        (after, slow.then_some(after))
-                    }
-                    None => (
-                        self.options
-                            .backoff
-                            .delay(attempt.saturating_sub(1), &mut *self.rng.lock()),
-                        None,
-                    ),
-                };
-                let outcome = if attempt >= max_attempts {
-                    "dead"
-                } else {
-                    "retry"
-                };
-                (outcome, f.actual_cost, delay, pause, f.message.clone())
-            }
-        };
+        let plan = plan(
+            &result,
+            (attempt, max_attempts),
+            &self.options,
+            &mut *self.rng.lock(),
+        );
+        let (outcome, actual, delay, pause, error) = (
+            plan.outcome,
+            plan.actual_cost,
+            plan.delay,
+            plan.pause,
+            plan.error,
+        );
         if let Some(permit) = permit {
             permit.record(result.is_err());
         }
@@ -427,27 +452,14 @@ impl Worker {
         let Some((result, due, version)) = finished else {
             return;
         };
-        let counter = |outcome: &'static str| {
-            metrics::counter!("sluice_job_attempts_total", "queue" => self.queue.name().to_string(), "outcome" => outcome).increment(1);
+        let (count, metric) = match result.as_str() {
+            "done" => (&self.counts.completed, &self.metrics.completed),
+            "retry" => (&self.counts.retried, &self.metrics.retried),
+            "dead" => (&self.counts.dead, &self.metrics.dead),
+            _ => (&self.counts.lost, &self.metrics.lost),
         };
-        match result.as_str() {
-            "done" => {
-                self.counts.completed.fetch_add(1, Ordering::Relaxed);
-                counter("completed");
-            }
-            "retry" => {
-                self.counts.retried.fetch_add(1, Ordering::Relaxed);
-                counter("retried");
-            }
-            "dead" => {
-                self.counts.dead.fetch_add(1, Ordering::Relaxed);
-                counter("dead");
-            }
-            _ => {
-                self.counts.lost.fetch_add(1, Ordering::Relaxed);
-                counter("lost");
-            }
-        }
+        count.fetch_add(1, Ordering::Relaxed);
+        metric.increment(1);
         // A retry is due later; with a concurrency bound, a group parked as busy may run now.
         let wake = match result.as_str() {
             "retry" => Some(due.as_str()),
@@ -459,5 +471,127 @@ impl Worker {
                 let _ = self.error(&e);
             }
         }
+    }
+}
+
+/// How an attempt ends, as the worker tells finish.lua.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Plan {
+    /// `done`, `retry` or `dead`.
+    outcome: &'static str,
+    actual_cost: Option<u64>,
+    /// Before the retry.
+    delay: Duration,
+    /// Of the whole group.
+    pause: Option<Duration>,
+    error: String,
+}
+
+/// The end of attempt `attempt` of `max_attempts` with `result`: a server's hint is waited
+/// exactly (and pauses the group unless the failure or the options say not); otherwise the
+/// backoff's jittered delay for retry `attempt - 1`; permanent failures and the last attempt
+/// are dead.
+fn plan<R: rand::RngCore + ?Sized>(
+    result: &Result<Done, Failure>,
+    (attempt, max_attempts): (u32, u32),
+    options: &WorkerOptions,
+    rng: &mut R,
+) -> Plan {
+    let f = match result {
+        Ok(done) => {
+            return Plan {
+                outcome: "done",
+                actual_cost: done.actual_cost,
+                delay: Duration::ZERO,
+                pause: None,
+                error: String::new(),
+            }
+        }
+        Err(f) => f,
+    };
+    let (delay, pause) = match f.retry_after {
+        _ if f.permanent => (Duration::ZERO, None),
+        Some(after) => {
+            let slow = f.slow_group.unwrap_or(options.slow_group_on_hint);
+            (after, slow.then_some(after))
+        }
+        None => (options.backoff.delay(attempt.saturating_sub(1), rng), None),
+    };
+    let outcome = if f.permanent || attempt >= max_attempts {
+        "dead"
+    } else {
+        "retry"
+    };
+    Plan {
+        outcome,
+        actual_cost: f.actual_cost,
+        delay,
+        pause,
+        error: f.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_ends_as_the_server_or_the_backoff_says() {
+        let options = WorkerOptions::new().backoff(Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        ));
+        let mut rng = StdRng::seed_from_u64(7);
+        let hinted = Failure::new("429").retry_after(Duration::from_secs(3));
+        let p = plan(&Err(hinted.clone()), (1, 5), &options, &mut rng);
+        assert_eq!(
+            (p.outcome, p.delay, p.pause),
+            (
+                "retry",
+                Duration::from_secs(3),
+                Some(Duration::from_secs(3))
+            )
+        );
+        let p = plan(
+            &Err(hinted.clone().slow_group(false)),
+            (1, 5),
+            &options,
+            &mut rng,
+        );
+        assert_eq!(p.pause, None);
+        let quiet = options.clone().slow_group_on_hint(false);
+        assert_eq!(
+            plan(&Err(hinted.clone()), (1, 5), &quiet, &mut rng).pause,
+            None
+        );
+        // Without a hint: the backoff's own draw for retry n - 1, within [0, min(cap, base 2^n)].
+        for attempt in 1..=6u32 {
+            let mut a = StdRng::seed_from_u64(u64::from(attempt));
+            let mut b = StdRng::seed_from_u64(u64::from(attempt));
+            let p = plan(&Err(Failure::new("500")), (attempt, 10), &options, &mut a);
+            assert_eq!(p.delay, options.backoff.delay(attempt - 1, &mut b));
+            assert!(p.delay <= options.backoff.ceiling(attempt - 1));
+            assert_eq!((p.outcome, p.pause), ("retry", None));
+        }
+        assert_eq!(
+            plan(&Err(Failure::new("500")), (5, 5), &options, &mut rng).outcome,
+            "dead"
+        );
+        assert_eq!(
+            plan(&Err(hinted), (5, 5), &options, &mut rng).outcome,
+            "dead"
+        );
+        let p = plan(
+            &Err(Failure::permanent("400").with_cost(3)),
+            (1, 5),
+            &options,
+            &mut rng,
+        );
+        assert_eq!(
+            (p.outcome, p.actual_cost, p.error.as_str()),
+            ("dead", Some(3), "400")
+        );
+        let p = plan(&Ok(Done::with_cost(9)), (1, 5), &options, &mut rng);
+        assert_eq!((p.outcome, p.actual_cost), ("done", Some(9)));
     }
 }
