@@ -34,6 +34,7 @@ const MAX_COST = 4294967296;
 const MAX_PRIORITY = 1e3;
 const MAX_ATTEMPTS = 1e3;
 const YEAR_MS = 365 * 864e5;
+const LIST_KEYS = /* @__PURE__ */ Symbol("list keys");
 const SKIPPED = /* @__PURE__ */ Symbol("skipped");
 const ANY_VERSION = "9007199254740991";
 const msOption = (value, what) => {
@@ -75,6 +76,8 @@ class JobQueue {
   #send;
   #scripts = /* @__PURE__ */ new Map();
   #queueKeys;
+  #sweepKeys;
+  #bucketPrefix;
   constructor(options = {}) {
     const {
       client,
@@ -97,20 +100,22 @@ class JobQueue {
     if (this.keepCompletedMs === Infinity) this.keepCompletedMs = 100 * YEAR_MS;
     this.maxDebt = wholeIn(maxDebt, 0, Number.MAX_SAFE_INTEGER, "maxDebt");
     const base = `${this.prefix}:{${this.name}}:`;
-    this.#queueKeys = ["ready", "later", "marks", "turn", "groups"].map((k) => base + k);
+    this.#sweepKeys = ["ready", "later", "marks", "turn", "groups", "sweep"].map((k) => base + k);
+    this.#queueKeys = this.#sweepKeys.slice(0, 5);
+    this.#bucketPrefix = this.limit?.prefix ?? `${this.prefix}:${this.name}:nolimit`;
   }
   /** The nine keys of `group`, in the order of the group scripts (docs/jobs.md). */
   groupKeys(group) {
     checkGroup(group);
     const base = `${this.prefix}:${this.name}:{${group}}:`;
     return [
-      `${this.limit?.prefix ?? "sluice"}:{${group}}`,
+      `${this.#bucketPrefix}:{${group}}`,
       ...["jobs", "wait", "delayed", "active", "dead", "meta", "done", "idem"].map((k) => base + k)
     ];
   }
-  /** The five keys of the queue's group list. */
+  /** The five keys of the queue's group list, and the sweep's cursor. */
   queueKeys() {
-    return [...this.#queueKeys];
+    return [...this.#sweepKeys];
   }
   #script(source) {
     let s = this.#scripts.get(source);
@@ -182,6 +187,27 @@ class JobQueue {
       }
     }
     throw last;
+  }
+  /**
+   * Looks at the next `count` groups of the queue's group list (the workers walk it together)
+   * and puts back on the ready list each that holds jobs but is on neither list: a producer
+   * stopped between its enqueue and its registration. Resolves to how many.
+   */
+  async sweep(count = 100) {
+    const groups = await this.run(import_redis_scripts_generated.JOB_SWEEP, this.#sweepKeys, [wholeIn(count, 1, 1e5, "count")]);
+    let putBack = 0;
+    for (const g of groups.map(String)) {
+      const s = await this.stats(g);
+      if (s.waiting + s.delayed + s.active > 0) {
+        await this.register(g, "", "0");
+        putBack++;
+      }
+    }
+    return putBack;
+  }
+  /** The five keys of the queue scripts (for the workers). */
+  get [LIST_KEYS]() {
+    return this.#queueKeys;
   }
   /** Every group the queue has had (until purged). */
   async groups() {
@@ -311,6 +337,7 @@ class Worker {
   #metrics = /* @__PURE__ */ new Map();
   #breakers = /* @__PURE__ */ new Map();
   #heartbeat = null;
+  #sweeper = null;
   #scout = null;
   #nap = 1;
   #foundAt = -Infinity;
@@ -331,7 +358,8 @@ class Worker {
       breaker = {},
       shouldRetry,
       autorun = true,
-      random = Math.random
+      random = Math.random,
+      sweep = 5e3
     } = options;
     this.#queue = queue;
     this.#handler = handler;
@@ -342,6 +370,7 @@ class Worker {
     const cap = msOption(backoff.cap ?? 6e4, "backoff.cap");
     this.#backoff = { base, cap };
     this.pollMs = Math.max(1, msOption(poll, "poll"));
+    this.sweepMs = Math.max(10, msOption(sweep, "sweep"));
     this.slowGroup = slowGroup;
     this.shouldRetry = shouldRetry;
     this.random = random;
@@ -399,10 +428,16 @@ class Worker {
   run() {
     if (this.#running) return this.#running;
     this.#heartbeat = setInterval(() => this.#beat(), this.heartbeatMs);
+    if (this.sweepMs !== Infinity) {
+      this.#sweeper = setInterval(() => {
+        this.#queue.sweep(100).catch((error) => this.#emit("error", { error }));
+      }, this.sweepMs);
+    }
     const slots = [];
     for (let i = 0; i < this.#slots; i++) slots.push(this.#slot());
     this.#running = Promise.all(slots).then(() => {
       clearInterval(this.#heartbeat);
+      clearInterval(this.#sweeper);
     });
     return this.#running;
   }
@@ -419,7 +454,7 @@ class Worker {
   }
   /** The group whose turn it is: [group, ms until one is due ('' none)]. */
   async #pick() {
-    const r = await this.#call(import_redis_scripts_generated.JOB_PICK, this.#queue.queueKeys(), []);
+    const r = await this.#call(import_redis_scripts_generated.JOB_PICK, this.#queue[LIST_KEYS], []);
     const g = String(r[0]);
     if (g !== "") {
       this.#nap = 1;
@@ -537,7 +572,7 @@ class Worker {
       } catch (e) {
         waitMs = Math.max(1, e?.retryAfterMs ?? 1);
       }
-      const [, next] = await this.#pickAlong([import_redis_scripts_generated.JOB_PARK, q.queueKeys(), [group, "park", ANY_VERSION, String(waitMs)]]);
+      const [, next] = await this.#pickAlong([import_redis_scripts_generated.JOB_PARK, q[LIST_KEYS], [group, "park", ANY_VERSION, String(waitMs)]]);
       return next;
     }
     const keys = q.groupKeys(group);
@@ -570,7 +605,7 @@ class Worker {
     } else {
       throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
     }
-    const [, next] = await this.#pickAlong([import_redis_scripts_generated.JOB_PARK, q.queueKeys(), park]);
+    const [, next] = await this.#pickAlong([import_redis_scripts_generated.JOB_PARK, q[LIST_KEYS], park]);
     return next;
   }
   /**

@@ -580,6 +580,8 @@ export declare class JobQueue {
   retryDead(group: string, options?: { count?: number }): Promise<number>;
   /** Deletes jobs of `group` (every group without one): 'all' (default), 'waiting', 'dead' or 'done'. */
   purge(group?: string | null, what?: 'all' | 'waiting' | 'dead' | 'done'): Promise<number>;
+  /** Puts back, of the next `count` groups (default 100), those holding jobs but on neither list: how many. */
+  sweep(count?: number): Promise<number>;
 }
 
 export interface Job<T = unknown> {
@@ -612,6 +614,8 @@ export interface WorkerOptions {
   backoff?: { base?: Duration; cap?: Duration };
   /** The longest idle poll (default 50 ms). */
   poll?: Duration;
+  /** How often a page of 100 groups is swept (default 5 s; Infinity: never). */
+  sweep?: Duration;
   /** A server's wait pauses the job's whole group (default true). */
   slowGroup?: boolean;
   /** A breaker per group (default 5 failures open it for 30 s); false: none. */

@@ -8,6 +8,7 @@
 
 import {
   JOB_CLAIM, JOB_FINISH, JOB_ENQUEUE, JOB_TOUCH, JOB_STATS, JOB_RETRY_DEAD, JOB_PURGE, JOB_REGISTER, JOB_PICK, JOB_PARK,
+  JOB_SWEEP,
 } from './redis-scripts.generated.js';
 import { CoreLimiter, algorithmCode, rateIntervalNs } from './core.js';
 import { program } from './redis-program.js';
@@ -20,6 +21,8 @@ const MAX_COST = 4294967296;
 const MAX_PRIORITY = 1000;
 const MAX_ATTEMPTS = 1000;
 const YEAR_MS = 365 * 86400000;
+/** The workers' access to a queue's five list keys. */
+const LIST_KEYS = Symbol('list keys');
 /** What #claimed answers for a job dead-lettered at its claim: claim again. */
 const SKIPPED = Symbol('skipped');
 /** park's "whatever was registered": a version no group reaches. */
@@ -85,6 +88,8 @@ export class JobQueue {
   #send;
   #scripts = new Map();
   #queueKeys;
+  #sweepKeys;
+  #bucketPrefix;
 
   constructor(options = {}) {
     const {
@@ -102,7 +107,12 @@ export class JobQueue {
     if (this.keepCompletedMs === Infinity) this.keepCompletedMs = 100 * YEAR_MS;
     this.maxDebt = wholeIn(maxDebt, 0, Number.MAX_SAFE_INTEGER, 'maxDebt');
     const base = `${this.prefix}:{${this.name}}:`;
-    this.#queueKeys = ['ready', 'later', 'marks', 'turn', 'groups'].map((k) => base + k);
+    // The five keys of the queue scripts, and the sweep's cursor (the sweep takes all six).
+    this.#sweepKeys = ['ready', 'later', 'marks', 'turn', 'groups', 'sweep'].map((k) => base + k);
+    this.#queueKeys = this.#sweepKeys.slice(0, 5);
+    // Key 1 of a group: its bucket, or without a limit a key no script touches (it keeps the
+    // group's slot).
+    this.#bucketPrefix = this.limit?.prefix ?? `${this.prefix}:${this.name}:nolimit`;
   }
 
   /** The nine keys of `group`, in the order of the group scripts (docs/jobs.md). */
@@ -110,14 +120,14 @@ export class JobQueue {
     checkGroup(group);
     const base = `${this.prefix}:${this.name}:{${group}}:`;
     return [
-      `${this.limit?.prefix ?? 'sluice'}:{${group}}`,
+      `${this.#bucketPrefix}:{${group}}`,
       ...['jobs', 'wait', 'delayed', 'active', 'dead', 'meta', 'done', 'idem'].map((k) => base + k),
     ];
   }
 
-  /** The five keys of the queue's group list. */
+  /** The five keys of the queue's group list, and the sweep's cursor. */
   queueKeys() {
-    return [...this.#queueKeys];
+    return [...this.#sweepKeys];
   }
 
   #script(source) {
@@ -191,6 +201,29 @@ export class JobQueue {
       }
     }
     throw last;
+  }
+
+  /**
+   * Looks at the next `count` groups of the queue's group list (the workers walk it together)
+   * and puts back on the ready list each that holds jobs but is on neither list: a producer
+   * stopped between its enqueue and its registration. Resolves to how many.
+   */
+  async sweep(count = 100) {
+    const groups = await this.run(JOB_SWEEP, this.#sweepKeys, [wholeIn(count, 1, 100000, 'count')]);
+    let putBack = 0;
+    for (const g of groups.map(String)) {
+      const s = await this.stats(g);
+      if (s.waiting + s.delayed + s.active > 0) {
+        await this.register(g, '', '0');
+        putBack++;
+      }
+    }
+    return putBack;
+  }
+
+  /** The five keys of the queue scripts (for the workers). */
+  get [LIST_KEYS]() {
+    return this.#queueKeys;
   }
 
   /** Every group the queue has had (until purged). */
@@ -321,6 +354,9 @@ function randomId() {
  * failures in a row open it for 30 s; `false`: none) stops this worker taking the group's
  * jobs while open; failures the server named a wait for do not count.
  *
+ * Every `sweep` (default 5 s) the worker looks at a page of 100 of the queue's groups and puts
+ * back one that holds jobs but is on neither list (its producer stopped between its two calls).
+ *
  * While no group has a job to hand out, one slot of the worker polls: every 2 ms within 200 ms
  * of the last job found, then after 1 ms, twice as long each time nothing came, up to `poll`
  * (default 50 ms); the other slots wait for it.
@@ -340,6 +376,7 @@ export class Worker {
   #metrics = new Map();
   #breakers = new Map();
   #heartbeat = null;
+  #sweeper = null;
   #scout = null;
   #nap = 1;
   #foundAt = -Infinity;
@@ -354,7 +391,7 @@ export class Worker {
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
     const {
       concurrency = 1, consumer, backoff = {}, poll = 50, slowGroup = true, breaker = {}, shouldRetry,
-      autorun = true, random = Math.random,
+      autorun = true, random = Math.random, sweep = 5000,
     } = options;
     this.#queue = queue;
     this.#handler = handler;
@@ -365,6 +402,7 @@ export class Worker {
     const cap = msOption(backoff.cap ?? 60000, 'backoff.cap');
     this.#backoff = { base, cap };
     this.pollMs = Math.max(1, msOption(poll, 'poll'));
+    this.sweepMs = Math.max(10, msOption(sweep, 'sweep'));
     this.slowGroup = slowGroup;
     this.shouldRetry = shouldRetry;
     this.random = random;
@@ -430,10 +468,18 @@ export class Worker {
   run() {
     if (this.#running) return this.#running;
     this.#heartbeat = setInterval(() => this.#beat(), this.heartbeatMs);
+    // A page of 100 groups every `sweep`: a group holding jobs but on neither list (its
+    // producer stopped between enqueue and register) is put back.
+    if (this.sweepMs !== Infinity) {
+      this.#sweeper = setInterval(() => {
+        this.#queue.sweep(100).catch((error) => this.#emit('error', { error }));
+      }, this.sweepMs);
+    }
     const slots = [];
     for (let i = 0; i < this.#slots; i++) slots.push(this.#slot());
     this.#running = Promise.all(slots).then(() => {
       clearInterval(this.#heartbeat);
+      clearInterval(this.#sweeper);
     });
     return this.#running;
   }
@@ -454,7 +500,7 @@ export class Worker {
 
   /** The group whose turn it is: [group, ms until one is due ('' none)]. */
   async #pick() {
-    const r = await this.#call(JOB_PICK, this.#queue.queueKeys(), []);
+    const r = await this.#call(JOB_PICK, this.#queue[LIST_KEYS], []);
     const g = String(r[0]);
     if (g !== '') {
       this.#nap = 1;
@@ -584,7 +630,7 @@ export class Worker {
       } catch (e) {
         waitMs = Math.max(1, e?.retryAfterMs ?? 1);
       }
-      const [, next] = await this.#pickAlong([JOB_PARK, q.queueKeys(), [group, 'park', ANY_VERSION, String(waitMs)]]);
+      const [, next] = await this.#pickAlong([JOB_PARK, q[LIST_KEYS], [group, 'park', ANY_VERSION, String(waitMs)]]);
       return next;
     }
     const keys = q.groupKeys(group);
@@ -621,7 +667,7 @@ export class Worker {
     } else {
       throw new Error(`unexpected reply from the claim script: ${JSON.stringify(r)}`);
     }
-    const [, next] = await this.#pickAlong([JOB_PARK, q.queueKeys(), park]);
+    const [, next] = await this.#pickAlong([JOB_PARK, q[LIST_KEYS], park]);
     return next;
   }
 

@@ -10,6 +10,7 @@ import { createClient } from 'redis';
 import { Redis } from 'ioredis';
 import { JobQueue, Worker, failureWaitMs } from '../src/index.js';
 import { RedisStore } from '../src/redis.js';
+import { JOB_ENQUEUE } from '../src/redis-scripts.generated.js';
 import { missing, redisCli, startRedis, startRedisCluster, which } from './support.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -44,7 +45,9 @@ test('jobs: the keys of docs/jobs.md, idempotency keys, priorities within a grou
     'sluice:jobs:mail:{k7}:active', 'sluice:jobs:mail:{k7}:dead', 'sluice:jobs:mail:{k7}:meta', 'sluice:jobs:mail:{k7}:done',
     'sluice:jobs:mail:{k7}:idem',
   ]);
-  assert.deepEqual(queue.queueKeys(), ['ready', 'later', 'marks', 'turn', 'groups'].map((k) => `sluice:jobs:{mail}:${k}`));
+  assert.deepEqual(queue.queueKeys(), ['ready', 'later', 'marks', 'turn', 'groups', 'sweep'].map((k) => `sluice:jobs:{mail}:${k}`));
+  // Without a limit, key 1 is a key no script touches, in the group's slot.
+  assert.equal(new JobQueue({ client, name: 'mail' }).groupKeys('k7')[0], 'sluice:jobs:mail:nolimit:{k7}');
   assert.throws(() => queue.groupKeys('a{b}'), /brace/);
   await assert.rejects(queue.enqueue({}, { group: 'k7', priority: 1001 }), RangeError);
   await assert.rejects(queue.enqueue({}, { group: 'k7', maxAttempts: 0 }), RangeError);
@@ -309,4 +312,20 @@ test('jobs: without a limit, a group arriving behind a long run of another group
   assert.ok(bigWhileSmall <= 40, `${bigWhileSmall} jobs of the big group ran among the small group's 10`);
   assert.ok((await queue.stats('big')).waiting > 2000);
   await queue.purge();
+}));
+
+test('jobs: the sweep puts back a group whose producer stopped between its enqueue and its registration', (t) => withRedis(t, async (client) => {
+  const queue = new JobQueue({ client, name: 'swept' });
+  // A producer that ran the enqueue script and stopped before the registration.
+  const reply = await queue.run(JOB_ENQUEUE, queue.groupKeys('orphan'), ['orphan', '{"n":1}', 1, 0, 0, 3, '']);
+  assert.equal(String(reply[1]), '1');
+  await queue.enqueue({ n: 2 }, { group: 'other' });
+  // Known to the queue's group list (an earlier registration) but on neither list now.
+  await client.sendCommand(['SADD', queue.queueKeys()[4], 'orphan']);
+  const ran = [];
+  const worker = new Worker(queue, async (job) => { ran.push(job.group); }, { poll: 5, sweep: 50 });
+  await until(() => ran.includes('orphan'), 5000, 'the orphaned job');
+  await worker.close();
+  assert.deepEqual(ran.sort(), ['orphan', 'other']);
+  assert.equal(await queue.sweep(), 0, 'nothing left to put back');
 }));

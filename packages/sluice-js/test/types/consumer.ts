@@ -162,11 +162,11 @@ export async function main(): Promise<void> {
   const figures: Record<string, JobGroupStats> = await jobs.inspect();
   const letters: DeadLetter[] = await jobs.deadLetters('key-1', { count: 10 });
   const stored: StoredJob | null = await jobs.job('key-1', queued.id);
-  const moved: number = await jobs.retryDead('key-1') + await jobs.purge('key-1', 'dead') + await jobs.purge();
+  const moved: number = await jobs.retryDead('key-1') + await jobs.purge('key-1', 'dead') + await jobs.purge() + await jobs.sweep(100);
   const jobWorker = new Worker<{ text: string }>(new JobQueue({ client: nodeRedis, name: 'embed' }), async (job: Job<{ text: string }>) => {
     job.settle(job.data.text.length);
     return job.signal.aborted;
-  }, { concurrency: 8, backoff: { base: 100, cap: '1min' }, poll: 50, slowGroup: true, breaker: { failureThreshold: 5, resetTimeout: '30s' }, shouldRetry: (e) => e !== null });
+  }, { concurrency: 8, backoff: { base: 100, cap: '1min' }, poll: 50, sweep: '5s', slowGroup: true, breaker: { failureThreshold: 5, resetTimeout: '30s' }, shouldRetry: (e) => e !== null });
   jobWorker.on('retried', ({ job, delayMs }) => console.log(job.id, delayMs)).on('error', ({ error }) => console.log(error));
   const perGroup: Record<string, JobCounters> = jobWorker.metrics();
   const hinted: number | null = failureWaitMs(new Response(null, { status: 429 }));
