@@ -343,16 +343,17 @@ function randomId() {
  * only when its group's pause, limit and concurrency allow it. A job is `{ id, group, data,
  * payload, cost, priority, attempt, maxAttempts, key, reclaimed, signal, settle(cost) }`:
  * `settle` names its actual cost, refunded or charged on the group's bucket when it ends;
- * `signal` aborts when the worker lost the job (another worker claimed it back) or closes.
+ * `signal` aborts when the worker lost the job (another worker claimed it back).
  *
  * A handler that throws fails the attempt: retried after what the server said (a `Response`
  * thrown or on the error's `response`, whose `Retry-After` or exhausted rate-limit fields
  * name the wait; with `slowGroup`, the default, the whole group pauses that long), else after
  * exponential backoff with full jitter (`backoff: { base: 100, cap: 60000 }` ms); after its
  * last attempt, or at once for an error whose `permanent` is true or that `shouldRetry(error)`
- * refuses, to the group's dead-letter stream. A breaker per group (`breaker`, default 5
- * failures in a row open it for 30 s; `false`: none) stops this worker taking the group's
- * jobs while open; failures the server named a wait for do not count.
+ * refuses, to the group's dead-letter stream. A breaker per group in each worker (`breaker`,
+ * default 5 failures in a row open it for 30 s; `false`: none): while it is open the worker
+ * claims none of the group's jobs and parks the group until it half-opens, as the Rust worker
+ * does; failures the server named a wait for do not count.
  *
  * Every `sweep` (default 5 s) the worker looks at a page of 100 of the queue's groups and puts
  * back one that holds jobs but is on neither list (its producer stopped between its two calls).
