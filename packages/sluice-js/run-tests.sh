@@ -5,8 +5,11 @@
 #   - node --test test/*.test.mjs: the behaviour suite in Node and in headless Chromium, the
 #     generated modules (the wasm, the Redis scripts, cjs/), the types (tsc), the Redis store
 #     with node-redis and ioredis on a real redis-server and on a three-master Redis Cluster,
-#     its interop with `sluice serve`, and the packed tarball in a fresh folder (the README's
-#     examples, CommonJS, esbuild bundles, TypeScript consumers).
+#     its interop with `sluice serve`, the job queue (test/jobs*.test.mjs: worker processes
+#     killed with SIGKILL, a group's bound across 2 Node and 2 Rust workers, the Rust worker
+#     built by cargo from crates/sluice/tests/jobs_redis.rs, fairness, weighted costs,
+#     Retry-After from a stand-in API, Redis Cluster), and the packed tarball in a fresh folder
+#     (the README's examples, CommonJS, esbuild bundles, TypeScript consumers).
 #
 # Needs: node >= 20, npm, cargo with the wasm32-unknown-unknown target, redis-server and
 # redis-cli (the Cluster is made with `redis-cli --cluster create`), Chromium
@@ -29,7 +32,7 @@ need() {
 }
 need node "Node >= 20"
 need npm "npm"
-need cargo "the wasm freshness check and the sluice binary"
+need cargo "the wasm freshness check, the sluice binary and the Rust job worker"
 need redis-server "the Redis store and interop tests"
 need redis-cli "the Redis Cluster tests"
 need "${SLUICE_CHROMIUM:-/usr/bin/chromium}" "the browser run of the behaviour suite"

@@ -24,6 +24,7 @@ __export(src_exports, {
   CircuitOpenError: () => import_errors.CircuitOpenError,
   ClosedError: () => import_errors.ClosedError,
   InsufficientCapacityError: () => import_errors.InsufficientCapacityError,
+  JobQueue: () => import_jobs.JobQueue,
   Keyed: () => import_keyed.Keyed,
   MemoryPacerStore: () => import_pacer.MemoryPacerStore,
   Pacer: () => import_pacer.Pacer,
@@ -34,6 +35,8 @@ __export(src_exports, {
   Ticket: () => import_pacer.Ticket,
   TimeoutError: () => import_errors.TimeoutError,
   UnavailableError: () => import_errors.UnavailableError,
+  Worker: () => import_jobs.Worker,
+  failureWaitMs: () => import_jobs.failureWaitMs,
   keyHash: () => import_core.keyHash,
   keyed: () => import_keyed.keyed,
   limit: () => import_limit.limit,
@@ -63,6 +66,7 @@ var import_headers = require("./headers.cjs");
 var import_pacer = require("./pacer.cjs");
 var import_errors = require("./errors.cjs");
 var import_core = require("./core.cjs");
+var import_jobs = require("./jobs.cjs");
 // Annotate the CommonJS export names for ESM import in node:
 0 && (module.exports = {
   ALGORITHMS,
@@ -71,6 +75,7 @@ var import_core = require("./core.cjs");
   CircuitOpenError,
   ClosedError,
   InsufficientCapacityError,
+  JobQueue,
   Keyed,
   MemoryPacerStore,
   Pacer,
@@ -81,6 +86,8 @@ var import_core = require("./core.cjs");
   Ticket,
   TimeoutError,
   UnavailableError,
+  Worker,
+  failureWaitMs,
   keyHash,
   keyed,
   limit,

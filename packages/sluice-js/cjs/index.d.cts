@@ -455,3 +455,218 @@ export declare class UnavailableError extends SluiceError {
   constructor(message?: string, retryAfterMs?: number, options?: { cause?: unknown });
   readonly retryAfterMs: number;
 }
+
+// === Durable jobs (src/jobs.js): a job queue on Redis Streams, shared with Rust workers ===
+
+/**
+ * A connected Redis client for the job queue: node-redis (createClient, createCluster) or
+ * ioredis (Redis, Cluster), as for sluice-limits/redis's RedisStore.
+ */
+export type JobRedisClient =
+  | { sendCommand(args: string[]): Promise<unknown> }
+  | { sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>; nodeClient(...args: never[]): unknown }
+  | { call(command: string, ...args: string[]): Promise<unknown> };
+
+/** Each group's limit: the bucket `<prefix>:{<group>}`, RedisStore's key for key `<group>`. */
+export interface JobLimit {
+  /** The bucket prefix (a RedisStore's prefix; for a gateway policy `<store prefix>:<policy>`). Default 'sluice'. */
+  prefix?: string;
+  /** Default 'token_bucket'; not 'sliding_log'. */
+  algorithm?: Exclude<Algorithm, 'sliding_log'> | (string & {});
+  capacity: number;
+  rate: string;
+}
+
+/** What every producer and worker of one queue must agree on (as the Rust QueueOptions). */
+export interface JobQueueOptions {
+  client: JobRedisClient;
+  /** The queue's name (no braces). */
+  name: string;
+  /** The prefix of the queue's keys (default 'sluice:jobs'). */
+  prefix?: string;
+  /** Each group's limit (default: none, only concurrency). */
+  limit?: JobLimit | null;
+  /** Jobs of one group running at once across every worker (default 0: no bound). */
+  concurrency?: number;
+  /** A running job not heartbeated this long is claimed back and run again (default 30 s). */
+  visibilityTimeout?: Duration;
+  /** How long a completed job and its idempotency key are kept (default a day; 0: not kept). */
+  keepCompleted?: Duration;
+  /** Tokens a bucket may owe beyond empty when a job settles more than it was admitted with (default 0). */
+  maxDebt?: number;
+}
+
+export interface EnqueueOptions {
+  /** Default 'default'. Not empty, no braces. */
+  group?: string;
+  /** Tokens of the group's limit (default 1). */
+  cost?: number;
+  /** 0 to 1000, higher first within the group (default 0). */
+  priority?: number;
+  delay?: Duration;
+  /** 1 to 1000 (default 3). */
+  maxAttempts?: number;
+  /** An idempotency key: a second enqueue with a key the group still holds adds nothing. */
+  key?: string;
+  /** The payload as it is, instead of JSON of `data`. */
+  payload?: string;
+}
+
+export interface Enqueued {
+  id: string;
+  group: string;
+  added: boolean;
+  /** When the job is due, ms since the epoch (0: now). */
+  due: number;
+}
+
+export interface JobGroupStats {
+  waiting: number;
+  delayed: number;
+  active: number;
+  /** In the dead-letter stream now. */
+  dead: number;
+  completed: number;
+  /** Attempts that failed. */
+  failed: number;
+  retried: number;
+  deadLettered: number;
+  reclaimed: number;
+  pausedMs: number;
+  enqueued: number;
+}
+
+export interface DeadLetter {
+  id: string;
+  error: string;
+  attempts: number;
+}
+
+export interface StoredJob {
+  id: string;
+  group: string;
+  payload: string;
+  cost: number;
+  priority: number;
+  attempts: number;
+  maxAttempts: number;
+  key: string;
+  state: 'waiting' | 'delayed' | 'active' | 'done' | 'dead';
+  createdAt: number;
+  due: number;
+  charged: number;
+  /** When Redis admitted its last attempt, ns since the epoch. */
+  admittedAtNs: bigint | null;
+  error: string;
+}
+
+export declare class JobQueue {
+  constructor(options: JobQueueOptions);
+  readonly name: string;
+  readonly prefix: string;
+  readonly concurrency: number;
+  readonly visibilityTimeoutMs: number;
+  readonly keepCompletedMs: number;
+  readonly maxDebt: number;
+  groupKeys(group: string): string[];
+  queueKeys(): string[];
+  enqueue(data: unknown, options?: EnqueueOptions): Promise<Enqueued>;
+  enqueueMany(jobs: Array<EnqueueOptions & { data?: unknown }>): Promise<Enqueued[]>;
+  groups(): Promise<string[]>;
+  stats(group: string): Promise<JobGroupStats>;
+  /** Every group's figures. */
+  inspect(): Promise<Record<string, JobGroupStats>>;
+  deadLetters(group: string, options?: { count?: number }): Promise<DeadLetter[]>;
+  job(group: string, id: string): Promise<StoredJob | null>;
+  retryDead(group: string, options?: { count?: number }): Promise<number>;
+  /** Deletes jobs of `group` (every group without one): 'all' (default), 'waiting', 'dead' or 'done'. */
+  purge(group?: string | null, what?: 'all' | 'waiting' | 'dead' | 'done'): Promise<number>;
+  /** Puts back, of the next `count` groups (default 100), those holding jobs but on neither list: how many. */
+  sweep(count?: number): Promise<number>;
+}
+
+export interface Job<T = unknown> {
+  id: string;
+  group: string;
+  /** The payload parsed as JSON (its text when it is not JSON). */
+  data: T;
+  payload: string;
+  cost: number;
+  priority: number;
+  /** This attempt, from 1. */
+  attempt: number;
+  maxAttempts: number;
+  key: string;
+  /** Claimed back from a worker that stopped. */
+  reclaimed: boolean;
+  entry: string;
+  /** Aborts when another worker claimed the job back. */
+  readonly signal: AbortSignal;
+  /** The job's actual cost, refunded or charged on the group's bucket when it ends. */
+  settle(cost: number): void;
+}
+
+export interface WorkerOptions {
+  /** Jobs this worker runs at once (default 1). */
+  concurrency?: number;
+  /** Its consumer name in the streams' consumer group (default `w-<pid>-<random>`). */
+  consumer?: string;
+  /** Exponential backoff with full jitter, ms (default base 100, cap 60000). */
+  backoff?: { base?: Duration; cap?: Duration };
+  /** The longest idle poll (default 50 ms). */
+  poll?: Duration;
+  /** How often a page of 100 groups is swept (default 5 s; Infinity: never). */
+  sweep?: Duration;
+  /** A server's wait pauses the job's whole group (default true). */
+  slowGroup?: boolean;
+  /** A breaker per group (default 5 failures open it for 30 s); false: none. */
+  breaker?: Omit<CircuitBreakerOptions, 'now' | 'onStateChange'> | false;
+  /** Whether a failed job is retried (default: unless `error.permanent` is true). */
+  shouldRetry?: (error: unknown, job: Job) => boolean | Promise<boolean>;
+  /** Start at once (default true). */
+  autorun?: boolean;
+  /** The jitter's random numbers in [0, 1) (default Math.random). */
+  random?: () => number;
+}
+
+export interface JobCounters {
+  active: number;
+  completed: number;
+  failed: number;
+  retried: number;
+  dead: number;
+  reclaimed: number;
+  lost: number;
+}
+
+export interface JobEventDetail<T = unknown> {
+  job: Job<T>;
+  settled?: number;
+  result?: unknown;
+  error?: unknown;
+  delayMs?: number;
+  pausedMs?: number;
+  due?: number;
+}
+
+export type WorkerEvent = 'active' | 'completed' | 'failed' | 'retried' | 'dead' | 'reclaimed' | 'lost' | 'error' | 'breaker';
+
+export declare class Worker<T = unknown> {
+  constructor(queue: JobQueue, handler: (job: Job<T>) => unknown, options?: WorkerOptions);
+  readonly consumer: string;
+  readonly closed: boolean;
+  addEventListener(type: WorkerEvent, listener: (event: CustomEvent) => void, options?: AddEventListenerOptions): void;
+  removeEventListener(type: WorkerEvent, listener: (event: CustomEvent) => void, options?: EventListenerOptions): void;
+  on(type: 'error', fn: (detail: { error: unknown }) => void): this;
+  on(type: 'breaker', fn: (detail: { group: string; state: CircuitState }) => void): this;
+  on(type: Exclude<WorkerEvent, 'error' | 'breaker'>, fn: (detail: JobEventDetail<T>) => void): this;
+  /** What this worker did, per group. */
+  metrics(): Record<string, JobCounters>;
+  breaker(group: string): CircuitBreaker | null;
+  run(): Promise<void>;
+  /** Stops taking jobs; resolves once the running ones finished. */
+  close(): Promise<void>;
+}
+
+/** The wait a failure names: a Response's Retry-After or exhausted limit, or the error's retryAfterMs; null if none. */
+export declare function failureWaitMs(error: unknown, nowMs?: number): number | null;

@@ -24,39 +24,14 @@ __export(redis_exports, {
 module.exports = __toCommonJS(redis_exports);
 var import_node_crypto = require("node:crypto");
 var import_core = require("./core.cjs");
-var import_redis_scripts_generated = require("./redis-scripts.generated.cjs");
+var import_redis_program = require("./redis-program.cjs");
 var import_errors = require("./errors.cjs");
 var import_keyed = require("./keyed.cjs");
 var import_redis_client = require("./redis-client.cjs");
 var import_limiter = require("./limiter.cjs");
 var import_time = require("./time.cjs");
 var import_redis_pacer = require("./redis-pacer.cjs");
-const MAX_WINDOW_NS = 1n << 52n;
-const MAX_OWED_NS = 1n << 53n;
-const MAX_WINDOW_CAPACITY = 94906265n;
 const sha1 = (text) => (0, import_node_crypto.createHash)("sha1").update(text).digest("hex");
-function program(algorithm, capacity, intervalNs) {
-  const kind = import_core.ALGORITHMS[(0, import_core.algorithmCode)(algorithm)];
-  const window = capacity * intervalNs;
-  if (window > MAX_WINDOW_NS) {
-    throw new RangeError(`${kind}: its window (capacity x interval) is above the 52 days (2^52 ns) the Redis scripts compute exactly`);
-  }
-  const stamp = (family) => `${family}:${capacity}:${intervalNs}`;
-  switch (kind) {
-    case "gcra":
-    case "token_bucket":
-    case "leaky_bucket":
-      return { kind, source: import_redis_scripts_generated.DEBT, stamp: stamp("gcra"), window, intervalNs };
-    case "sliding_window":
-    case "fixed_window":
-      if (capacity > MAX_WINDOW_CAPACITY) {
-        throw new RangeError(`${kind}: capacity ${capacity} is above the ${MAX_WINDOW_CAPACITY} the window scripts compute exactly`);
-      }
-      return kind === "sliding_window" ? { kind, source: import_redis_scripts_generated.SLIDING_WINDOW, stamp: stamp("sw"), window, intervalNs } : { kind, source: import_redis_scripts_generated.FIXED_WINDOW, stamp: stamp("fw"), window, intervalNs };
-    default:
-      throw new RangeError(`${kind} is not available on Redis (it keeps one entry per admission); use sliding_window (same window, O(1)) or gcra`);
-  }
-}
 const ON_ERROR = /* @__PURE__ */ new Set(["local", "allow", "deny", "throw"]);
 const DEFAULT_RETRY_INTERVAL = 250;
 class RedisStore {
@@ -90,7 +65,7 @@ class RedisStore {
     if (!ON_ERROR.has(onError)) throw new RangeError(`onError must be 'local', 'allow', 'deny' or 'throw', got ${JSON.stringify(onError)}`);
     const intervalNs = (0, import_core.rateIntervalNs)(rate);
     new import_core.CoreLimiter((0, import_core.algorithmCode)(algorithm), BigInt(capacity), intervalNs, 0, 0n).free();
-    this.#program = program(algorithm, BigInt(capacity), intervalNs);
+    this.#program = (0, import_redis_program.program)(algorithm, BigInt(capacity), intervalNs);
     this.#sha = sha1(this.#program.source);
     this.#send = (0, import_redis_client.sender)(client);
     const timeoutNs = (0, import_time.durationNs)(timeout, "timeout");
@@ -202,8 +177,8 @@ class RedisStore {
     const k = String(key);
     if (performance.now() < this.#downUntil) return this.#unanswered(k, cost, options, new Error("Redis failed moments ago"));
     const { window, intervalNs, stamp } = this.#program;
-    let most = maxDebt < 0n ? MAX_OWED_NS : window + maxDebt * intervalNs;
-    if (most > MAX_OWED_NS) most = MAX_OWED_NS;
+    let most = maxDebt < 0n ? import_redis_program.MAX_OWED_NS : window + maxDebt * intervalNs;
+    if (most > import_redis_program.MAX_OWED_NS) most = import_redis_program.MAX_OWED_NS;
     let reply;
     try {
       reply = await this.#withTimeout(this.#eval(this.redisKey(k), [stamp, String(costN), "", "c", String(most)]));

@@ -16,3 +16,4 @@ export {
   CircuitOpenError, UnavailableError,
 } from './errors.js';
 export { ALGORITHMS, keyHash, ready } from './core.js';
+export { JobQueue, Worker, failureWaitMs } from './jobs.js';

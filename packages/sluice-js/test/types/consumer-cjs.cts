@@ -14,5 +14,7 @@ export async function main(): Promise<void> {
   }
   type Options = redis.RedisStoreOptions;
   const store: typeof redis.RedisStore = redis.RedisStore;
-  void [n, k, hashed, store];
+  const jobs: typeof sluice.JobQueue = sluice.JobQueue;
+  const worker: typeof sluice.Worker = sluice.Worker;
+  void [n, k, hashed, store, jobs, worker];
 }

@@ -8,8 +8,9 @@ import {
   SluiceError, QueueFullError, TimeoutError, AbortError, InsufficientCapacityError, ClosedError,
   CircuitOpenError, UnavailableError,
   readRateLimits, parseIetf, parseOpenAI, parseAnthropic, parseGitHub, parseRetryAfter, parseDuration, parseList,
-  measureSkew, Pacer, Ticket, MemoryPacerStore, pacer, paced,
+  measureSkew, Pacer, Ticket, MemoryPacerStore, pacer, paced, JobQueue, Worker, failureWaitMs,
 } from 'sluice-limits';
+import type { Job, JobGroupStats, Enqueued, DeadLetter, StoredJob, JobCounters } from 'sluice-limits';
 import type { Algorithm, ChargeOptions, Duration, RateLimitHints, RefundOptions, TimeoutReason, RateLimitReading, ServerLimit, PacedFetch, PacerLimitState } from 'sluice-limits';
 import { RedisStore, RedisPacerStore } from 'sluice-limits/redis';
 import type { RedisDecision } from 'sluice-limits/redis';
@@ -154,6 +155,28 @@ export async function main(): Promise<void> {
   const fleet = pacer({ store: new RedisPacerStore({ client: nodeRedis, key: 'pace:api', ttl: 60000 }) });
   const pacedLimits: unknown = [pacedFetch.pacer, fleet, firstLimit, family, ietfLimits, providerLimits, waits, sf, scheduled, seen];
 
+  // Durable jobs.
+  const jobs = new JobQueue({ client: io, name: 'embed', limit: { prefix: 'llm', algorithm: 'gcra', capacity: 90000, rate: '90000/min' }, concurrency: 4, visibilityTimeout: '30s', keepCompleted: '1d', maxDebt: 10000 });
+  const queued: Enqueued = await jobs.enqueue({ text: 'x' }, { group: 'key-1', cost: 800, priority: 10, delay: '1s', maxAttempts: 5, key: 'doc-1' });
+  const many: Enqueued[] = await jobs.enqueueMany([{ data: 1, group: 'key-2' }]);
+  const figures: Record<string, JobGroupStats> = await jobs.inspect();
+  const letters: DeadLetter[] = await jobs.deadLetters('key-1', { count: 10 });
+  const stored: StoredJob | null = await jobs.job('key-1', queued.id);
+  const moved: number = await jobs.retryDead('key-1') + await jobs.purge('key-1', 'dead') + await jobs.purge() + await jobs.sweep(100);
+  const jobWorker = new Worker<{ text: string }>(new JobQueue({ client: nodeRedis, name: 'embed' }), async (job: Job<{ text: string }>) => {
+    job.settle(job.data.text.length);
+    return job.signal.aborted;
+  }, { concurrency: 8, backoff: { base: 100, cap: '1min' }, poll: 50, sweep: '5s', slowGroup: true, breaker: { failureThreshold: 5, resetTimeout: '30s' }, shouldRetry: (e) => e !== null });
+  jobWorker.on('retried', ({ job, delayMs }) => console.log(job.id, delayMs)).on('error', ({ error }) => console.log(error));
+  const perGroup: Record<string, JobCounters> = jobWorker.metrics();
+  const hinted: number | null = failureWaitMs(new Response(null, { status: 429 }));
+  await jobWorker.close();
+  const jobsUsed: unknown = [many, figures, letters, stored, moved, perGroup, hinted];
+  // @ts-expect-error: a job queue needs a name
+  new JobQueue({ client: io });
+  // @ts-expect-error: the handler takes a job
+  new Worker(jobs, async (job: string) => job);
+
   // @ts-expect-error: usage is 'openai', 'anthropic' or a function
   paced(fetch, { usage: 'gemini' });
   // @ts-expect-error: rate is a string such as "10/s"
@@ -174,5 +197,5 @@ export async function main(): Promise<void> {
   perUser.charge(5);
   // @ts-expect-error: ALGORITHMS is read-only
   ALGORITHMS.sort();
-  void [n, ok, fetchLimited, cleared, counts, idle, forgiven, bothForgiven, keyForgiven, doubled, one, wrapped, s, r2, parts, u, lim, ran, byKey, sizes, ra, state, called, names, hashed, d, pacedLimits];
+  void [n, ok, fetchLimited, cleared, counts, idle, forgiven, bothForgiven, keyForgiven, doubled, one, wrapped, s, r2, parts, u, lim, ran, byKey, sizes, ra, state, called, names, hashed, d, pacedLimits, jobsUsed];
 }
