@@ -28,7 +28,7 @@ export const INFLIGHT_TTL_MS = 120000;
 
 /** A fresh state. `configured`: `{ unit: { limit, windowMs } }`, what applies while the server says nothing. */
 export function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
+  const state = { seq: 0, heard: {}, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit, limit: q.limit, windowMs: q.windowMs, remaining: q.limit, resetAt: now + q.windowMs,
@@ -73,10 +73,13 @@ function roll(l, now) {
   l.at = now;
 }
 
-/** The limits that apply now: the server's once it spoke, the configured ones until then. */
+/**
+ * The limits that apply now: the server's, and the configured ones of a unit the server has
+ * not announced a limit in (`state.heard`: `{ unit: true }`).
+ */
 function* applying(state) {
   for (const [key, l] of Object.entries(state.limits)) {
-    if (l.configured && state.heard) continue;
+    if (l.configured && state.heard?.[l.unit]) continue;
     yield [key, l];
   }
 }
@@ -180,7 +183,8 @@ export function observe(state, now, reading, status, ticket = null) {
         next: null, at: now, inflight: 0, seq: -1, continuous: false,
       };
     }
-    state.heard = true;
+    if (typeof state.heard !== 'object' || state.heard === null) state.heard = {};
+    state.heard[r.unit] = true;
     l.continuous = r.refill === 'continuous';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {

@@ -198,6 +198,23 @@ test('a declared cost is reconciled from usage unless the server counted it sinc
   assert.equal(state.limits['openai:tokens'].remaining, 9200);
 });
 
+test('a configured limit of a unit the server does not announce keeps holding, and is reconciled', () => {
+  const state = newState({ tokens: { limit: 1000, windowMs: 10000 } }, 0);
+  const first = admit(state, 0, { tokens: 300 });
+  // The server names its request limit only: the configured token limit still applies.
+  observe(state, 5, readRateLimits(new Headers({ 'x-ratelimit-remaining-requests': '99', 'x-ratelimit-limit-requests': '100', 'x-ratelimit-reset-requests': '1s' })), 200, first.ticket);
+  assert.equal(state.limits['configured:tokens'].remaining, 700);
+  reconcile(state, first.ticket, { tokens: 100 });
+  assert.equal(state.limits['configured:tokens'].remaining, 900);
+  // 900 left: three more of 300 in this window, a fourth waits for its reset.
+  const t = admissions(state, 4, 10, { tokens: 300 });
+  assert.ok(t[2] < 10000 && t[3] >= 10000 + RESET_MARGIN_MS, t.join(', '));
+  // A request limit the server announced replaces a configured request limit.
+  const both = newState({ requests: { limit: 1, windowMs: 60000 } }, 0);
+  observe(both, 1, readRateLimits(new Headers({ 'x-ratelimit-remaining-requests': '99', 'x-ratelimit-limit-requests': '100', 'x-ratelimit-reset-requests': '1s' })), 200, admit(both, 0).ticket);
+  assert.ok(admissions(both, 3, 10).at(-1) < 100);
+});
+
 test('Pacer: acquire waits what the step says on injected timers; an abort spends nothing', async () => {
   const time = fakeTime();
   const p = pacer({ now: () => time.ms, timers: time.timers, wallNow: () => 0 });

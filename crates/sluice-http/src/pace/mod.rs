@@ -45,5 +45,5 @@ mod sfv;
 mod step;
 
 pub use layer::PaceLayer;
-pub use service::{Pace, ResponseFuture};
+pub use service::{Pace, Reconcile, ResponseFuture};
 pub use step::Cost;

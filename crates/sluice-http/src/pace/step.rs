@@ -36,7 +36,9 @@ pub(crate) struct Limit {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
     seq: u64,
-    heard: bool,
+    /// The units the server announced a limit in: a configured limit of such a unit no longer
+    /// applies (one of a unit the server is silent about still does).
+    heard: Vec<String>,
     answered: bool,
     inflight: u32,
     pub(crate) blocked_until: f64,
@@ -55,6 +57,14 @@ pub struct Cost {
 }
 
 impl Cost {
+    /// A cost of `tokens` tokens.
+    pub fn tokens(tokens: u64) -> Cost {
+        Cost {
+            tokens: Some(tokens),
+            other: Vec::new(),
+        }
+    }
+
     fn of(&self, unit: &str) -> f64 {
         if unit == "requests" {
             return 1.0;
@@ -74,6 +84,15 @@ impl Cost {
 pub(crate) struct Grant {
     seq: u64,
     spent: Vec<(String, f64)>,
+    /// Whether the request declared a cost besides its count (tokens, another unit).
+    declared: bool,
+}
+
+impl Grant {
+    /// Whether the request declared a cost besides its count, to be reconciled.
+    pub(crate) fn declares_tokens(&self) -> bool {
+        self.declared
+    }
 }
 
 impl State {
@@ -133,11 +152,10 @@ pub(crate) fn admit(state: &mut State, now: f64, cost: &Cost) -> Result<Grant, f
     if !state.answered && state.inflight > 0 && state.limits.is_empty() {
         return Err(f64::INFINITY);
     }
-    let heard = state.heard;
     let mut wait = 0f64;
     let mut charges = Vec::new();
     for (key, l) in state.limits.iter_mut() {
-        if l.configured && heard {
+        if l.configured && state.heard.contains(&l.unit) {
             continue;
         }
         let c = cost.of(&l.unit);
@@ -184,6 +202,7 @@ pub(crate) fn admit(state: &mut State, now: f64, cost: &Cost) -> Result<Grant, f
     Ok(Grant {
         seq: state.seq,
         spent: charges,
+        declared: cost.tokens.is_some_and(|t| t > 0) || cost.other.iter().any(|(_, c)| *c > 0),
     })
 }
 
@@ -193,6 +212,24 @@ pub(crate) fn abandon(state: &mut State, grant: &Grant) {
     for (key, c) in &grant.spent {
         if let Some(l) = state.limits.get_mut(key) {
             l.inflight = (l.inflight - c).max(0.0);
+        }
+    }
+}
+
+/// Reconciles a grant's declared cost with what the request used (`used`, e.g. from the
+/// response's usage), for the limits whose latest figure came before the request (a figure
+/// that came with its answer, or after, already counts what it used): the difference goes
+/// back to (or is taken from) what remains.
+pub(crate) fn reconcile(state: &mut State, grant: &Grant, used: &Cost) {
+    for (key, declared) in &grant.spent {
+        let Some(l) = state.limits.get_mut(key) else {
+            continue;
+        };
+        if l.unit == "requests" || l.seq >= grant.seq {
+            continue;
+        }
+        if let Some(rem) = l.remaining {
+            l.remaining = Some((rem + declared - used.of(&l.unit)).max(0.0));
         }
     }
 }
@@ -232,7 +269,9 @@ pub(crate) fn observe(
                 continuous: false,
                 configured: false,
             });
-        state.heard = true;
+        if !state.heard.contains(&r.unit) {
+            state.heard.push(r.unit.clone());
+        }
         l.continuous = r.continuous;
         if let Some(limit) = r.limit {
             l.limit = Some(limit as f64);
