@@ -64,8 +64,8 @@ function scoped(file, name, names) {
 export function clientSection() {
   return [
     BEGIN,
-    scoped('headers.js', 'headerRules', ['readRateLimits', 'readUsage']),
-    scoped('pacing.js', 'pacingRules', ['admit', 'observe', 'abandon', 'reconcile', 'newState', 'snapshot', 'PROBE_MS']),
+    scoped('headers.js', 'headerRules', ['readRateLimits']),
+    scoped('pacing.js', 'pacingRules', ['admit', 'observe', 'abandon', 'reconcile', 'readUsage', 'newState', 'snapshot', 'PROBE_MS']),
     END,
   ].join('\n');
 }

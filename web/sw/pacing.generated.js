@@ -33,7 +33,7 @@ export const INFLIGHT_TTL_MS = 120000;
 
 /** A fresh state. `configured`: `{ unit: { limit, windowMs } }`, what applies while the server says nothing. */
 export function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
+  const state = { seq: 0, heard: {}, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit, limit: q.limit, windowMs: q.windowMs, remaining: q.limit, resetAt: now + q.windowMs,
@@ -78,10 +78,13 @@ function roll(l, now) {
   l.at = now;
 }
 
-/** The limits that apply now: the server's once it spoke, the configured ones until then. */
+/**
+ * The limits that apply now: the server's, and the configured ones of a unit the server has
+ * not announced a limit in (`state.heard`: `{ unit: true }`).
+ */
 function* applying(state) {
   for (const [key, l] of Object.entries(state.limits)) {
-    if (l.configured && state.heard) continue;
+    if (l.configured && state.heard?.[l.unit]) continue;
     yield [key, l];
   }
 }
@@ -185,7 +188,8 @@ export function observe(state, now, reading, status, ticket = null) {
         next: null, at: now, inflight: 0, seq: -1, continuous: false,
       };
     }
-    state.heard = true;
+    if (typeof state.heard !== 'object' || state.heard === null) state.heard = {};
+    state.heard[r.unit] = true;
     l.continuous = r.refill === 'continuous';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
@@ -232,6 +236,29 @@ export function observe(state, now, reading, status, ticket = null) {
  */
 export function abandon(state, ticket) {
   release(state, ticket);
+}
+
+const isTokens = (v) => Number.isSafeInteger(v) && v >= 0;
+
+/**
+ * What a JSON answer's `usage` says a request used, for reconciling a declared cost:
+ * OpenAI's (`total_tokens`, else `prompt_tokens` + `completion_tokens`, or the Responses API's
+ * `input_tokens` + `output_tokens`) as `{ tokens }`, Anthropic's (`input_tokens` with its cache
+ * counts, `output_tokens`) as `{ tokens, 'input-tokens', 'output-tokens' }`. Null when the body
+ * has no `usage` object with whole counts.
+ */
+export function readUsage(body) {
+  const u = body && typeof body === 'object' ? body.usage : null;
+  if (!u || typeof u !== 'object') return null;
+  if (isTokens(u.total_tokens)) return { tokens: u.total_tokens };
+  if (isTokens(u.prompt_tokens) || isTokens(u.completion_tokens)) {
+    return { tokens: (isTokens(u.prompt_tokens) ? u.prompt_tokens : 0) + (isTokens(u.completion_tokens) ? u.completion_tokens : 0) };
+  }
+  if (!isTokens(u.input_tokens) && !isTokens(u.output_tokens)) return null;
+  const count = (v) => (isTokens(v) ? v : 0);
+  const input = count(u.input_tokens) + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens);
+  const output = count(u.output_tokens);
+  return { tokens: input + output, 'input-tokens': input, 'output-tokens': output };
 }
 
 /**

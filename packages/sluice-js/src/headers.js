@@ -380,26 +380,3 @@ export function readRateLimits(responseOrHeaders, options = {}) {
   }
   return out;
 }
-
-const isTokens = (v) => Number.isSafeInteger(v) && v >= 0;
-
-/**
- * What a JSON answer's `usage` says a request used, for reconciling a declared cost:
- * OpenAI's (`total_tokens`, else `prompt_tokens` + `completion_tokens`, or the Responses API's
- * `input_tokens` + `output_tokens`) as `{ tokens }`, Anthropic's (`input_tokens` with its cache
- * counts, `output_tokens`) as `{ tokens, 'input-tokens', 'output-tokens' }`. Null when the body
- * has no `usage` object with whole counts.
- */
-export function readUsage(body) {
-  const u = body && typeof body === 'object' ? body.usage : null;
-  if (!u || typeof u !== 'object') return null;
-  if (isTokens(u.total_tokens)) return { tokens: u.total_tokens };
-  if (isTokens(u.prompt_tokens) || isTokens(u.completion_tokens)) {
-    return { tokens: (isTokens(u.prompt_tokens) ? u.prompt_tokens : 0) + (isTokens(u.completion_tokens) ? u.completion_tokens : 0) };
-  }
-  if (!isTokens(u.input_tokens) && !isTokens(u.output_tokens)) return null;
-  const count = (v) => (isTokens(v) ? v : 0);
-  const input = count(u.input_tokens) + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens);
-  const output = count(u.output_tokens);
-  return { tokens: input + output, 'input-tokens': input, 'output-tokens': output };
-}

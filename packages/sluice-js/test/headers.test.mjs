@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import {
   readRateLimits, parseIetf, parseList, parseDuration, parseRetryAfter, measureSkew, rateLimitHints,
 } from '../src/index.js';
-import { readUsage } from '../src/headers.js';
+import { readUsage } from '../src/pacing.js';
 
 const NOW = Date.UTC(2026, 11, 6, 17, 0, 0); // 2026-12-06T17:00:00Z
 const read = (headers, options = {}) => readRateLimits(new Headers(headers), { now: NOW, ...options });
