@@ -1269,7 +1269,15 @@ function roll(l, now) {
     }
     return;
   }
-  // A quota never stated is unknown again: the next answer tells (one request at a time).
+  // A quota never stated, or an IETF effective window past, is unknown again: the next answer
+  // tells (one request at a time).
+  if (l.effective) {
+    l.remaining = null;
+    l.resetAt = null;
+    l.next = null; // the answer's figure starts a new spread, its request the first step
+    l.at = now;
+    return;
+  }
   l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -1319,7 +1327,7 @@ function admit(state, now, cost = {}) {
       // Nothing in flight and no reset known: send one to learn (a 429 will say when).
       continue;
     }
-    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
+    if (l.remaining === null && (l.limit === null || l.effective) && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }
@@ -1394,6 +1402,7 @@ function observe(state, now, reading, status, ticket = null) {
     if (typeof state.heard !== 'object' || state.heard === null) state.heard = {};
     state.heard[r.unit] = true;
     l.continuous = r.refill === 'continuous';
+    l.effective = reading.family === 'ietf';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;

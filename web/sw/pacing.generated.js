@@ -14,7 +14,10 @@
 // token bucket: OpenAI, Anthropic), rather than all at once at the reset (a window: GitHub).
 // `remaining` is the server's figure less what was sent since; `inflight` what was sent and
 // not answered (the server may not have counted it yet); `next` the earliest time for the next
-// request, so that what remains is spread evenly until `resetAt`.
+// request, so that what remains is spread evenly until `resetAt`. `effective`: the IETF
+// fields' `t`, which draft 12 of draft-ietf-httpapi-ratelimit-headers calls the effective
+// window (no more than `r` within it) where draft 9 called it a reset: past it nothing says the
+// quota is back, so the limit is unknown again until an answer tells (one request at a time).
 
 /** Read a reset as "the same window" when it moved by less than this (resets come in whole seconds). */
 const SAME_WINDOW_MS = 1100;
@@ -66,7 +69,15 @@ function roll(l, now) {
     }
     return;
   }
-  // A quota never stated is unknown again: the next answer tells (one request at a time).
+  // A quota never stated, or an IETF effective window past, is unknown again: the next answer
+  // tells (one request at a time).
+  if (l.effective) {
+    l.remaining = null;
+    l.resetAt = null;
+    l.next = null; // the answer's figure starts a new spread, its request the first step
+    l.at = now;
+    return;
+  }
   l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -116,7 +127,7 @@ export function admit(state, now, cost = {}) {
       // Nothing in flight and no reset known: send one to learn (a 429 will say when).
       continue;
     }
-    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
+    if (l.remaining === null && (l.limit === null || l.effective) && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }
@@ -191,6 +202,7 @@ export function observe(state, now, reading, status, ticket = null) {
     if (typeof state.heard !== 'object' || state.heard === null) state.heard = {};
     state.heard[r.unit] = true;
     l.continuous = r.refill === 'continuous';
+    l.effective = reading.family === 'ietf';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;

@@ -55,11 +55,16 @@ test('what remains is spread evenly until the reset, not spent at once', () => {
   const state = heard(ietf('"default";q=10;w=10', '"default";r=10;t=10'));
   const times = admissions(state, 10);
   assert.deepEqual(times.map((t) => Math.round(t)), [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000]);
-  // Then the quota is spent until the reset (plus the margin), and the new window (reset at
-  // 20 s) is spread again: 10 over the 9,975 ms left.
+  // Then the quota is spent until the end of the effective window (plus the margin).
   assert.equal(admit(state, 9500).waitMs, 10000 + RESET_MARGIN_MS - 9500);
-  const next = admissions(state, 3, 10000 + RESET_MARGIN_MS);
-  assert.deepEqual(next.map((t) => Math.round(t)), [10025, 11023, 12020]);
+  // Past it, draft 12 says nothing of the quota (not even the policy's q): one request goes to
+  // learn it, the others wait for its answer, which is spread again.
+  const probe = admit(state, 10000 + RESET_MARGIN_MS);
+  assert.ok(probe.ticket);
+  assert.equal(admit(state, 10030).waitMs, Infinity);
+  observe(state, 10040, ietf('"default";q=10;w=10', '"default";r=9;t=10'), 200, probe.ticket);
+  const next = admissions(state, 3, 10040);
+  assert.deepEqual(next.map((t) => Math.round(t)), [11040, 12040, 13040]);
 });
 
 test('a late timer is caught up by one step, never more', () => {
