@@ -85,7 +85,8 @@ impl PaceLayer {
     /// answer's head: `extract(headers)` gives the use (e.g. from a header a gateway adds), or
     /// `None`, in which case the answer carries a [`Reconcile`](crate::pace::Reconcile) for
     /// the usage its body tells. The use reconciles the declared cost on the limits whose
-    /// latest figure came before the request.
+    /// latest figure came before the request. Set it before the layer is cloned or used: a
+    /// layer already shared is copied, state and all, and the copy paces apart from it.
     pub fn usage(
         self,
         extract: impl Fn(&HeaderMap) -> Option<Cost> + Send + Sync + 'static,
