@@ -58,7 +58,6 @@ test(`${TABS} tabs declaring token costs through the worker wait on an OpenAI-st
           async ({ loops, until }) => {
             const { politeFetch } = await import('/sluice/client.js');
             const log = [];
-            const sent = [];
             let i = 0;
             await Promise.all(
               Array.from({ length: loops }, async () => {
@@ -68,9 +67,8 @@ test(`${TABS} tabs declaring token costs through the worker wait on an OpenAI-st
                     { method: 'POST', body: '{}', cache: 'no-store', headers: { 'content-type': 'application/json', 'x-use-tokens': '100' } },
                     { tokens: 300, maxAttempts: 1 },
                   );
-                  const body = await r.json();
+                  await r.arrayBuffer();
                   log.push([Date.now(), r.status, r.headers.get('x-sluice-limiter')]);
-                  if (body.usage) sent.push(body.usage.total_tokens);
                 }
               }),
             );
@@ -81,7 +79,8 @@ test(`${TABS} tabs declaring token costs through the worker wait on an OpenAI-st
       ),
     );
     const log = logs.flat();
-    const ok = (from, to) => log.filter(([at, status]) => at >= from && at < to && status === 200).length;
+    // Counted from the server's own admission times (see pacing.test.mjs).
+    const ok = (from, to) => server.stats.admittedAt.filter((at) => at >= from && at < to).length;
     // The token limits' sustained rate at 100 tokens a request: 10, then 5, per window.
     const share1 = ok(t0 + WINDOW, switchAt) / ((10 * (PHASE - WINDOW)) / WINDOW);
     const share2 = ok(switchAt + WINDOW, end) / ((5 * (PHASE - WINDOW)) / WINDOW);
