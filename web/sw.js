@@ -1236,7 +1236,7 @@ const INFLIGHT_TTL_MS = 120000;
 
 /** A fresh state. `configured`: `{ unit: { limit, windowMs } }`, what applies while the server says nothing. */
 function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
+  const state = { seq: 0, heard: {}, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit, limit: q.limit, windowMs: q.windowMs, remaining: q.limit, resetAt: now + q.windowMs,
@@ -1269,7 +1269,15 @@ function roll(l, now) {
     }
     return;
   }
-  // A quota never stated is unknown again: the next answer tells (one request at a time).
+  // A quota never stated, or an IETF effective window past, is unknown again: the next answer
+  // tells (one request at a time).
+  if (l.effective) {
+    l.remaining = null;
+    l.resetAt = null;
+    l.next = null; // the answer's figure starts a new spread, its request the first step
+    l.at = now;
+    return;
+  }
   l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -1281,10 +1289,13 @@ function roll(l, now) {
   l.at = now;
 }
 
-/** The limits that apply now: the server's once it spoke, the configured ones until then. */
+/**
+ * The limits that apply now: the server's, and the configured ones of a unit the server has
+ * not announced a limit in (`state.heard`: `{ unit: true }`).
+ */
 function* applying(state) {
   for (const [key, l] of Object.entries(state.limits)) {
-    if (l.configured && state.heard) continue;
+    if (l.configured && state.heard?.[l.unit]) continue;
     yield [key, l];
   }
 }
@@ -1316,7 +1327,7 @@ function admit(state, now, cost = {}) {
       // Nothing in flight and no reset known: send one to learn (a 429 will say when).
       continue;
     }
-    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
+    if (l.remaining === null && (l.limit === null || l.effective) && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }
@@ -1388,8 +1399,10 @@ function observe(state, now, reading, status, ticket = null) {
         next: null, at: now, inflight: 0, seq: -1, continuous: false,
       };
     }
-    state.heard = true;
+    if (typeof state.heard !== 'object' || state.heard === null) state.heard = {};
+    state.heard[r.unit] = true;
     l.continuous = r.refill === 'continuous';
+    l.effective = reading.family === 'ietf';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;
@@ -1435,6 +1448,29 @@ function observe(state, now, reading, status, ticket = null) {
  */
 function abandon(state, ticket) {
   release(state, ticket);
+}
+
+const isTokens = (v) => Number.isSafeInteger(v) && v >= 0;
+
+/**
+ * What a JSON answer's `usage` says a request used, for reconciling a declared cost:
+ * OpenAI's (`total_tokens`, else `prompt_tokens` + `completion_tokens`, or the Responses API's
+ * `input_tokens` + `output_tokens`) as `{ tokens }`, Anthropic's (`input_tokens` with its cache
+ * counts, `output_tokens`) as `{ tokens, 'input-tokens', 'output-tokens' }`. Null when the body
+ * has no `usage` object with whole counts.
+ */
+function readUsage(body) {
+  const u = body && typeof body === 'object' ? body.usage : null;
+  if (!u || typeof u !== 'object') return null;
+  if (isTokens(u.total_tokens)) return { tokens: u.total_tokens };
+  if (isTokens(u.prompt_tokens) || isTokens(u.completion_tokens)) {
+    return { tokens: (isTokens(u.prompt_tokens) ? u.prompt_tokens : 0) + (isTokens(u.completion_tokens) ? u.completion_tokens : 0) };
+  }
+  if (!isTokens(u.input_tokens) && !isTokens(u.output_tokens)) return null;
+  const count = (v) => (isTokens(v) ? v : 0);
+  const input = count(u.input_tokens) + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens);
+  const output = count(u.output_tokens);
+  return { tokens: input + output, 'input-tokens': input, 'output-tokens': output };
 }
 
 /**
@@ -1492,10 +1528,10 @@ function nextNews(ms) {
   return Promise.race([slept, news]).finally(() => clearTimeout(timer));
 }
 
-async function take(deadline) {
+async function take(deadline, cost) {
   for (;;) {
     const now = performance.now();
-    const r = admit(stateAt(now), now, {});
+    const r = admit(stateAt(now), now, cost);
     if (r.ticket) return { ticket: r.ticket };
     // A wait the server's fields say ends past the request's deadline: refused now, with it.
     if (r.waitMs !== Infinity && now + r.waitMs > deadline) return { ticket: null, waitMs: r.waitMs };
@@ -1504,15 +1540,29 @@ async function take(deadline) {
   }
 }
 
+/** The request header that declares a request's cost in tokens (an LLM call's estimate). */
+const TOKENS_HEADER = 'x-sluice-tokens';
+
+/**
+ * A request's declared cost: `X-Sluice-Tokens: N` (a whole number of tokens) is `{ tokens: N }`,
+ * which waits on the server's token limits as well as its request limits; absent or not a
+ * whole number, the request costs one request and no tokens.
+ */
+function costOf(req) {
+  const text = (req.headers.get(TOKENS_HEADER) || '').trim();
+  if (!/^\d{1,15}$/.test(text)) return {};
+  return { tokens: Number(text) };
+}
+
 /**
  * Waits for a request's turn: `{ ticket }` once the server's fields let it go (settle it with
  * paceResponse or paceLost), or `{ ticket: null, waitMs }` when its turn would come after
  * `maxWaitMs` (`queue.max_wait_ms`): the caller answers 429 with that wait. Turns are taken
- * in the order requests ask.
+ * in the order requests ask. `cost` is costOf()'s.
  */
-function paceTurn(maxWaitMs) {
+function paceTurn(maxWaitMs, cost = {}) {
   const deadline = performance.now() + maxWaitMs;
-  const turn = line.then(() => take(deadline));
+  const turn = line.then(() => take(deadline, cost));
   line = turn.then(
     () => undefined,
     () => undefined,
@@ -1520,16 +1570,38 @@ function paceTurn(maxWaitMs) {
   return turn;
 }
 
-/** Reads a response's limit fields into the state and settles its ticket. */
+function wake() {
+  const wakeUp = wakeAll;
+  news = null;
+  wakeAll = null;
+  if (wakeUp) wakeUp();
+}
+
+/**
+ * Reads a response's limit fields into the state and settles its ticket. A request that
+ * declared tokens is then reconciled from the usage of a JSON answer (OpenAI's
+ * `usage.total_tokens`, Anthropic's input and output tokens), read from a copy of the body
+ * while the page reads its own: for the limits whose latest figure came before it (a figure
+ * that came with its answer already counts what it used).
+ */
 function paceResponse(response, ticket) {
   const reading = readRateLimits(response, { now: Date.now(), skewMs });
   skewMs = reading.skewMs;
   const now = performance.now();
   observe(stateAt(now), now, reading, response.status, ticket);
-  const wake = wakeAll;
-  news = null;
-  wakeAll = null;
-  if (wake) wake();
+  wake();
+  const declared = Object.entries(ticket.spent).some(([key, c]) => c > 0 && paceState.limits[key]?.unit !== 'requests');
+  if (!declared || !response.ok || !/json/.test(response.headers.get('content-type') || '')) return;
+  response
+    .clone()
+    .json()
+    .then((body) => {
+      const used = readUsage(body);
+      if (used === null) return;
+      reconcile(paceState, ticket, used);
+      wake();
+    })
+    .catch(() => {});
 }
 
 /** Settles a ticket whose request got no response (a network error). */
@@ -1648,11 +1720,12 @@ function decide(event, req, key, size) {
 
 /**
  * An admitted request sent from here: with `pace_from_server`, after its turn in pace.js (a
- * turn past `queue.max_wait_ms` is a 429 `timeout` with the wait the server's fields ask).
+ * turn past `queue.max_wait_ms` is a 429 `timeout` with the wait the server's fields ask), at
+ * the cost its `X-Sluice-Tokens` declares.
  */
 async function send(event, key, req) {
   if (!pacing) return sendUpstream(key, req);
-  const turn = await paceTurn(config.queue.max_wait_ms);
+  const turn = await paceTurn(config.queue.max_wait_ms, costOf(req));
   if (turn.ticket === null) return tooMany('timeout', turn.waitMs);
   // A tab that closed while its request waited its turn: not sent.
   if (event.clientId && !(await self.clients.get(event.clientId))) {

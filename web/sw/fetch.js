@@ -9,7 +9,7 @@ import { count } from './telemetry.js';
 import { isRedispatch, requestKey } from './journal.js';
 import { covered, ready, reserveNext, restored, saved, scheduleSave } from './record.js';
 import { sendUpstream } from './upstream.js';
-import { pacing, paceLost, paceTurn } from './pace.js';
+import { costOf, pacing, paceLost, paceTurn } from './pace.js';
 import { wait } from './queue.js';
 import { failedResponse } from './failure.js';
 import { bodySize, flowOf } from './requests.js';
@@ -48,11 +48,12 @@ function decide(event, req, key, size) {
 
 /**
  * An admitted request sent from here: with `pace_from_server`, after its turn in pace.js (a
- * turn past `queue.max_wait_ms` is a 429 `timeout` with the wait the server's fields ask).
+ * turn past `queue.max_wait_ms` is a 429 `timeout` with the wait the server's fields ask), at
+ * the cost its `X-Sluice-Tokens` declares.
  */
 async function send(event, key, req) {
   if (!pacing) return sendUpstream(key, req);
-  const turn = await paceTurn(config.queue.max_wait_ms);
+  const turn = await paceTurn(config.queue.max_wait_ms, costOf(req));
   if (turn.ticket === null) return tooMany('timeout', turn.waitMs);
   // A tab that closed while its request waited its turn: not sent.
   if (event.clientId && !(await self.clients.get(event.clientId))) {

@@ -12,7 +12,7 @@
 // IndexedDB, the responses (read, never changed).
 
 import { readRateLimits } from './headers.generated.js';
-import { abandon, admit, newState, observe, snapshot, PROBE_MS } from './pacing.generated.js';
+import { abandon, admit, newState, observe, readUsage, reconcile, snapshot, PROBE_MS } from './pacing.generated.js';
 import { config } from './worker.js';
 
 /** Whether this worker paces from the server's fields. */
@@ -42,10 +42,10 @@ function nextNews(ms) {
   return Promise.race([slept, news]).finally(() => clearTimeout(timer));
 }
 
-async function take(deadline) {
+async function take(deadline, cost) {
   for (;;) {
     const now = performance.now();
-    const r = admit(stateAt(now), now, {});
+    const r = admit(stateAt(now), now, cost);
     if (r.ticket) return { ticket: r.ticket };
     // A wait the server's fields say ends past the request's deadline: refused now, with it.
     if (r.waitMs !== Infinity && now + r.waitMs > deadline) return { ticket: null, waitMs: r.waitMs };
@@ -54,15 +54,29 @@ async function take(deadline) {
   }
 }
 
+/** The request header that declares a request's cost in tokens (an LLM call's estimate). */
+export const TOKENS_HEADER = 'x-sluice-tokens';
+
+/**
+ * A request's declared cost: `X-Sluice-Tokens: N` (a whole number of tokens) is `{ tokens: N }`,
+ * which waits on the server's token limits as well as its request limits; absent or not a
+ * whole number, the request costs one request and no tokens.
+ */
+export function costOf(req) {
+  const text = (req.headers.get(TOKENS_HEADER) || '').trim();
+  if (!/^\d{1,15}$/.test(text)) return {};
+  return { tokens: Number(text) };
+}
+
 /**
  * Waits for a request's turn: `{ ticket }` once the server's fields let it go (settle it with
  * paceResponse or paceLost), or `{ ticket: null, waitMs }` when its turn would come after
  * `maxWaitMs` (`queue.max_wait_ms`): the caller answers 429 with that wait. Turns are taken
- * in the order requests ask.
+ * in the order requests ask. `cost` is costOf()'s.
  */
-export function paceTurn(maxWaitMs) {
+export function paceTurn(maxWaitMs, cost = {}) {
   const deadline = performance.now() + maxWaitMs;
-  const turn = line.then(() => take(deadline));
+  const turn = line.then(() => take(deadline, cost));
   line = turn.then(
     () => undefined,
     () => undefined,
@@ -70,16 +84,38 @@ export function paceTurn(maxWaitMs) {
   return turn;
 }
 
-/** Reads a response's limit fields into the state and settles its ticket. */
+function wake() {
+  const wakeUp = wakeAll;
+  news = null;
+  wakeAll = null;
+  if (wakeUp) wakeUp();
+}
+
+/**
+ * Reads a response's limit fields into the state and settles its ticket. A request that
+ * declared tokens is then reconciled from the usage of a JSON answer (OpenAI's
+ * `usage.total_tokens`, Anthropic's input and output tokens), read from a copy of the body
+ * while the page reads its own: for the limits whose latest figure came before it (a figure
+ * that came with its answer already counts what it used).
+ */
 export function paceResponse(response, ticket) {
   const reading = readRateLimits(response, { now: Date.now(), skewMs });
   skewMs = reading.skewMs;
   const now = performance.now();
   observe(stateAt(now), now, reading, response.status, ticket);
-  const wake = wakeAll;
-  news = null;
-  wakeAll = null;
-  if (wake) wake();
+  wake();
+  const declared = Object.entries(ticket.spent).some(([key, c]) => c > 0 && paceState.limits[key]?.unit !== 'requests');
+  if (!declared || !response.ok || !/json/.test(response.headers.get('content-type') || '')) return;
+  response
+    .clone()
+    .json()
+    .then((body) => {
+      const used = readUsage(body);
+      if (used === null) return;
+      reconcile(paceState, ticket, used);
+      wake();
+    })
+    .catch(() => {});
 }
 
 /** Settles a ticket whose request got no response (a network error). */

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { COPIES, copyPath, generated } from '../gen-pacing.mjs';
+import { CLIENT, clientWith, COPIES, copyPath, generated } from '../gen-pacing.mjs';
 import { WEB } from './harness.mjs';
 
 test('web/sw/*.generated.js are the package\'s headers.js and pacing.js (node web/gen-pacing.mjs)', () => {
@@ -19,4 +19,10 @@ test('the bundled worker holds the copies', () => {
   for (const copy of COPIES) assert.ok(sw.includes(`// === web/sw/${copy.to} ===\n`), copy.to);
   assert.match(sw, /\nfunction admit\(state, now, cost = \{\}\) \{\n/);
   assert.match(sw, /\nfunction readRateLimits\(responseOrHeaders, options = \{\}\) \{\n/);
+});
+
+test('web/client.js holds the same rules for its page-side pacer (node web/gen-pacing.mjs)', () => {
+  const client = readFileSync(CLIENT, 'utf8');
+  assert.equal(client, clientWith(client), 'web/client.js holds a stale copy: run node web/gen-pacing.mjs');
+  assert.match(client, /\nfunction admit\(state, now, cost = \{\}\) \{\n/);
 });

@@ -25,6 +25,7 @@ __export(pacing_exports, {
   admit: () => admit,
   newState: () => newState,
   observe: () => observe,
+  readUsage: () => readUsage,
   reconcile: () => reconcile,
   snapshot: () => snapshot
 });
@@ -36,7 +37,7 @@ const BACKOFF_MAX_MS = 6e4;
 const PROBE_MS = 1e3;
 const INFLIGHT_TTL_MS = 12e4;
 function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
+  const state = { seq: 0, heard: {}, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit,
@@ -70,6 +71,13 @@ function roll(l, now) {
     }
     return;
   }
+  if (l.effective) {
+    l.remaining = null;
+    l.resetAt = null;
+    l.next = null;
+    l.at = now;
+    return;
+  }
   l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -82,7 +90,7 @@ function roll(l, now) {
 }
 function* applying(state) {
   for (const [key, l] of Object.entries(state.limits)) {
-    if (l.configured && state.heard) continue;
+    if (l.configured && state.heard?.[l.unit]) continue;
     yield [key, l];
   }
 }
@@ -103,7 +111,7 @@ function admit(state, now, cost = {}) {
       else if (l.inflight > 0) wait = Infinity;
       continue;
     }
-    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
+    if (l.remaining === null && (l.limit === null || l.effective) && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }
@@ -162,8 +170,10 @@ function observe(state, now, reading, status, ticket = null) {
         continuous: false
       };
     }
-    state.heard = true;
+    if (typeof state.heard !== "object" || state.heard === null) state.heard = {};
+    state.heard[r.unit] = true;
     l.continuous = r.refill === "continuous";
+    l.effective = reading.family === "ietf";
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;
@@ -201,6 +211,20 @@ function observe(state, now, reading, status, ticket = null) {
 function abandon(state, ticket) {
   release(state, ticket);
 }
+const isTokens = (v) => Number.isSafeInteger(v) && v >= 0;
+function readUsage(body) {
+  const u = body && typeof body === "object" ? body.usage : null;
+  if (!u || typeof u !== "object") return null;
+  if (isTokens(u.total_tokens)) return { tokens: u.total_tokens };
+  if (isTokens(u.prompt_tokens) || isTokens(u.completion_tokens)) {
+    return { tokens: (isTokens(u.prompt_tokens) ? u.prompt_tokens : 0) + (isTokens(u.completion_tokens) ? u.completion_tokens : 0) };
+  }
+  if (!isTokens(u.input_tokens) && !isTokens(u.output_tokens)) return null;
+  const count = (v) => isTokens(v) ? v : 0;
+  const input = count(u.input_tokens) + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens);
+  const output = count(u.output_tokens);
+  return { tokens: input + output, "input-tokens": input, "output-tokens": output };
+}
 function reconcile(state, ticket, used) {
   for (const [key, declared] of Object.entries(ticket.spent)) {
     const l = state.limits[key];
@@ -234,6 +258,7 @@ function snapshot(state, now) {
   admit,
   newState,
   observe,
+  readUsage,
   reconcile,
   snapshot
 });

@@ -9,7 +9,10 @@
 // token bucket: OpenAI, Anthropic), rather than all at once at the reset (a window: GitHub).
 // `remaining` is the server's figure less what was sent since; `inflight` what was sent and
 // not answered (the server may not have counted it yet); `next` the earliest time for the next
-// request, so that what remains is spread evenly until `resetAt`.
+// request, so that what remains is spread evenly until `resetAt`. `effective`: the IETF
+// fields' `t`, which draft 12 of draft-ietf-httpapi-ratelimit-headers calls the effective
+// window (no more than `r` within it) where draft 9 called it a reset: past it nothing says the
+// quota is back, so the limit is unknown again until an answer tells (one request at a time).
 
 /** Read a reset as "the same window" when it moved by less than this (resets come in whole seconds). */
 const SAME_WINDOW_MS = 1100;
@@ -28,7 +31,7 @@ export const INFLIGHT_TTL_MS = 120000;
 
 /** A fresh state. `configured`: `{ unit: { limit, windowMs } }`, what applies while the server says nothing. */
 export function newState(configured = {}, now = 0) {
-  const state = { seq: 0, heard: false, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
+  const state = { seq: 0, heard: {}, answered: false, inflight: 0, blockedUntil: 0, backoffMs: 0, limits: {}, open: {} };
   for (const [unit, q] of Object.entries(configured)) {
     state.limits[`configured:${unit}`] = {
       unit, limit: q.limit, windowMs: q.windowMs, remaining: q.limit, resetAt: now + q.windowMs,
@@ -61,7 +64,15 @@ function roll(l, now) {
     }
     return;
   }
-  // A quota never stated is unknown again: the next answer tells (one request at a time).
+  // A quota never stated, or an IETF effective window past, is unknown again: the next answer
+  // tells (one request at a time).
+  if (l.effective) {
+    l.remaining = null;
+    l.resetAt = null;
+    l.next = null; // the answer's figure starts a new spread, its request the first step
+    l.at = now;
+    return;
+  }
   l.remaining = l.limit === null ? null : Math.max(0, l.limit - l.inflight);
   if (l.windowMs) {
     const periods = Math.floor((now - l.resetAt) / l.windowMs) + 1;
@@ -73,10 +84,13 @@ function roll(l, now) {
   l.at = now;
 }
 
-/** The limits that apply now: the server's once it spoke, the configured ones until then. */
+/**
+ * The limits that apply now: the server's, and the configured ones of a unit the server has
+ * not announced a limit in (`state.heard`: `{ unit: true }`).
+ */
 function* applying(state) {
   for (const [key, l] of Object.entries(state.limits)) {
-    if (l.configured && state.heard) continue;
+    if (l.configured && state.heard?.[l.unit]) continue;
     yield [key, l];
   }
 }
@@ -108,7 +122,7 @@ export function admit(state, now, cost = {}) {
       // Nothing in flight and no reset known: send one to learn (a 429 will say when).
       continue;
     }
-    if (l.remaining === null && l.limit === null && l.inflight > 0) wait = Infinity;
+    if (l.remaining === null && (l.limit === null || l.effective) && l.inflight > 0) wait = Infinity;
     if (l.next > now) wait = Math.max(wait, l.next - now);
     charges.push([key, l, c]);
   }
@@ -180,8 +194,10 @@ export function observe(state, now, reading, status, ticket = null) {
         next: null, at: now, inflight: 0, seq: -1, continuous: false,
       };
     }
-    state.heard = true;
+    if (typeof state.heard !== 'object' || state.heard === null) state.heard = {};
+    state.heard[r.unit] = true;
     l.continuous = r.refill === 'continuous';
+    l.effective = reading.family === 'ietf';
     if (r.limit !== null) l.limit = r.limit;
     if (r.windowMs !== null) {
       l.windowMs = r.windowMs;
@@ -227,6 +243,29 @@ export function observe(state, now, reading, status, ticket = null) {
  */
 export function abandon(state, ticket) {
   release(state, ticket);
+}
+
+const isTokens = (v) => Number.isSafeInteger(v) && v >= 0;
+
+/**
+ * What a JSON answer's `usage` says a request used, for reconciling a declared cost:
+ * OpenAI's (`total_tokens`, else `prompt_tokens` + `completion_tokens`, or the Responses API's
+ * `input_tokens` + `output_tokens`) as `{ tokens }`, Anthropic's (`input_tokens` with its cache
+ * counts, `output_tokens`) as `{ tokens, 'input-tokens', 'output-tokens' }`. Null when the body
+ * has no `usage` object with whole counts.
+ */
+export function readUsage(body) {
+  const u = body && typeof body === 'object' ? body.usage : null;
+  if (!u || typeof u !== 'object') return null;
+  if (isTokens(u.total_tokens)) return { tokens: u.total_tokens };
+  if (isTokens(u.prompt_tokens) || isTokens(u.completion_tokens)) {
+    return { tokens: (isTokens(u.prompt_tokens) ? u.prompt_tokens : 0) + (isTokens(u.completion_tokens) ? u.completion_tokens : 0) };
+  }
+  if (!isTokens(u.input_tokens) && !isTokens(u.output_tokens)) return null;
+  const count = (v) => (isTokens(v) ? v : 0);
+  const input = count(u.input_tokens) + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens);
+  const output = count(u.output_tokens);
+  return { tokens: input + output, 'input-tokens': input, 'output-tokens': output };
 }
 
 /**

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import {
   readRateLimits, parseIetf, parseList, parseDuration, parseRetryAfter, measureSkew, rateLimitHints,
 } from '../src/index.js';
+import { readUsage } from '../src/pacing.js';
 
 const NOW = Date.UTC(2026, 11, 6, 17, 0, 0); // 2026-12-06T17:00:00Z
 const read = (headers, options = {}) => readRateLimits(new Headers(headers), { now: NOW, ...options });
@@ -160,6 +161,15 @@ test('families: the first present in order ietf, openai, anthropic, github; none
 test('rateLimitHints keeps reading the older forms beside the new parser', () => {
   const h = rateLimitHints({ RateLimit: 'limit=100, remaining=50, reset=5' }, NOW);
   assert.deepEqual([h.limit, h.remaining, h.resetMs], [100, 50, 5000]);
+});
+
+test('readUsage: OpenAI and Anthropic usage objects, nothing from anything else', () => {
+  assert.deepEqual(readUsage({ usage: { prompt_tokens: 100, completion_tokens: 20, total_tokens: 120 } }), { tokens: 120 });
+  assert.deepEqual(readUsage({ usage: { prompt_tokens: 100, completion_tokens: 20 } }), { tokens: 120 });
+  assert.deepEqual(readUsage({ usage: { input_tokens: 50, cache_read_input_tokens: 10, output_tokens: 7 } }), { tokens: 67, 'input-tokens': 60, 'output-tokens': 7 });
+  for (const body of [null, 'x', {}, { usage: null }, { usage: { total_tokens: -1 } }, { usage: { total_tokens: 1.5 } }, { usage: { note: 'none' } }]) {
+    assert.equal(readUsage(body), null, JSON.stringify(body));
+  }
 });
 
 test('per-response cost of reading the fields: a few microseconds', () => {

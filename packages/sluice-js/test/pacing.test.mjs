@@ -55,11 +55,16 @@ test('what remains is spread evenly until the reset, not spent at once', () => {
   const state = heard(ietf('"default";q=10;w=10', '"default";r=10;t=10'));
   const times = admissions(state, 10);
   assert.deepEqual(times.map((t) => Math.round(t)), [0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000]);
-  // Then the quota is spent until the reset (plus the margin), and the new window (reset at
-  // 20 s) is spread again: 10 over the 9,975 ms left.
+  // Then the quota is spent until the end of the effective window (plus the margin).
   assert.equal(admit(state, 9500).waitMs, 10000 + RESET_MARGIN_MS - 9500);
-  const next = admissions(state, 3, 10000 + RESET_MARGIN_MS);
-  assert.deepEqual(next.map((t) => Math.round(t)), [10025, 11023, 12020]);
+  // Past it, draft 12 says nothing of the quota (not even the policy's q): one request goes to
+  // learn it, the others wait for its answer, which is spread again.
+  const probe = admit(state, 10000 + RESET_MARGIN_MS);
+  assert.ok(probe.ticket);
+  assert.equal(admit(state, 10030).waitMs, Infinity);
+  observe(state, 10040, ietf('"default";q=10;w=10', '"default";r=9;t=10'), 200, probe.ticket);
+  const next = admissions(state, 3, 10040);
+  assert.deepEqual(next.map((t) => Math.round(t)), [11040, 12040, 13040]);
 });
 
 test('a late timer is caught up by one step, never more', () => {
@@ -196,6 +201,23 @@ test('a declared cost is reconciled from usage unless the server counted it sinc
   observe(state, 20010, reading(9200), 200, u);
   reconcile(state, u, { tokens: 800 });
   assert.equal(state.limits['openai:tokens'].remaining, 9200);
+});
+
+test('a configured limit of a unit the server does not announce keeps holding, and is reconciled', () => {
+  const state = newState({ tokens: { limit: 1000, windowMs: 10000 } }, 0);
+  const first = admit(state, 0, { tokens: 300 });
+  // The server names its request limit only: the configured token limit still applies.
+  observe(state, 5, readRateLimits(new Headers({ 'x-ratelimit-remaining-requests': '99', 'x-ratelimit-limit-requests': '100', 'x-ratelimit-reset-requests': '1s' })), 200, first.ticket);
+  assert.equal(state.limits['configured:tokens'].remaining, 700);
+  reconcile(state, first.ticket, { tokens: 100 });
+  assert.equal(state.limits['configured:tokens'].remaining, 900);
+  // 900 left: three more of 300 in this window, a fourth waits for its reset.
+  const t = admissions(state, 4, 10, { tokens: 300 });
+  assert.ok(t[2] < 10000 && t[3] >= 10000 + RESET_MARGIN_MS, t.join(', '));
+  // A request limit the server announced replaces a configured request limit.
+  const both = newState({ requests: { limit: 1, windowMs: 60000 } }, 0);
+  observe(both, 1, readRateLimits(new Headers({ 'x-ratelimit-remaining-requests': '99', 'x-ratelimit-limit-requests': '100', 'x-ratelimit-reset-requests': '1s' })), 200, admit(both, 0).ticket);
+  assert.ok(admissions(both, 3, 10).at(-1) < 100);
 });
 
 test('Pacer: acquire waits what the step says on injected timers; an abort spends nothing', async () => {

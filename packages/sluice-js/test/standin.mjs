@@ -14,8 +14,10 @@
 //              Date field says so)
 //
 // `limit` requests (and `tokens`) per `windowMs`; `setLimit(limit, tokens)` changes them while
-// it runs. `stats` counts answers: { ok, limited, tokens, firstAt, lastAt } (the times of the
-// first and last admitted, in ms since 1970).
+// it runs. `stats` counts answers: { ok, limited, tokens, firstAt, lastAt, admittedAt } (the
+// times of the first and last admitted, and of every admission, in ms since 1970 on the
+// server's clock: what a share of the allowed throughput is counted from, where no client's
+// scheduling can move it).
 
 import http from 'node:http';
 
@@ -45,7 +47,7 @@ const rfc3339 = (ms) => new Date(Math.ceil(ms / 1000) * 1000).toISOString().repl
 
 export async function standIn({ style, limit, windowMs, tokens = limit * 100, skewMs = 0, latencyMs = 2 }) {
   const clock = () => performance.timeOrigin + performance.now();
-  const stats = { ok: 0, limited: 0, tokens: 0, firstAt: null, lastAt: null };
+  const stats = { ok: 0, limited: 0, tokens: 0, firstAt: null, lastAt: null, admittedAt: [] };
   let requests = bucket(limit, windowMs, clock());
   let tokenBucket = bucket(tokens, windowMs, clock());
   // GitHub's fixed window, on the server's clock (ahead by skewMs).
@@ -112,6 +114,7 @@ export async function standIn({ style, limit, windowMs, tokens = limit * 100, sk
       stats.ok++;
       stats.firstAt ??= now;
       stats.lastAt = now;
+      stats.admittedAt.push(now);
       stats.tokens += style === 'ietf' || style === 'github' ? 0 : want;
       res.writeHead(200, h).end(JSON.stringify({ usage: { total_tokens: want, input_tokens: want, output_tokens: 0 } }));
     } else {

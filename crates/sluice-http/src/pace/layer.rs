@@ -3,16 +3,19 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use http::HeaderMap;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower_layer::Layer;
 
 use crate::pace::service::Pace;
-use crate::pace::step::State;
+use crate::pace::step::{Cost, State};
+
+/// Reads what a request used from its answer's head.
+pub(crate) type UsageFn = Arc<dyn Fn(&HeaderMap) -> Option<Cost> + Send + Sync>;
 
 /// The pacer's state, owned here and reached by every clone of the layer and its services.
-#[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) skew_ms: Mutex<Option<i64>>,
@@ -20,6 +23,18 @@ pub(crate) struct Shared {
     pub(crate) news: Notify,
     epoch: Instant,
     wall: fn() -> SystemTime,
+    /// The usage extractor ([`PaceLayer::usage`]).
+    pub(crate) usage: Option<UsageFn>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("state", &self.state)
+            .field("skew_ms", &self.skew_ms)
+            .field("usage", &self.usage.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shared {
@@ -61,22 +76,45 @@ impl PaceLayer {
                 news: Notify::new(),
                 epoch: Instant::now(),
                 wall: SystemTime::now,
+                usage: None,
             }),
         }
     }
 
-    /// The same pacer with another wall clock, what header times are read against (tests).
-    pub fn wall_clock(self, wall: fn() -> SystemTime) -> PaceLayer {
+    /// The same pacer, reading what a request that declared a token [`Cost`] used from its
+    /// answer's head: `extract(headers)` gives the use (e.g. from a header a gateway adds), or
+    /// `None`, in which case the answer carries a [`Reconcile`](crate::pace::Reconcile) for
+    /// the usage its body tells. The use reconciles the declared cost on the limits whose
+    /// latest figure came before the request. Set it before the layer is cloned or used: a
+    /// layer already shared is copied, state and all, and the copy paces apart from it.
+    pub fn usage(
+        self,
+        extract: impl Fn(&HeaderMap) -> Option<Cost> + Send + Sync + 'static,
+    ) -> PaceLayer {
+        self.rebuild(|shared| Shared {
+            usage: Some(Arc::new(extract)),
+            ..shared
+        })
+    }
+
+    /// This layer's shared state, made anew (with `change`) when it is already shared.
+    fn rebuild(self, change: impl FnOnce(Shared) -> Shared) -> PaceLayer {
         let shared = Arc::try_unwrap(self.shared).unwrap_or_else(|shared| Shared {
             state: Mutex::new(shared.state.lock().clone()),
             skew_ms: Mutex::new(*shared.skew_ms.lock()),
             news: Notify::new(),
             epoch: shared.epoch,
             wall: shared.wall,
+            usage: shared.usage.clone(),
         });
         PaceLayer {
-            shared: Arc::new(Shared { wall, ..shared }),
+            shared: Arc::new(change(shared)),
         }
+    }
+
+    /// The same pacer with another wall clock, what header times are read against (tests).
+    pub fn wall_clock(self, wall: fn() -> SystemTime) -> PaceLayer {
+        self.rebuild(|shared| Shared { wall, ..shared })
     }
 
     /// What is known of a limit (`family:name`, e.g. `ietf:api`, `openai:tokens`,

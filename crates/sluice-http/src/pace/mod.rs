@@ -37,6 +37,51 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Over hyper's client, with a declared token cost reconciled from the answer's JSON usage (a
+//! stand-in for OpenAI's API on loopback here; its token fields would do it alone, the body's
+//! usage covers a server that sends none, or sends them before the request is counted):
+//!
+//! ```
+//! use http_body_util::{BodyExt, Full};
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use sluice_http::pace::{Cost, PaceLayer, Reconcile};
+//! use tower::{Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(|| async {
+//! #     ([("x-ratelimit-limit-requests", "60"), ("x-ratelimit-remaining-requests", "59"),
+//! #       ("x-ratelimit-reset-requests", "1s"), ("content-type", "application/json")],
+//! #      r#"{"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120}}"#)
+//! # }));
+//! # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! # let url = format!("http://{}/v1/chat/completions", listener.local_addr()?);
+//! # tokio::spawn(async move { axum::serve(listener, app).await });
+//! // 90,000 tokens a minute, which this server does not announce.
+//! let layer = PaceLayer::with_limits(&[("tokens", 90_000, std::time::Duration::from_secs(60))]);
+//! let client = layer.layer(Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>());
+//!
+//! let mut request = http::Request::post(url).body(Full::from(r#"{"model":"gpt-4o-mini"}"#))?;
+//! request.extensions_mut().insert(Cost::tokens(800)); // the estimate: waits on the token limit
+//! let response = client.clone().oneshot(request).await?;
+//! let reconcile = response.extensions().get::<Reconcile>().cloned();
+//! let body: serde_json::Value = serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
+//! if let (Some(reconcile), Some(used)) = (reconcile, body["usage"]["total_tokens"].as_u64()) {
+//!     reconcile.used(&Cost::tokens(used)); // 680 of the 800 go back
+//! }
+//! let (remaining, _) = layer.remaining("configured:tokens").expect("a configured limit");
+//! assert_eq!(remaining, Some(90_000.0 - 120.0));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A request's cost is reconciled with what it used in the first of these ways that applies:
+//! the answer's own token fields (`x-ratelimit-remaining-tokens` and the like: the server's
+//! figure replaces the estimate, so the drop it shows is the cost); the layer's
+//! [usage extractor](PaceLayer::usage), which reads the use from the answer's head; or the
+//! [`Reconcile`] in the answer's extensions, given the use its body tells.
 
 pub mod fields;
 mod layer;
@@ -45,5 +90,5 @@ mod sfv;
 mod step;
 
 pub use layer::PaceLayer;
-pub use service::{Pace, ResponseFuture};
+pub use service::{Pace, Reconcile, ResponseFuture};
 pub use step::Cost;

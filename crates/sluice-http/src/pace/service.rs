@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use crate::pace::fields::read_limits;
 use crate::pace::layer::Shared;
-use crate::pace::step::{abandon, admit, observe, Cost, Grant};
+use crate::pace::step::{abandon, admit, observe, reconcile, Cost, Grant};
 
 /// The future of [`Pace`].
 pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
@@ -40,7 +40,10 @@ struct Held {
 }
 
 impl Held {
-    fn answered<B>(mut self, response: &Response<B>) {
+    /// Reads the answer's limit fields and settles the grant; a declared cost is reconciled
+    /// from the layer's usage extractor when it reads one from the head, else the answer
+    /// carries a [`Reconcile`] for the usage its body tells.
+    fn answered<B>(mut self, response: &mut Response<B>) {
         let reading = {
             let mut skew = self.shared.skew_ms.lock();
             let reading = read_limits(response.headers(), self.shared.wall(), *skew);
@@ -55,8 +58,52 @@ impl Held {
             response.status().as_u16(),
             self.grant.as_ref(),
         );
-        self.grant = None;
+        let grant = self.grant.take().expect("an unsettled grant");
+        if grant.declares_tokens() {
+            let used = self
+                .shared
+                .usage
+                .as_ref()
+                .and_then(|extract| extract(response.headers()));
+            match used {
+                Some(used) => reconcile(&mut self.shared.state.lock(), &grant, &used),
+                None => {
+                    response.extensions_mut().insert(Reconcile {
+                        shared: Arc::clone(&self.shared),
+                        grant,
+                    });
+                }
+            }
+        }
         self.shared.news.notify_waiters();
+    }
+}
+
+/// Put in the extensions of a paced response whose request declared a token [`Cost`] (unless
+/// the layer's [usage extractor](crate::pace::PaceLayer::usage) read its usage from the head):
+/// tells the pacer what the request used, once its body says it (OpenAI's
+/// `usage.total_tokens`, Anthropic's `usage.input_tokens` and `output_tokens`). For the limits
+/// whose latest figure came before the request, the difference between the declared cost and
+/// the use goes back to (or is taken from) what remains; a limit the server announced with the
+/// answer, or since, already counts it (the drop in `x-ratelimit-remaining-tokens`).
+#[derive(Clone)]
+pub struct Reconcile {
+    shared: Arc<Shared>,
+    grant: Grant,
+}
+
+impl Reconcile {
+    /// Reconciles the request's declared cost with `used`. A second call counts again: call
+    /// it once per request.
+    pub fn used(&self, used: &Cost) {
+        reconcile(&mut self.shared.state.lock(), &self.grant, used);
+        self.shared.news.notify_waiters();
+    }
+}
+
+impl std::fmt::Debug for Reconcile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconcile").finish_non_exhaustive()
     }
 }
 
@@ -120,7 +167,8 @@ where
     }
 
     /// Waits for the pacer, then calls the inner service. A request's declared cost is its
-    /// [`Cost`] extension (default: one request, no tokens).
+    /// [`Cost`] extension (default: one request, no tokens); the response of one that declared
+    /// tokens carries a [`Reconcile`] in its extensions (see there).
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -133,8 +181,8 @@ where
                 .unwrap_or_default();
             let held = acquire(&shared, &cost).await;
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-            let response = inner.call(request).await?;
-            held.answered(&response);
+            let mut response = inner.call(request).await?;
+            held.answered(&mut response);
             Ok(response)
         })
     }

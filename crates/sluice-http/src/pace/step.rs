@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::pace::fields::Reading;
+use crate::pace::fields::{Family, Reading};
 
 /// After a reset, wait this much longer before spending the new quota (the server's reset may
 /// lag the client's reading of it).
@@ -29,6 +29,9 @@ pub(crate) struct Limit {
     pub(crate) inflight: f64,
     seq: u64,
     continuous: bool,
+    /// The IETF fields' `t`: an effective window (draft 12), past which the quota is unknown
+    /// until an answer tells, not a reset after which it is back.
+    effective: bool,
     configured: bool,
 }
 
@@ -36,7 +39,9 @@ pub(crate) struct Limit {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
     seq: u64,
-    heard: bool,
+    /// The units the server announced a limit in: a configured limit of such a unit no longer
+    /// applies (one of a unit the server is silent about still does).
+    heard: Vec<String>,
     answered: bool,
     inflight: u32,
     pub(crate) blocked_until: f64,
@@ -55,6 +60,14 @@ pub struct Cost {
 }
 
 impl Cost {
+    /// A cost of `tokens` tokens.
+    pub fn tokens(tokens: u64) -> Cost {
+        Cost {
+            tokens: Some(tokens),
+            other: Vec::new(),
+        }
+    }
+
     fn of(&self, unit: &str) -> f64 {
         if unit == "requests" {
             return 1.0;
@@ -74,6 +87,15 @@ impl Cost {
 pub(crate) struct Grant {
     seq: u64,
     spent: Vec<(String, f64)>,
+    /// Whether the request declared a cost besides its count (tokens, another unit).
+    declared: bool,
+}
+
+impl Grant {
+    /// Whether the request declared a cost besides its count, to be reconciled.
+    pub(crate) fn declares_tokens(&self) -> bool {
+        self.declared
+    }
 }
 
 impl State {
@@ -95,6 +117,7 @@ impl State {
                     inflight: 0.0,
                     seq: 0,
                     continuous: false,
+                    effective: false,
                     configured: true,
                 },
             );
@@ -115,7 +138,15 @@ fn roll(l: &mut Limit, now: f64) {
         }
         return;
     }
-    // A quota never stated is unknown again: the next answer tells (one request at a time).
+    // A quota never stated, or an IETF effective window past, is unknown again: the next
+    // answer tells (one request at a time).
+    if l.effective {
+        l.remaining = None;
+        l.reset_at = None;
+        l.next = None; // the answer's figure starts a new spread, its request the first step
+        l.at = now;
+        return;
+    }
     l.remaining = l.limit.map(|limit| (limit - l.inflight).max(0.0));
     l.reset_at = l
         .window_ms
@@ -133,11 +164,10 @@ pub(crate) fn admit(state: &mut State, now: f64, cost: &Cost) -> Result<Grant, f
     if !state.answered && state.inflight > 0 && state.limits.is_empty() {
         return Err(f64::INFINITY);
     }
-    let heard = state.heard;
     let mut wait = 0f64;
     let mut charges = Vec::new();
     for (key, l) in state.limits.iter_mut() {
-        if l.configured && heard {
+        if l.configured && state.heard.contains(&l.unit) {
             continue;
         }
         let c = cost.of(&l.unit);
@@ -156,7 +186,7 @@ pub(crate) fn admit(state: &mut State, now: f64, cost: &Cost) -> Result<Grant, f
             }
             continue;
         }
-        if l.remaining.is_none() && l.limit.is_none() && l.inflight > 0.0 {
+        if l.remaining.is_none() && (l.limit.is_none() || l.effective) && l.inflight > 0.0 {
             wait = f64::INFINITY;
         }
         if let Some(next) = l.next.filter(|n| *n > now) {
@@ -184,6 +214,7 @@ pub(crate) fn admit(state: &mut State, now: f64, cost: &Cost) -> Result<Grant, f
     Ok(Grant {
         seq: state.seq,
         spent: charges,
+        declared: cost.tokens.is_some_and(|t| t > 0) || cost.other.iter().any(|(_, c)| *c > 0),
     })
 }
 
@@ -193,6 +224,24 @@ pub(crate) fn abandon(state: &mut State, grant: &Grant) {
     for (key, c) in &grant.spent {
         if let Some(l) = state.limits.get_mut(key) {
             l.inflight = (l.inflight - c).max(0.0);
+        }
+    }
+}
+
+/// Reconciles a grant's declared cost with what the request used (`used`, e.g. from the
+/// response's usage), for the limits whose latest figure came before the request (a figure
+/// that came with its answer, or after, already counts what it used): the difference goes
+/// back to (or is taken from) what remains.
+pub(crate) fn reconcile(state: &mut State, grant: &Grant, used: &Cost) {
+    for (key, declared) in &grant.spent {
+        let Some(l) = state.limits.get_mut(key) else {
+            continue;
+        };
+        if l.unit == "requests" || l.seq >= grant.seq {
+            continue;
+        }
+        if let Some(rem) = l.remaining {
+            l.remaining = Some((rem + declared - used.of(&l.unit)).max(0.0));
         }
     }
 }
@@ -230,10 +279,14 @@ pub(crate) fn observe(
                 inflight: 0.0,
                 seq: 0,
                 continuous: false,
+                effective: false,
                 configured: false,
             });
-        state.heard = true;
+        if !state.heard.contains(&r.unit) {
+            state.heard.push(r.unit.clone());
+        }
         l.continuous = r.continuous;
+        l.effective = reading.family == Some(Family::Ietf);
         if let Some(limit) = r.limit {
             l.limit = Some(limit as f64);
         }
@@ -410,5 +463,70 @@ mod tests {
         );
         // A request without a token cost is not held by it.
         assert!(admit(&mut s, 0.0, &Cost::default()).is_ok());
+    }
+
+    #[test]
+    fn past_an_ietf_effective_window_one_request_learns_the_quota() {
+        let mut s = State::default();
+        let g = admit(&mut s, 0.0, &Cost::default()).unwrap();
+        observe(&mut s, 0.0, &ietf(2, 1, 1, 1), 200, Some(&g));
+        let spent = admit(&mut s, 600.0, &Cost::default()).unwrap();
+        abandon(&mut s, &spent);
+        assert!(admit(&mut s, 700.0, &Cost::default()).is_err(), "spent");
+        // Past the window (and its margin): the policy's q is not assumed back (draft 12).
+        let probe = admit(&mut s, 1100.0, &Cost::default()).unwrap();
+        assert_eq!(
+            admit(&mut s, 1100.0, &Cost::default()).unwrap_err(),
+            f64::INFINITY
+        );
+        observe(&mut s, 1110.0, &ietf(2, 1, 1, 1), 200, Some(&probe));
+        assert_eq!(
+            admit(&mut s, 1110.0, &Cost::default()).unwrap_err(),
+            500.0,
+            "its answer starts a new spread, its request the first step"
+        );
+    }
+
+    #[test]
+    fn a_declared_cost_is_reconciled_unless_the_server_counted_it_since() {
+        let mut s = State::new(&[("tokens".to_owned(), 1000, 10_000.0)], 0.0);
+        let g = admit(&mut s, 0.0, &Cost::tokens(300)).unwrap();
+        // An answer without token fields: the configured token limit still holds.
+        let requests_only = Reading {
+            family: Some(Family::OpenAi),
+            limits: vec![ServerLimit {
+                id: "requests".into(),
+                unit: "requests".into(),
+                limit: Some(100),
+                window: None,
+                remaining: Some(99),
+                reset: Some(Duration::from_secs(1)),
+                continuous: true,
+            }],
+            retry_after: None,
+            skew_ms: None,
+        };
+        observe(&mut s, 5.0, &requests_only, 200, Some(&g));
+        assert_eq!(s.limits["configured:tokens"].remaining, Some(700.0));
+        reconcile(&mut s, &g, &Cost::tokens(100));
+        assert_eq!(s.limits["configured:tokens"].remaining, Some(900.0));
+        // A token limit the server announced with the answer already counts the use.
+        let mut with_tokens = requests_only.clone();
+        with_tokens.limits.push(ServerLimit {
+            id: "tokens".into(),
+            unit: "tokens".into(),
+            limit: Some(10_000),
+            window: None,
+            remaining: Some(9_000),
+            reset: Some(Duration::from_secs(6)),
+            continuous: true,
+        });
+        let first = admit(&mut s, 2000.0, &Cost::default()).unwrap();
+        observe(&mut s, 2000.0, &with_tokens, 200, Some(&first));
+        let t = admit(&mut s, 3000.0, &Cost::tokens(300)).unwrap();
+        with_tokens.limits[1].remaining = Some(8_800);
+        observe(&mut s, 3010.0, &with_tokens, 200, Some(&t));
+        reconcile(&mut s, &t, &Cost::tokens(100));
+        assert_eq!(s.limits["openai:tokens"].remaining, Some(8_800.0));
     }
 }
