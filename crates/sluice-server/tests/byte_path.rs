@@ -241,26 +241,26 @@ async fn exchange(
     head: bool,
     cut: bool,
 ) -> (Vec<Read>, bool) {
-    exchange_in_pieces(port, request, &[], answers, head, cut).await
+    exchange_in_pieces(port, request, (&[], 0), answers, head, cut).await
 }
 
-/// [`exchange`], the request written in pieces: a pause before each offset of `pieces`.
+/// [`exchange`], the request written in pieces: a pause of `pieces.1` ms before each offset
+/// of `pieces.0`.
 async fn exchange_in_pieces(
     port: u16,
     request: &[u8],
-    pieces: &[usize],
+    pieces: (&[usize], u64),
     answers: usize,
     head: bool,
     cut: bool,
 ) -> (Vec<Read>, bool) {
+    let (pieces, pause) = pieces;
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     stream.set_nodelay(true).unwrap();
     let mut from = 0;
     for &at in pieces.iter() {
         stream.write_all(&request[from..at]).await.unwrap();
-        // Long enough for the piece to be read on its own, well within the 100 ms the
-        // byte path waits for the rest of a chunked body.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         from = at;
     }
     stream.write_all(&request[from..]).await.unwrap();
@@ -434,6 +434,8 @@ struct Case {
     /// Offsets in `request` where the client pauses (a few milliseconds) before writing on:
     /// the request arrives in pieces.
     pieces: &'static [usize],
+    /// Whether those pauses are long (150 ms: past the byte path's wait for a chunked body).
+    slow: bool,
     /// Whether what the upstream receives may differ: the byte path sends an idempotent
     /// request again when a pooled connection closes before any answer, as nginx does;
     /// hyper's client does not.
@@ -443,6 +445,19 @@ struct Case {
     /// Lines every request head the upstream receives must have, on both paths (names in
     /// lowercase).
     upstream_has: &'static [&'static str],
+}
+
+impl Case {
+    /// The pause between pieces, in ms: long enough for a piece to be read on its own, and
+    /// well within the 100 ms the byte path waits for the rest of a chunked body unless
+    /// `slow`.
+    fn pause(&self) -> u64 {
+        if self.slow {
+            150
+        } else {
+            5
+        }
+    }
 }
 
 fn get(path: &str, extra: &str) -> Vec<u8> {
@@ -467,6 +482,7 @@ fn case(name: &'static str, request: Vec<u8>, answers: usize, bytes: u32) -> Cas
         head: false,
         cut: false,
         pieces: &[],
+        slow: false,
         resent: false,
         statuses: &[],
         upstream_has: &[],
@@ -831,29 +847,73 @@ fn corpus() -> Vec<Case> {
             0,
         )
     });
-    // Growing past 64 KiB of chunks in pieces: streamed by hyper from what was read.
-    let piece = format!("{:x}\r\n{}\r\n", 20_000, "p".repeat(20_000));
+    // Growing past 64 KiB of chunks in pieces: streamed upstream chunked, as hyper's client
+    // streams it (extensions and trailers dropped).
+    let piece = format!("{:x};e=1\r\n{}\r\n", 20_000, "p".repeat(20_000));
+    let long_chunked = format!(
+        "POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n{}0\r\nX-Sum: 1\r\n\r\n",
+        piece.repeat(4)
+    )
+    .into_bytes();
     cases.push(Case {
-        pieces: &[74, 74 + 20_008, 74 + 2 * 20_008, 74 + 3 * 20_008],
+        pieces: &[74, 74 + 20_012, 74 + 2 * 20_012, 74 + 3 * 20_012],
         ..case(
             "chunked request in pieces, over 64 KiB",
-            format!(
-                "POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n{}0\r\n\r\n",
-                piece.repeat(4)
-            )
-            .into_bytes(),
+            long_chunked.clone(),
             1,
-            0,
+            1,
         )
     });
-    // Left to hyper: a body over 64 KiB, broken chunks, and the smuggling shapes (a length
+    cases.push(case(
+        "chunked request over 64 KiB, then a GET",
+        [long_chunked.clone(), get("/api/r/z", "")].concat(),
+        2,
+        2,
+    ));
+    // Slower than the byte path waits for: read on once admitted, whole within 64 KiB.
+    cases.push(Case {
+        pieces: &[74, 82],
+        slow: true,
+        ..case("chunked request, slow pieces", IN_PIECES.to_vec(), 1, 1)
+    });
+    cases.push(Case {
+        pieces: &[74, 74 + 20_012, 74 + 2 * 20_012],
+        slow: true,
+        ..case(
+            "chunked request over 64 KiB, slow pieces",
+            long_chunked.clone(),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        pieces: &[74, 74 + 20_012],
+        cut: true,
+        slow: true,
+        ..case(
+            "chunked request over 64 KiB, cut",
+            long_chunked[..74 + 3 * 20_012].to_vec(),
+            1,
+            1,
+        )
+    });
+    cases.push(Case {
+        statuses: &[413],
+        ..case(
+            "chunked request over 64 KiB, over max_body",
+            [b"POST /small/p".to_vec(), long_chunked[13..].to_vec()].concat(),
+            1,
+            1,
+        )
+    });
+    // Left to hyper: broken chunks, and the smuggling shapes (a length
     // beside the coding, two coding fields, another coding).
     let big = "b".repeat(64 * 1024 + 1);
     cases.push(case(
         "chunked request over 64 KiB",
         format!("POST /api/r/p HTTP/1.1\r\nHost: example.test\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n", big.len()).into_bytes(),
         1,
-        0,
+        1,
     ));
     cases.push(case(
         "chunked request, broken chunks",
@@ -1095,7 +1155,7 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
         let (answers_b, closed_b) = exchange_in_pieces(
             bytes.port,
             &case.request,
-            case.pieces,
+            (case.pieces, case.pause()),
             case.answers,
             case.head,
             case.cut,
@@ -1106,7 +1166,7 @@ async fn the_byte_path_forwards_and_answers_what_hyper_does() {
         let (answers_h, closed_h) = exchange_in_pieces(
             hyper.port,
             &case.request,
-            case.pieces,
+            (case.pieces, case.pause()),
             case.answers,
             case.head,
             case.cut,

@@ -1,5 +1,6 @@
-//! The HTTP/1.1 byte path: a plain request (without a body, or with a `Content-Length`: up to
-//! [`MAX_BODY`] read once admitted, the rest streamed), read by [`wire`], decided by the
+//! The HTTP/1.1 byte path: a plain request (without a body, or with a `Content-Length` or a
+//! chunked body: up to [`MAX_BODY`] read once admitted, the rest streamed), read by [`wire`],
+//! decided by the
 //! same [`Gateway`] code as every other request, and forwarded over a pooled upstream
 //! connection as bytes, with its answer passed back as bytes.
 //!
@@ -21,7 +22,6 @@
 //! the client leaves; a reservation computed from the body reads the body before any policy
 //! decides.
 
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -29,11 +29,13 @@ use std::time::Instant;
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 
+mod read;
 mod upstream;
 mod write;
 
+use read::{read_at_most, read_body, read_chunks, read_more, watching, BodyRead};
 use write::{
     answer_fields, end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own,
 };
@@ -64,8 +66,8 @@ const FLUSH_AT: usize = 16 * 1024;
 /// The part of a request body the byte path reads before it takes an upstream connection: a
 /// `Content-Length` of at most this is read whole, once admitted, and sent upstream with the
 /// head, as hyper's path reads a body up to the same bound before forwarding it; the rest of
-/// a longer one is streamed after it. A chunked body of at most this that comes whole soon
-/// after its head is forwarded with its length; a longer one goes to hyper.
+/// a longer one is streamed after it. A chunked body that ends within this is forwarded with
+/// its length; a longer one is streamed chunked after this much of it.
 pub const MAX_BODY: u64 = 64 * 1024;
 
 /// The request of a plain head. `bytes` is the head, whole and frozen: the target and the
@@ -134,6 +136,10 @@ pub struct Client<'c, C> {
     pub body: u64,
     /// A chunked body, read whole.
     pub chunked: Option<Chunked>,
+    /// A chunked body follows that was not read whole (longer than [`MAX_BODY`], or slow):
+    /// once the request is admitted, it is read until [`MAX_BODY`] of it or its end, then
+    /// forwarded with its length when it ended, or chunked, streamed as it comes.
+    pub chunks: bool,
     /// The most bytes kept in `buf` while the request waits (`server.max_header_bytes`, the
     /// bound hyper puts on its read buffer): past it the connection is not read until the
     /// answer is through, and the kernel's buffers push back on the client.
@@ -169,6 +175,12 @@ impl Route {
 }
 
 impl Gateway {
+    /// Whether `request`'s route reserves from the request's body, which it reads before the
+    /// policies decide.
+    pub fn reads_body_of(&self, request: &Request<()>) -> bool {
+        self.reads_body && self.route_reading_body(request).is_some()
+    }
+
     /// Whether the byte path takes `request`: its route's requests go as bytes
     /// ([`Route::takes_bytes`]), or the gateway answers it without an upstream (no route, a
     /// method the route does not allow, an ambiguous path).
@@ -231,6 +243,7 @@ impl Gateway {
             spare,
             body,
             chunked,
+            chunks,
             max_ahead,
         } = client;
         let head_request = request.method() == Method::HEAD;
@@ -288,7 +301,7 @@ impl Gateway {
             Decided::Answer(answer) => {
                 *spare = emptied(request.into_parts().0.headers);
                 let left = if whole.is_some() { 0 } else { body };
-                let unread = (buf.len() as u64) < left;
+                let unread = chunks || (buf.len() as u64) < left;
                 if !unread {
                     buf.advance(left as usize);
                 }
@@ -328,6 +341,33 @@ impl Gateway {
                 | Method::PUT
                 | Method::DELETE
         );
+        // A chunked body not read whole: read up to MAX_BODY of it now; one that ends within
+        // that goes on as one read whole, a longer one is streamed chunked.
+        let mut chunked_body = chunked_body;
+        let mut stream_chunks = false;
+        if chunks {
+            match read_chunks(io, buf, self.body_timeout).await {
+                Ok(Some((data, used, trailers))) => {
+                    buf.advance(used);
+                    body = data.len() as u64;
+                    rechunk = trailers && body > 0;
+                    whole = Some(data);
+                    chunked_body = true;
+                }
+                Ok(None) => stream_chunks = true,
+                Err(e) => {
+                    *spare = emptied(request.into_parts().0.headers);
+                    let closing = || true;
+                    let finish = Finish {
+                        request_id: finish.request_id,
+                        closing: &closing,
+                    };
+                    settle_all(owed, &Observed::default());
+                    let answer = (client_ip, &admission, policy_header);
+                    return refused(io, out, route, answer, e, head_request, &finish).await;
+                }
+            }
+        }
         let (parts, ()) = request.into_parts();
         let mut fields = parts.headers;
         if chunked_body && body > route.body_limit() {
@@ -344,7 +384,7 @@ impl Gateway {
             return refused(io, out, route, answer, e, head_request, &finish).await;
         }
         h1_upstream_headers(&mut fields, &parts.uri, route, peer.ip());
-        if rechunk {
+        if rechunk || stream_chunks {
             fields.insert(
                 http::header::TRANSFER_ENCODING,
                 HeaderValue::from_static("chunked"),
@@ -404,7 +444,35 @@ impl Gateway {
             0
         };
         let timeout = route.timeout();
-        let sent = if rest == 0 {
+        let sent = if stream_chunks {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let sending = upstream::send_chunked(
+                proxy,
+                upstream,
+                out,
+                (&mut *io, &mut *buf),
+                route.body_limit(),
+                self.body_timeout,
+            );
+            match tokio::time::timeout_at(deadline, sending).await {
+                Ok(Ok((mut conn, content))) => {
+                    body = content;
+                    let head = tokio::time::timeout_at(
+                        deadline,
+                        upstream::answer_head(&mut conn, head_request, false),
+                    );
+                    match watching(io, buf, max_ahead, head).await.ok_or_else(gone)? {
+                        Ok(Ok(Some(answer))) => Ok((conn, answer)),
+                        // Not asked to send it again, `answer_head` does not offer to.
+                        Ok(Ok(None)) => Err(ProxyError::Io(io::ErrorKind::UnexpectedEof.into())),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(ProxyError::Timeout(timeout)),
+                    }
+                }
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(ProxyError::Timeout(timeout)),
+            }
+        } else if rest == 0 {
             let exchange = tokio::time::timeout(
                 timeout,
                 upstream::exchange(proxy, upstream, out, idempotent, head_request),
@@ -456,7 +524,7 @@ impl Gateway {
                     },
                 );
                 let answer = (client_ip, &admission, policy_header);
-                if rest > 0 {
+                if rest > 0 || stream_chunks {
                     // Part of the body may be unread: the connection cannot carry another
                     // request.
                     let closing = || true;
@@ -583,99 +651,6 @@ async fn refused<'a, C: AsyncWrite + Unpin>(
         answered,
         failed: written.err(),
     })
-}
-
-/// Why a request body could not be read whole.
-#[derive(Debug, Clone, Copy)]
-enum BodyRead {
-    /// The client's side of the connection ended (or failed) first.
-    Cut,
-    /// No byte of it came for this long (`client_body_timeout`).
-    Stalled(std::time::Duration),
-}
-
-impl BodyRead {
-    /// The error answered for it: 408, or 400 for a body cut short.
-    fn error(self) -> ProxyError {
-        match self {
-            BodyRead::Stalled(gap) => ProxyError::Body(BodyError::Stalled(gap)),
-            BodyRead::Cut => {
-                ProxyError::Client("the client closed its side of the connection mid-body".into())
-            }
-        }
-    }
-}
-
-/// Reads from `io` into `buf` until it holds `len` bytes, each read within `timeout`.
-async fn read_body<C: AsyncRead + Unpin>(
-    io: &mut C,
-    buf: &mut BytesMut,
-    len: u64,
-    timeout: Option<std::time::Duration>,
-) -> Result<(), BodyRead> {
-    while (buf.len() as u64) < len {
-        let want = len as usize - buf.len();
-        buf.reserve(want);
-        let read = read_at_most(io, buf, want);
-        let read = match timeout {
-            Some(gap) => tokio::time::timeout(gap, read)
-                .await
-                .map_err(|_| BodyRead::Stalled(gap))?,
-            None => read.await,
-        };
-        match read {
-            Ok(0) | Err(_) => return Err(BodyRead::Cut),
-            Ok(_) => {}
-        }
-    }
-    Ok(())
-}
-
-/// Runs `fut` while reading the client's connection: `None` if the client closes it (or
-/// it fails) first. What the client sends meanwhile (a pipelined request) is kept in `buf`,
-/// up to `max_ahead` bytes; then the connection is left unread (a close is no longer seen)
-/// until `fut` is done.
-async fn watching<C, F>(
-    io: &mut C,
-    buf: &mut BytesMut,
-    max_ahead: usize,
-    fut: F,
-) -> Option<F::Output>
-where
-    C: AsyncRead + Unpin,
-    F: Future,
-{
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        let room = max_ahead.saturating_sub(buf.len());
-        tokio::select! {
-            biased;
-            done = &mut fut => return Some(done),
-            read = read_at_most(io, buf, room), if room > 0 => match read {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            },
-        }
-    }
-}
-
-/// Reads what is there into `buf`, making room for [`READ`] bytes when less than a quarter
-/// of that is left: while the head read before shares `buf`'s allocation, asking for more
-/// room than is left would copy `buf` into a new one.
-async fn read_more<R: AsyncRead + Unpin>(from: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
-    if buf.capacity() - buf.len() < READ / 4 {
-        buf.reserve(READ);
-    }
-    from.read_buf(buf).await
-}
-
-/// [`read_more`], taking at most `limit` bytes (`buf` may have more spare capacity).
-async fn read_at_most<R: AsyncRead + Unpin>(
-    from: &mut R,
-    buf: &mut BytesMut,
-    limit: usize,
-) -> io::Result<usize> {
-    read_more(&mut from.take(limit as u64), buf).await
 }
 
 #[cfg(test)]

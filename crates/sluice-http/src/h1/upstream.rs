@@ -155,3 +155,87 @@ pub(super) async fn answer_head(
         }
     }
 }
+
+/// Sends `head` (a request head saying `Transfer-Encoding: chunked`), then the chunked body at
+/// the start of `client.1` and what follows it on the connection, framed again as hyper's
+/// client frames a body it streams: each chunk with its size alone (extensions dropped), the
+/// last one, and no trailers. Each read waits `body_timeout` at most; more than `limit` bytes
+/// of content fail it with 413, broken chunks or a client that stops sending with 400 or
+/// 408. What follows the body (a pipelined request) stays in `client.1`. Returns the
+/// connection and the content's length.
+pub(super) async fn send_chunked<B, C>(
+    proxy: &Proxy<B>,
+    upstream: &Upstream,
+    head: &[u8],
+    client: (&mut C, &mut BytesMut),
+    limit: u64,
+    body_timeout: Option<std::time::Duration>,
+) -> Result<(RawConn, u64), ProxyError>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    C: AsyncRead + Unpin,
+{
+    use crate::body::BodyError;
+    use crate::wire::{Chunks, Step};
+
+    let mut conn = loop {
+        if let Some((conn, _)) = send(proxy, upstream, head, false).await? {
+            break conn;
+        }
+    };
+    let (io, buf) = client;
+    let mut out = Vec::with_capacity(STREAM_READ);
+    let mut chunks = Chunks::Size;
+    let mut hex = [0u8; 16];
+    let mut content = 0u64;
+    loop {
+        let before = chunks;
+        match chunks.advance(&buf[..]) {
+            Step::Take(n) => {
+                match (before, chunks) {
+                    (Chunks::Size, Chunks::Data(size)) => {
+                        content += size;
+                        if content > limit {
+                            return Err(ProxyError::Body(BodyError::TooLarge(limit)));
+                        }
+                        out.extend_from_slice(super::write::hex_size(size, &mut hex));
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    (Chunks::Size, _) => out.extend_from_slice(b"0\r\n"),
+                    // The trailers hyper's client would not send: the blank line only.
+                    (Chunks::Trailers, _) => out.extend_from_slice(b"\r\n"),
+                    _ => out.extend_from_slice(&buf[..n]),
+                }
+                buf.advance(n);
+                if chunks == Chunks::Done {
+                    break;
+                }
+            }
+            Step::More => {
+                if out.len() >= STREAM_READ || (!out.is_empty() && buf.is_empty()) {
+                    conn.stream.write_all(&out).await.map_err(ProxyError::Io)?;
+                    out.clear();
+                }
+                buf.reserve(super::READ);
+                let read = read_more(io, buf);
+                let read = match body_timeout {
+                    Some(gap) => tokio::time::timeout(gap, read)
+                        .await
+                        .map_err(|_| BodyRead::Stalled(gap).error())?,
+                    None => read.await,
+                };
+                if matches!(read, Ok(0) | Err(_)) {
+                    return Err(BodyRead::Cut.error());
+                }
+            }
+            Step::Broken => {
+                return Err(ProxyError::Client(
+                    "the request's chunked body is malformed".into(),
+                ))
+            }
+        }
+    }
+    conn.stream.write_all(&out).await.map_err(ProxyError::Io)?;
+    Ok((conn, content))
+}

@@ -377,7 +377,7 @@ async fn read_body(conn: &mut RawConn, gap: Option<Duration>) -> io::Result<usiz
 }
 
 /// `n` in lowercase hex digits.
-fn hex_size(mut n: u64, buf: &mut [u8; 16]) -> &[u8] {
+pub(super) fn hex_size(mut n: u64, buf: &mut [u8; 16]) -> &[u8] {
     let mut at = buf.len();
     loop {
         at -= 1;

@@ -1,12 +1,12 @@
 //! The main listener's HTTP/1.1 byte path (`server.byte_path`, on by default).
 //!
 //! A connection starts here. Each request head is read with `sluice_http::wire`; a plain
-//! HTTP/1.1 request without a body, or with a `Content-Length` (of any length: past
-//! [`h1::MAX_BODY`] the body is streamed), or with a chunked body of at most that which comes whole within
-//! [`CHUNKS_WAIT`] of its head, whose route allows it ([`Gateway::takes_bytes`]) is
+//! HTTP/1.1 request without a body, or with a `Content-Length`, or with one
+//! `Transfer-Encoding: chunked` (past [`h1::MAX_BODY`] either body is streamed; a chunked body
+//! is waited for [`CHUNKS_WAIT`] here, then read on once admitted), whose route allows it ([`Gateway::takes_bytes`]) is
 //! handled by [`Gateway::serve_bytes`], with the same request id, access log line and
 //! connection accounting ([`Exchange`]) as a request hyper serves. The first request that is
-//! anything else (a chunked body over 64 KiB or slower than that, another
+//! anything else (a chunked body on a route reserving from the body that is not all here, another
 //! transfer coding, HTTP/1.0, an upgrade, `Expect`, a head `wire` does not call plain,
 //! the HTTP/2 preface, a browser path, a route to an `https://` or `h2c://` upstream, any
 //! request while `[telemetry]` traces) ends the loop: hyper serves the rest
@@ -49,7 +49,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         "sluice_byte_path_handovers_total",
         metrics::Unit::Count,
-        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: a chunked body over 64 KiB or not whole within 100 ms of its head, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
+        "Client connections the byte path handed to hyper, by `reason`: `head` (a head not read as plain: broken chunks, a chunked body not all here on a route that reserves from the body, another transfer coding, HTTP/1.0, Upgrade, Expect, the HTTP/2 preface, a malformed head), `route` (a route to an https:// or h2c:// upstream), `other` (a browser path, gRPC-Web, [telemetry] tracing)."
     );
 }
 
@@ -118,7 +118,7 @@ where
                             } =>
                     {
                         if head.framing != Framing::Chunked {
-                            break (head, None);
+                            break (head, Body::Plain);
                         }
                         // Read once here, whole: a chunked body is forwarded with a length.
                         match wire::dechunk(&buf[head.len..], h1::MAX_BODY as usize) {
@@ -128,19 +128,27 @@ where
                                 trailers,
                             } => {
                                 let data = Bytes::from(data);
-                                break (head, Some((h1::Chunked { data, trailers }, len as u64)));
+                                break (
+                                    head,
+                                    Body::Whole(h1::Chunked { data, trailers }, len as u64),
+                                );
                             }
                             wire::Dechunked::Partial
                                 if buf.len() - head.len < h1::MAX_BODY as usize =>
                             {
                                 let pieces = pieces.get_or_insert_with(Pieces::start);
-                                if pieces.more(io, &mut buf).await {
-                                    continue;
+                                match pieces.more(io, &mut buf).await {
+                                    More::Came => continue,
+                                    // Read on once admitted, and streamed if it goes on.
+                                    More::Waited => break (head, Body::Chunks),
+                                    More::Closed => {
+                                        handed_over("head");
+                                        return Left::Handover { read: buf, fresh };
+                                    }
                                 }
-                                handed_over("head");
-                                return Left::Handover { read: buf, fresh };
                             }
-                            _ => {
+                            wire::Dechunked::Partial => break (head, Body::Chunks),
+                            wire::Dechunked::Broken => {
                                 handed_over("head");
                                 return Left::Handover { read: buf, fresh };
                             }
@@ -188,6 +196,11 @@ where
             handed_over("route");
             return handover(&bytes, buf, fresh);
         }
+        if matches!(chunked, Body::Chunks) && runtime.gateway.reads_body_of(&request) {
+            // A reservation read from a body that is not all here: hyper's path reads it.
+            handed_over("head");
+            return handover(&bytes, buf, fresh);
+        }
         let mut ongoing = exchange.start();
         requests.increment(1);
         fresh = false;
@@ -205,10 +218,14 @@ where
             spare: &mut spare,
             body: match (head.framing, &chunked) {
                 (Framing::Length(n), _) => n,
-                (_, Some((_, raw))) => *raw,
+                (_, Body::Whole(_, raw)) => *raw,
                 _ => 0,
             },
-            chunked: chunked.map(|(body, _)| body),
+            chunks: matches!(chunked, Body::Chunks),
+            chunked: match chunked {
+                Body::Whole(body, _) => Some(body),
+                _ => None,
+            },
             max_ahead: max_head,
         };
         let finish = Finish {
@@ -253,14 +270,35 @@ where
 
 /// How long the rest of a chunked body is waited for once its head is read: a client that
 /// writes its chunks as they come (a JSON encoder, a `fetch` with a stream body) sends a small
-/// body in a few pieces within a few milliseconds. A body still unfinished then, or after
-/// [`CHUNKS_PIECES`] reads, is streamed by hyper, which reads what was read here first.
+/// body in a few pieces within a few milliseconds, and it is then decided on whole (a
+/// reservation from the body reads it). A body still unfinished then, or after
+/// [`CHUNKS_PIECES`] reads, is read on once admitted, and streamed past 64 KiB.
 const CHUNKS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The most reads a chunked body is waited for on the byte path: each one decodes the body
 /// read so far again, so that a client sending a byte at a time costs hyper's path, not a
 /// decode per byte.
 const CHUNKS_PIECES: u8 = 16;
+
+/// A request's body as the head loop leaves it.
+enum Body {
+    /// None, or a length (read by `serve_bytes`).
+    Plain,
+    /// Chunked, read whole: its content, and the length of its chunks in the buffer.
+    Whole(h1::Chunked, u64),
+    /// Chunked, not all here: read on once admitted, streamed past 64 KiB.
+    Chunks,
+}
+
+/// What came of a wait for more of a chunked body.
+enum More {
+    /// Bytes.
+    Came,
+    /// Nothing within the wait, or after [`CHUNKS_PIECES`] reads.
+    Waited,
+    /// The client closed the connection or it failed.
+    Closed,
+}
 
 /// The wait for the rest of a chunked request body (see [`CHUNKS_WAIT`]).
 struct Pieces {
@@ -276,19 +314,20 @@ impl Pieces {
         }
     }
 
-    /// Reads more of the body into `buf`: whether some came, within the wait and the count.
-    /// A close, an error or the end of the wait says no, and hyper serves the request from
-    /// what was read (answering a body cut short as it does).
-    async fn more<C: AsyncRead + Unpin>(&mut self, io: &mut C, buf: &mut BytesMut) -> bool {
+    /// Reads more of the body into `buf`, within the wait and the count. After a close or
+    /// an error hyper serves the request from what was read (answering a body cut short as
+    /// it does).
+    async fn more<C: AsyncRead + Unpin>(&mut self, io: &mut C, buf: &mut BytesMut) -> More {
         if self.reads >= CHUNKS_PIECES {
-            return false;
+            return More::Waited;
         }
         self.reads += 1;
         buf.reserve(8 * 1024);
-        matches!(
-            tokio::time::timeout_at(self.until, io.read_buf(buf)).await,
-            Ok(Ok(n)) if n > 0
-        )
+        match tokio::time::timeout_at(self.until, io.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => More::Came,
+            Ok(_) => More::Closed,
+            Err(_) => More::Waited,
+        }
     }
 }
 
