@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 0 | `config` (parsing and checks) |
 //! | 1 | `browser` (the browser limiter's paths, answered inside the main listener) |
-//! | 2 | `runtime` (what one configuration builds, and what the listeners share), `bundle`, `simulate`, `stress` |
+//! | 2 | `runtime` (what one configuration builds, and what the listeners share), `bundle`, `simulate`, `stress`, `jobs` (the `sluice jobs` command) |
 //! | 3 | `dashboard` (the admin page), `rls` (Envoy's rate limit service listener) |
 //! | 4 | `serve/*` (the gateway and admin listeners, their connections) |
 //! | 5 | `serve/mod.rs` (the process: signals, reloads, starting every listener) |
@@ -18,7 +18,7 @@ fn floor(room: &str) -> Option<u8> {
     Some(match room {
         "config" => 0,
         "browser" => 1,
-        "runtime" | "bundle" | "simulate" | "stress" => 2,
+        "runtime" | "bundle" | "simulate" | "stress" | "jobs" => 2,
         "dashboard" | "rls" => 3,
         "serve" => 4,
         "serve/mod.rs" => 5,
