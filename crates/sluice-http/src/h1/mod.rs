@@ -35,7 +35,7 @@ mod read;
 mod upstream;
 mod write;
 
-use read::{read_at_most, read_body, read_chunks, read_more, watching, BodyRead};
+use read::{read_at_most, read_body, read_chunks, read_more, read_within, watching, BodyRead};
 use write::{
     answer_fields, end_head, reason, relay, write_answer, write_answer_fields, write_fields, Own,
 };
@@ -444,35 +444,7 @@ impl Gateway {
             0
         };
         let timeout = route.timeout();
-        let sent = if stream_chunks {
-            let deadline = tokio::time::Instant::now() + timeout;
-            let sending = upstream::send_chunked(
-                proxy,
-                upstream,
-                out,
-                (&mut *io, &mut *buf),
-                route.body_limit(),
-                self.body_timeout,
-            );
-            match tokio::time::timeout_at(deadline, sending).await {
-                Ok(Ok((mut conn, content))) => {
-                    body = content;
-                    let head = tokio::time::timeout_at(
-                        deadline,
-                        upstream::answer_head(&mut conn, head_request, false),
-                    );
-                    match watching(io, buf, max_ahead, head).await.ok_or_else(gone)? {
-                        Ok(Ok(Some(answer))) => Ok((conn, answer)),
-                        // Not asked to send it again, `answer_head` does not offer to.
-                        Ok(Ok(None)) => Err(ProxyError::Io(io::ErrorKind::UnexpectedEof.into())),
-                        Ok(Err(e)) => Err(e),
-                        Err(_) => Err(ProxyError::Timeout(timeout)),
-                    }
-                }
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(ProxyError::Timeout(timeout)),
-            }
-        } else if rest == 0 {
+        let sent = if rest == 0 && !stream_chunks {
             let exchange = tokio::time::timeout(
                 timeout,
                 upstream::exchange(proxy, upstream, out, idempotent, head_request),
@@ -482,19 +454,24 @@ impl Gateway {
                 .ok_or_else(gone)?;
             sent.unwrap_or(Err(ProxyError::Timeout(timeout)))
         } else {
-            // The route's timeout runs from the start of the send, as hyper's client's does
-            // while it streams a body.
+            // A streamed body: the route's timeout runs from the start of the send, as hyper's
+            // client's does while it streams a body.
             let deadline = tokio::time::Instant::now() + timeout;
-            let sending = upstream::send_streamed(
-                proxy,
-                upstream,
-                out,
-                (&mut *io, &mut *buf),
-                rest,
-                self.body_timeout,
-            );
+            let client = (&mut *io, &mut *buf);
+            let sending = async {
+                if stream_chunks {
+                    let limit = route.body_limit();
+                    upstream::send_chunked(proxy, upstream, out, client, limit, self.body_timeout)
+                        .await
+                } else {
+                    upstream::send_streamed(proxy, upstream, out, client, rest, self.body_timeout)
+                        .await
+                        .map(|conn| (conn, body))
+                }
+            };
             match tokio::time::timeout_at(deadline, sending).await {
-                Ok(Ok(mut conn)) => {
+                Ok(Ok((mut conn, content))) => {
+                    body = content;
                     let head = tokio::time::timeout_at(
                         deadline,
                         upstream::answer_head(&mut conn, head_request, false),

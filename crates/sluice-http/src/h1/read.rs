@@ -41,21 +41,31 @@ pub(super) async fn read_body<C: AsyncRead + Unpin>(
     timeout: Option<std::time::Duration>,
 ) -> Result<(), BodyRead> {
     while (buf.len() as u64) < len {
-        let want = len as usize - buf.len();
-        buf.reserve(want);
-        let read = read_at_most(io, buf, want);
-        let read = match timeout {
-            Some(gap) => tokio::time::timeout(gap, read)
-                .await
-                .map_err(|_| BodyRead::Stalled(gap))?,
-            None => read.await,
-        };
-        match read {
-            Ok(0) | Err(_) => return Err(BodyRead::Cut),
-            Ok(_) => {}
-        }
+        read_within(io, buf, len as usize - buf.len(), timeout).await?;
     }
     Ok(())
+}
+
+/// Reads at most `want` bytes of a request body into `buf` (room made for all of them),
+/// within `timeout`: the client's stop is [`BodyRead::Cut`] or [`BodyRead::Stalled`].
+pub(super) async fn read_within<C: AsyncRead + Unpin>(
+    io: &mut C,
+    buf: &mut BytesMut,
+    want: usize,
+    timeout: Option<std::time::Duration>,
+) -> Result<usize, BodyRead> {
+    buf.reserve(want);
+    let read = read_at_most(io, buf, want);
+    let read = match timeout {
+        Some(gap) => tokio::time::timeout(gap, read)
+            .await
+            .map_err(|_| BodyRead::Stalled(gap))?,
+        None => read.await,
+    };
+    match read {
+        Ok(0) | Err(_) => Err(BodyRead::Cut),
+        Ok(n) => Ok(n),
+    }
 }
 
 /// Reads a chunked body at the start of `buf` until it ends or [`MAX_BODY`] bytes of it are
@@ -81,18 +91,9 @@ pub(super) async fn read_chunks<C: AsyncRead + Unpin>(
             wire::Dechunked::Partial if buf.len() >= MAX_BODY as usize => return Ok(None),
             wire::Dechunked::Partial => {}
         }
-        let want = MAX_BODY as usize - buf.len();
-        buf.reserve(want);
-        let read = read_at_most(io, buf, want);
-        let read = match timeout {
-            Some(gap) => tokio::time::timeout(gap, read)
-                .await
-                .map_err(|_| BodyRead::Stalled(gap).error())?,
-            None => read.await,
-        };
-        if matches!(read, Ok(0) | Err(_)) {
-            return Err(BodyRead::Cut.error());
-        }
+        read_within(io, buf, MAX_BODY as usize - buf.len(), timeout)
+            .await
+            .map_err(BodyRead::error)?;
     }
 }
 

@@ -6,7 +6,7 @@ use std::io;
 use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWriteExt as _};
 
-use super::{read_at_most, read_more, BodyRead, MAX_RESPONSE_HEAD};
+use super::{read_more, read_within, BodyRead, MAX_RESPONSE_HEAD};
 use crate::proxy::{Proxy, ProxyError, RawConn};
 use crate::route::Upstream;
 use crate::wire;
@@ -69,20 +69,11 @@ where
     debug_assert!(buf.is_empty(), "the part of the body read is in `request`");
     let mut left = rest;
     while left > 0 {
+        // Room for a whole read is kept from one to the next, as `buf` is emptied after each.
         let want = (left as usize).min(STREAM_READ);
-        // Room for a whole read: kept from one to the next, as `buf` is emptied after each.
-        buf.reserve(want);
-        let read = read_at_most(io, buf, want);
-        let read = match body_timeout {
-            Some(gap) => tokio::time::timeout(gap, read)
-                .await
-                .map_err(|_| BodyRead::Stalled(gap).error())?,
-            None => read.await,
-        };
-        match read {
-            Ok(0) | Err(_) => return Err(BodyRead::Cut.error()),
-            Ok(n) => left -= n as u64,
-        }
+        left -= read_within(io, buf, want, body_timeout)
+            .await
+            .map_err(BodyRead::error)? as u64;
         conn.stream.write_all(buf).await.map_err(ProxyError::Io)?;
         buf.clear();
     }
@@ -217,17 +208,9 @@ where
                     conn.stream.write_all(&out).await.map_err(ProxyError::Io)?;
                     out.clear();
                 }
-                buf.reserve(super::READ);
-                let read = read_more(io, buf);
-                let read = match body_timeout {
-                    Some(gap) => tokio::time::timeout(gap, read)
-                        .await
-                        .map_err(|_| BodyRead::Stalled(gap).error())?,
-                    None => read.await,
-                };
-                if matches!(read, Ok(0) | Err(_)) {
-                    return Err(BodyRead::Cut.error());
-                }
+                read_within(io, buf, STREAM_READ, body_timeout)
+                    .await
+                    .map_err(BodyRead::error)?;
             }
             Step::Broken => {
                 return Err(ProxyError::Client(
