@@ -1,5 +1,10 @@
 // sluice client module: register the rate-limiting Service Worker, and fetch politely.
 //
+// One file, past 700 lines: the page fetches it as one module from /sluice/client.js (and
+// `sluice bundle` writes it as one file for static hosts); about 400 of its lines are the
+// generated copy of the npm package's headers.js and pacing.js (`node web/gen-pacing.mjs`),
+// checked byte for byte by tests/pacing-copy.test.mjs, not code written twice.
+//
 //   import { register, politeFetch } from '/sluice/client.js';
 //   await register();                       // resolves once this page is controlled
 //   const res = await politeFetch('/api/items', {}, { maxAttempts: 4 });

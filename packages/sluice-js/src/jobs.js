@@ -5,6 +5,10 @@
 // decide for the same prefix and key.
 //
 // No Node module is imported: the Redis client is the caller's (node-redis or ioredis).
+//
+// One file, past 700 lines: JobQueue and Worker call the same scripts with the same KEYS and
+// ARGV as crates/sluice/src/jobs/queue.rs, and are kept in one file, as there, so that the two
+// layouts can be read side by side; cjs/jobs.cjs is generated from it (scripts/gen-cjs.mjs).
 
 import {
   JOB_CLAIM, JOB_FINISH, JOB_ENQUEUE, JOB_TOUCH, JOB_STATS, JOB_RETRY_DEAD, JOB_PURGE, JOB_REGISTER, JOB_PICK, JOB_PARK,

@@ -1,4 +1,8 @@
 //! The queue: its Redis connection, its options, and every script call.
+//!
+//! One file, past 700 lines: each public call is one script call whose KEYS and ARGV must
+//! match `docs/jobs.md` and the npm package's copy; keeping them side by side is how the two
+//! layouts are kept equal. The worker's loop is in `worker.rs`, the scripts in `script.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
